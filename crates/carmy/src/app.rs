@@ -1,0 +1,262 @@
+//! The application builder: `carmy::app().tool(…).idempotency_store(…).run().await`.
+
+use crate::auth::ApiKeys;
+use crate::engine::{Engine, EngineConfig};
+use crate::http::{router, AppState, DEFAULT_MAX_BODY_BYTES};
+use crate::memory::InMemoryIdempotencyStore;
+use crate::metrics::Metrics;
+use crate::runtime::IdempotencyStore;
+use crate::tool::{Tool, ToolRegistry, ToolRegistryError};
+use axum::Router;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// The default listen address (contract §9, `CARMY_LISTEN`).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// How long, after the drain period, shutdown waits for cancelled executions to be recorded.
+const RECORD_GRACE: Duration = Duration::from_secs(10);
+
+/// Starts building an application with the in-memory store, no tools and no API keys.
+pub fn app() -> AppBuilder {
+    AppBuilder::default()
+}
+
+/// Why an application could not be built or served.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// A tool could not be registered.
+    #[error(transparent)]
+    Tool(#[from] ToolRegistryError),
+    /// No API keys are configured and the address is not loopback (contract §6).
+    #[error("refusing to serve anonymously on non-loopback address {0}: configure API keys or allow anonymous network access explicitly")]
+    AnonymousOnNetwork(SocketAddr),
+    /// Binding or serving failed.
+    #[error("serving failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Configures an [`App`]. Every setter consumes and returns the builder.
+pub struct AppBuilder {
+    tools: Vec<Arc<dyn Tool>>,
+    store: Option<Arc<dyn IdempotencyStore>>,
+    engine_config: EngineConfig,
+    keys: ApiKeys,
+    listen: SocketAddr,
+    allow_anonymous_network: bool,
+    max_body_bytes: usize,
+}
+
+impl Default for AppBuilder {
+    fn default() -> Self {
+        Self {
+            tools: Vec::new(),
+            store: None,
+            engine_config: EngineConfig::default(),
+            keys: ApiKeys::none(),
+            listen: DEFAULT_LISTEN.parse().expect("the default address parses"),
+            allow_anonymous_network: false,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+}
+
+impl AppBuilder {
+    /// Registers a tool.
+    #[must_use]
+    pub fn tool(self, tool: impl Tool) -> Self {
+        self.shared_tool(Arc::new(tool))
+    }
+
+    /// Registers a tool already behind an `Arc`.
+    #[must_use]
+    pub fn shared_tool(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Sets the idempotency store (default: [`InMemoryIdempotencyStore`] with 10,000 entries).
+    #[must_use]
+    pub fn idempotency_store(mut self, store: Arc<dyn IdempotencyStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Sets deadlines, the result-size limit and the drain period.
+    #[must_use]
+    pub fn engine_config(mut self, config: EngineConfig) -> Self {
+        self.engine_config = config;
+        self
+    }
+
+    /// Sets the API keys (contract §6); none means anonymous, loopback only.
+    #[must_use]
+    pub fn api_keys(mut self, keys: ApiKeys) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// Sets the address [`AppBuilder::run`] serves on.
+    #[must_use]
+    pub fn listen(mut self, address: SocketAddr) -> Self {
+        self.listen = address;
+        self
+    }
+
+    /// Allows serving without API keys on a non-loopback address.
+    #[must_use]
+    pub fn allow_anonymous_network(mut self, allow: bool) -> Self {
+        self.allow_anonymous_network = allow;
+        self
+    }
+
+    /// Sets the request body limit in bytes (default 2 MiB); larger bodies get 413.
+    #[must_use]
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
+        self
+    }
+
+    /// Builds the application without serving it.
+    ///
+    /// # Errors
+    /// [`AppError::Tool`] for a duplicate tool name or an invalid argument schema.
+    pub fn build(self) -> Result<App, AppError> {
+        let mut tools = ToolRegistry::default();
+        for tool in self.tools {
+            tools.insert(tool)?;
+        }
+        let store = self
+            .store
+            .unwrap_or_else(|| Arc::new(InMemoryIdempotencyStore::default()));
+        let engine = Arc::new(Engine::new(
+            store,
+            tools,
+            self.engine_config,
+            Metrics::default(),
+        ));
+        let anonymous = self.keys.is_empty();
+        let router = router(AppState {
+            engine: Arc::clone(&engine),
+            keys: Arc::new(self.keys),
+            max_body_bytes: self.max_body_bytes,
+        });
+        Ok(App {
+            engine,
+            router,
+            listen: self.listen,
+            anonymous,
+            allow_anonymous_network: self.allow_anonymous_network,
+        })
+    }
+
+    /// Builds, binds the listen address and serves until ctrl-c or SIGTERM, then drains.
+    ///
+    /// # Errors
+    /// See [`AppBuilder::build`] and [`App::serve`].
+    pub async fn run(self) -> Result<(), AppError> {
+        let app = self.build()?;
+        app.check_listen_address(app.listen)?;
+        let listener = TcpListener::bind(app.listen).await?;
+        app.serve(listener, shutdown_signal()).await
+    }
+}
+
+/// A built application: its router and engine.
+pub struct App {
+    engine: Arc<Engine>,
+    router: Router,
+    listen: SocketAddr,
+    anonymous: bool,
+    allow_anonymous_network: bool,
+}
+
+impl App {
+    /// The axum router (for tests through `tower::ServiceExt::oneshot`, or to nest elsewhere).
+    pub fn router(&self) -> Router {
+        self.router.clone()
+    }
+
+    /// The engine behind the router.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// The configured listen address.
+    pub fn listen_address(&self) -> SocketAddr {
+        self.listen
+    }
+
+    fn check_listen_address(&self, address: SocketAddr) -> Result<(), AppError> {
+        if self.anonymous && !self.allow_anonymous_network && !address.ip().is_loopback() {
+            return Err(AppError::AnonymousOnNetwork(address));
+        }
+        Ok(())
+    }
+
+    /// Serves on `listener` until `shutdown` completes; then stops accepting, lets running
+    /// executions finish within the drain period, records the rest `cancelled`, and returns.
+    ///
+    /// # Errors
+    /// [`AppError::AnonymousOnNetwork`] (contract §6) or [`AppError::Io`].
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), AppError> {
+        self.check_listen_address(listener.local_addr()?)?;
+        let stopping = CancellationToken::new();
+        let drain = {
+            let engine = Arc::clone(&self.engine);
+            let stopping = stopping.clone();
+            tokio::spawn(async move {
+                stopping.cancelled().await;
+                engine.drain(RECORD_GRACE).await;
+            })
+        };
+        tracing::info!(address = %listener.local_addr()?, "serving");
+        axum::serve(listener, self.router)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                tracing::info!("shutting down: no new connections; draining executions");
+                stopping.cancel();
+            })
+            .await?;
+        if let Err(error) = drain.await {
+            tracing::error!(%error, "drain task failed");
+        }
+        Ok(())
+    }
+}
+
+/// Completes on ctrl-c or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

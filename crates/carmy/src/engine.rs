@@ -1,0 +1,422 @@
+//! The execution engine: reserve, run detached, record, answer (contract §3, §4).
+
+use crate::error::ApiError;
+use crate::fingerprint::Fingerprint;
+use crate::metrics::Metrics;
+use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
+use crate::runtime::{
+    ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation, StoreError, DEFAULT_SESSION,
+};
+use crate::tool::{RegisteredTool, Tool, ToolContext, ToolRegistry};
+use chrono::Utc;
+use futures::FutureExt;
+use serde_json::Value;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Limits and timings of the engine. All durations are wall-clock.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Deadline of a tool that sets none (`CARMY_TOOL_TIMEOUT_MS`, default 30 s); reaching it
+    /// records `timed_out`.
+    pub default_tool_timeout: Duration,
+    /// Largest recorded `data`, in bytes of compact JSON (default 1 MiB); a larger result is
+    /// recorded as `failed` with `RESULT_TOO_LARGE` (contract §4).
+    pub max_result_bytes: usize,
+    /// How long shutdown waits for running executions before recording them `cancelled`.
+    pub drain_period: Duration,
+    /// First pause between attempts to record an outcome after a store failure; it doubles up
+    /// to [`EngineConfig::complete_retry_max`].
+    pub complete_retry_initial: Duration,
+    /// Longest pause between attempts to record an outcome.
+    pub complete_retry_max: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            default_tool_timeout: Duration::from_secs(30),
+            max_result_bytes: 1024 * 1024,
+            drain_period: Duration::from_secs(30),
+            complete_retry_initial: Duration::from_millis(100),
+            complete_retry_max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A call that passed every stateless check: identifiers valid, JSON strict, fingerprint made.
+#[derive(Clone, Debug)]
+pub struct ValidatedCall {
+    /// The authenticated principal.
+    pub principal: String,
+    /// The tool's name (it may still be unknown).
+    pub tool: String,
+    /// The arguments object.
+    pub arguments: Value,
+    /// The caller's `request_id`; `None` runs without replay protection.
+    pub request_id: Option<String>,
+    /// The session; `None` means [`DEFAULT_SESSION`].
+    pub session_id: Option<String>,
+    /// The call's fingerprint (contract §2).
+    pub fingerprint: Fingerprint,
+}
+
+/// A successful answer: the outcome and whether it was replayed from the record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallAnswer {
+    /// The recorded outcome.
+    pub result: ExecutionResult,
+    /// True when the tool did not run for this call.
+    pub replayed: bool,
+}
+
+/// Runs tool calls under the idempotency rules. Cheap to share behind an `Arc`.
+pub struct Engine {
+    store: Arc<dyn IdempotencyStore>,
+    tools: ToolRegistry,
+    config: EngineConfig,
+    metrics: Metrics,
+    executions: TaskTracker,
+    cancel_executions: CancellationToken,
+}
+
+impl Engine {
+    pub(crate) fn new(
+        store: Arc<dyn IdempotencyStore>,
+        tools: ToolRegistry,
+        config: EngineConfig,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            store,
+            tools,
+            config,
+            metrics,
+            executions: TaskTracker::new(),
+            cancel_executions: CancellationToken::new(),
+        }
+    }
+
+    /// The store this engine records into.
+    pub fn store(&self) -> &Arc<dyn IdempotencyStore> {
+        &self.store
+    }
+
+    /// The registered tools, by name.
+    pub fn tools(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
+        self.tools.iter()
+    }
+
+    /// The process metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Executes one call per contract §3: the identity's record is consulted before any gate
+    /// that depends on state, the tool runs only after a successful reservation, and the answer is
+    /// sent only after the outcome is recorded.
+    ///
+    /// # Errors
+    /// The [`ApiError`] of contract §3 for every non-200 row.
+    pub async fn execute(self: &Arc<Self>, call: ValidatedCall) -> Result<CallAnswer, ApiError> {
+        let session_id = call
+            .session_id
+            .clone()
+            .unwrap_or_else(|| DEFAULT_SESSION.to_owned());
+        let Some(request_id) = call.request_id.clone() else {
+            let registered = self.runnable_tool(&call)?;
+            let tool = Arc::clone(&registered.tool);
+            let execution_id = ExecutionId::generate();
+            let result = self
+                .spawn_unprotected(tool, &call, session_id, execution_id)
+                .await?;
+            return Ok(CallAnswer {
+                result,
+                replayed: false,
+            });
+        };
+        let key = IdempotencyKey::new(call.principal.clone(), session_id, request_id);
+
+        let registered = match self.runnable_tool(&call) {
+            Ok(registered) => registered,
+            Err(rejection) => {
+                // An honest retry still gets its record even if the tool is gone or its schema
+                // changed; otherwise the rejection stands and nothing is reserved.
+                let record = self.store.lookup(&key).await.map_err(store_failure)?;
+                return match record {
+                    Some(record) => answer(Reservation::for_existing(record, &call.fingerprint)),
+                    None => Err(rejection),
+                };
+            }
+        };
+
+        let intent = ExecutionIntent {
+            execution_id: ExecutionId::generate(),
+            tool: call.tool.clone(),
+        };
+        let reservation = self
+            .store
+            .reserve(&key, &call.fingerprint, &intent)
+            .await
+            .map_err(store_failure)?;
+        if reservation != Reservation::Reserved {
+            return answer(reservation);
+        }
+
+        let tool = Arc::clone(&registered.tool);
+        let (recorded_tx, recorded_rx) = oneshot::channel();
+        let engine = Arc::clone(self);
+        let execution_id = intent.execution_id.clone();
+        let fingerprint = call.fingerprint.clone();
+        let context = ToolContext {
+            principal: call.principal,
+            session_id: key.session_id.clone(),
+            request_id: Some(key.request_id.clone()),
+            execution_id: execution_id.clone(),
+        };
+        let arguments = call.arguments;
+        self.executions.spawn(async move {
+            let result = engine.run_tool(tool.as_ref(), context, arguments).await;
+            engine.record(&key, &fingerprint, result, recorded_tx).await;
+        });
+        match recorded_rx.await {
+            Ok(Some(result)) => Ok(CallAnswer {
+                result,
+                replayed: false,
+            }),
+            _ => Err(ApiError::RecordingPending { execution_id }),
+        }
+    }
+
+    /// Waits for running executions up to the drain period, then cancels the rest (recorded
+    /// `cancelled`) and waits for their records, at most `record_grace` more.
+    pub async fn drain(&self, record_grace: Duration) {
+        self.executions.close();
+        if tokio::time::timeout(self.config.drain_period, self.executions.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                running = self.executions.len(),
+                "drain period over; cancelling running executions"
+            );
+            self.cancel_executions.cancel();
+            if tokio::time::timeout(record_grace, self.executions.wait())
+                .await
+                .is_err()
+            {
+                tracing::error!(
+                    pending = self.executions.len(),
+                    "outcomes still unrecorded at exit; they will read as interrupted"
+                );
+            }
+        }
+    }
+
+    /// Starts cancelling running executions now (each is recorded `cancelled`).
+    pub fn cancel_all(&self) {
+        self.cancel_executions.cancel();
+    }
+
+    fn runnable_tool(&self, call: &ValidatedCall) -> Result<&RegisteredTool, ApiError> {
+        let registered = self
+            .tools
+            .get(&call.tool)
+            .ok_or_else(|| ApiError::UnknownTool(call.tool.clone()))?;
+        registered.validate(&call.arguments).map_err(|problems| {
+            ApiError::InvalidRequest(format!(
+                "arguments do not match the tool's schema: {problems}"
+            ))
+        })?;
+        Ok(registered)
+    }
+
+    async fn spawn_unprotected(
+        self: &Arc<Self>,
+        tool: Arc<dyn Tool>,
+        call: &ValidatedCall,
+        session_id: String,
+        execution_id: ExecutionId,
+    ) -> Result<ExecutionResult, ApiError> {
+        let engine = Arc::clone(self);
+        let context = ToolContext {
+            principal: call.principal.clone(),
+            session_id,
+            request_id: None,
+            execution_id,
+        };
+        let arguments = call.arguments.clone();
+        self.executions
+            .spawn(async move { engine.run_tool(tool.as_ref(), context, arguments).await })
+            .await
+            .map_err(|error| {
+                tracing::error!(%error, "unprotected execution task failed");
+                ApiError::Internal
+            })
+    }
+
+    /// Runs the tool under its deadline and the shutdown token; never panics.
+    async fn run_tool(
+        &self,
+        tool: &dyn Tool,
+        context: ToolContext,
+        arguments: Value,
+    ) -> ExecutionResult {
+        let deadline = tool.timeout().unwrap_or(self.config.default_tool_timeout);
+        let started_at = Utc::now();
+        let execution_id = context.execution_id.clone();
+        let request_id = context.request_id.clone();
+        let session_id = context.session_id.clone();
+        self.metrics.tool_started(tool.name());
+        let run = AssertUnwindSafe(tool.call(context, arguments)).catch_unwind();
+        let (status, data, error) = tokio::select! {
+            outcome = tokio::time::timeout(deadline, run) => match outcome {
+                Ok(Ok(Ok(data))) => self.check_size(data),
+                Ok(Ok(Err(tool_error))) => (
+                    ExecutionStatus::Failed,
+                    Value::Null,
+                    Some(ExecutionError { code: tool_error.code, message: tool_error.message }),
+                ),
+                Ok(Err(_panic)) => (
+                    ExecutionStatus::Failed,
+                    Value::Null,
+                    Some(ExecutionError {
+                        code: "TOOL_PANICKED".into(),
+                        message: "the tool panicked; its effects are unknown".into(),
+                    }),
+                ),
+                Err(_elapsed) => (
+                    ExecutionStatus::TimedOut,
+                    Value::Null,
+                    Some(ExecutionError {
+                        code: "TIMEOUT".into(),
+                        message: format!(
+                            "the tool's deadline of {} ms passed; its effects are unknown",
+                            deadline.as_millis()
+                        ),
+                    }),
+                ),
+            },
+            () = self.cancel_executions.cancelled() => (
+                ExecutionStatus::Cancelled,
+                Value::Null,
+                Some(ExecutionError {
+                    code: "CANCELLED".into(),
+                    message: "the execution was cancelled (shutdown after the drain period); its effects are unknown".into(),
+                }),
+            ),
+        };
+        self.metrics.tool_finished(tool.name(), status);
+        ExecutionResult {
+            execution_id,
+            status,
+            data,
+            error,
+            tool: tool.name().to_owned(),
+            request_id,
+            session_id,
+            started_at,
+            finished_at: Utc::now(),
+        }
+    }
+
+    fn check_size(&self, data: Value) -> (ExecutionStatus, Value, Option<ExecutionError>) {
+        let size = serde_json::to_vec(&data).map_or(usize::MAX, |bytes| bytes.len());
+        if size > self.config.max_result_bytes {
+            return (
+                ExecutionStatus::Failed,
+                Value::Null,
+                Some(ExecutionError {
+                    code: "RESULT_TOO_LARGE".into(),
+                    message: format!(
+                        "the result is {size} bytes of JSON; the limit is {} bytes",
+                        self.config.max_result_bytes
+                    ),
+                }),
+            );
+        }
+        (ExecutionStatus::Completed, data, None)
+    }
+
+    /// Records the outcome, telling the waiting caller after the first attempt (`Some` when it
+    /// succeeded) and retrying failures in the background until the store accepts it.
+    async fn record(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        result: ExecutionResult,
+        recorded: oneshot::Sender<Option<ExecutionResult>>,
+    ) {
+        let mut recorded = Some(recorded);
+        let mut pause = self.config.complete_retry_initial;
+        loop {
+            match self.store.complete(key, fingerprint, &result).await {
+                Ok(()) => {
+                    if let Some(sender) = recorded.take() {
+                        // The caller may have gone; the record stands either way.
+                        let _ = sender.send(Some(result));
+                    } else {
+                        tracing::info!(execution_id = %result.execution_id, "outcome recorded after retries");
+                    }
+                    return;
+                }
+                Err(StoreError::NotOwner { execution_id }) => {
+                    tracing::error!(%execution_id, "the reservation is no longer held by this execution; outcome not recorded");
+                    if let Some(sender) = recorded.take() {
+                        let _ = sender.send(None);
+                    }
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(execution_id = %result.execution_id, %error, "recording the outcome failed; retrying");
+                    if let Some(sender) = recorded.take() {
+                        let _ = sender.send(None);
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(self.config.complete_retry_max);
+                }
+            }
+        }
+    }
+}
+
+fn store_failure(error: StoreError) -> ApiError {
+    match error {
+        StoreError::Capacity => ApiError::Capacity,
+        StoreError::Unavailable(reason) => {
+            tracing::warn!(%reason, "idempotency store unavailable");
+            ApiError::StoreUnavailable
+        }
+        StoreError::NotOwner { execution_id } => {
+            tracing::error!(%execution_id, "store answered NotOwner to a reservation");
+            ApiError::StoreUnavailable
+        }
+    }
+}
+
+fn answer(reservation: Reservation) -> Result<CallAnswer, ApiError> {
+    match reservation {
+        Reservation::Replay(result) => Ok(CallAnswer {
+            result,
+            replayed: true,
+        }),
+        Reservation::Conflict { execution_id } => {
+            Err(ApiError::IdempotencyConflict { execution_id })
+        }
+        Reservation::Uncertain {
+            execution_id,
+            state,
+        } => Err(ApiError::ExecutionUncertain {
+            execution_id,
+            state,
+        }),
+        Reservation::Reserved => {
+            tracing::error!("answer() called for a fresh reservation");
+            Err(ApiError::Internal)
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The one error type of the HTTP API, answered as RFC 9457 problem details (contract §5).
+
+use crate::outcome::ExecutionId;
+use crate::runtime::InFlightState;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// The media type of every error body (RFC 9457 §3).
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// Everything the API can answer with a non-2xx status. Each variant has a fixed HTTP status and
+/// machine `code` (contract §3, §5); no variant carries database text or another principal's data.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `INVALID_REQUEST`: bad JSON, bad identifiers, arguments rejected by the schema.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// 404 `UNKNOWN_TOOL`.
+    #[error("no tool named {0:?}")]
+    UnknownTool(String),
+    /// 401 `UNAUTHORIZED`: missing or unknown API key (contract §6).
+    #[error("a valid API key is required: send Authorization: Bearer <key>")]
+    Unauthorized,
+    /// 404 `NOT_FOUND`: no such route, or no such execution for this principal.
+    #[error("{0}")]
+    NotFound(String),
+    /// 405 `METHOD_NOT_ALLOWED`.
+    #[error("method not allowed on this path")]
+    MethodNotAllowed,
+    /// 413 `PAYLOAD_TOO_LARGE`: the body exceeds the configured limit (bytes).
+    #[error("the request body exceeds the limit of {limit} bytes")]
+    PayloadTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// 415 `UNSUPPORTED_MEDIA_TYPE`: the body is not declared `application/json`.
+    #[error("the request body must be sent with Content-Type: application/json")]
+    UnsupportedMediaType,
+    /// 409 `IDEMPOTENCY_CONFLICT`: same identity, different fingerprint.
+    #[error(
+        "request_id was already used for a different call (tool, arguments or metadata differ)"
+    )]
+    IdempotencyConflict {
+        /// The execution that holds the identity.
+        execution_id: ExecutionId,
+    },
+    /// 409 `EXECUTION_UNCERTAIN`: same identity and fingerprint, not finished.
+    #[error("{}", uncertain_detail(*.state))]
+    ExecutionUncertain {
+        /// The execution that holds the identity.
+        execution_id: ExecutionId,
+        /// `running` or `interrupted`.
+        state: InFlightState,
+    },
+    /// 503 `EXECUTION_UNCERTAIN`: the tool ran but its outcome could not be recorded yet; the
+    /// process keeps retrying and a later retry replays it (contract §4).
+    #[error("the tool ran but its outcome could not be recorded yet; retry the same call later to get it")]
+    RecordingPending {
+        /// The execution that ran.
+        execution_id: ExecutionId,
+    },
+    /// 507 `IDEMPOTENCY_CAPACITY`: the in-memory store is full; nothing ran.
+    #[error("the idempotency store is full; nothing was run or recorded")]
+    Capacity,
+    /// 503 `STORE_UNAVAILABLE`: the store failed before the tool ran; nothing ran.
+    #[error("the idempotency store is unavailable; nothing was run")]
+    StoreUnavailable,
+    /// 503 `NOT_READY`: `/readyz` failed.
+    #[error("{0}")]
+    NotReady(String),
+    /// 500 `INTERNAL`: a bug. The detail is generic; the cause goes to the log.
+    #[error("internal error")]
+    Internal,
+}
+
+fn uncertain_detail(state: InFlightState) -> &'static str {
+    match state {
+        InFlightState::Running => {
+            "an execution with this request_id is still running; retry later to get its outcome"
+        }
+        InFlightState::Interrupted => {
+            "an execution with this request_id was interrupted and its outcome is unknown; reconcile (e.g. search for its effect) instead of retrying"
+        }
+    }
+}
+
+impl ApiError {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
+            Self::UnknownTool(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::IdempotencyConflict { .. } | Self::ExecutionUncertain { .. } => {
+                StatusCode::CONFLICT
+            }
+            Self::RecordingPending { .. } | Self::StoreUnavailable | Self::NotReady(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Self::Capacity => StatusCode::INSUFFICIENT_STORAGE,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The machine code (contract §3, §5), e.g. `IDEMPOTENCY_CONFLICT`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest(_) => "INVALID_REQUEST",
+            Self::UnknownTool(_) => "UNKNOWN_TOOL",
+            Self::Unauthorized => "UNAUTHORIZED",
+            Self::NotFound(_) => "NOT_FOUND",
+            Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
+            Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
+            Self::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
+            Self::IdempotencyConflict { .. } => "IDEMPOTENCY_CONFLICT",
+            Self::ExecutionUncertain { .. } | Self::RecordingPending { .. } => {
+                "EXECUTION_UNCERTAIN"
+            }
+            Self::Capacity => "IDEMPOTENCY_CAPACITY",
+            Self::StoreUnavailable => "STORE_UNAVAILABLE",
+            Self::NotReady(_) => "NOT_READY",
+            Self::Internal => "INTERNAL",
+        }
+    }
+
+    fn title(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest(_) => "Invalid request",
+            Self::UnknownTool(_) => "Unknown tool",
+            Self::Unauthorized => "Unauthorized",
+            Self::NotFound(_) => "Not found",
+            Self::MethodNotAllowed => "Method not allowed",
+            Self::PayloadTooLarge { .. } => "Payload too large",
+            Self::UnsupportedMediaType => "Unsupported media type",
+            Self::IdempotencyConflict { .. } => "Idempotency conflict",
+            Self::ExecutionUncertain { .. } | Self::RecordingPending { .. } => {
+                "Execution uncertain"
+            }
+            Self::Capacity => "Idempotency store full",
+            Self::StoreUnavailable => "Store unavailable",
+            Self::NotReady(_) => "Not ready",
+            Self::Internal => "Internal error",
+        }
+    }
+
+    fn execution_id(&self) -> Option<&ExecutionId> {
+        match self {
+            Self::IdempotencyConflict { execution_id }
+            | Self::ExecutionUncertain { execution_id, .. }
+            | Self::RecordingPending { execution_id } => Some(execution_id),
+            _ => None,
+        }
+    }
+}
+
+/// The RFC 9457 body: `type`, `title`, `status`, `detail`, plus the extensions `code`,
+/// `execution_id` (where an execution exists) and `state` (for `EXECUTION_UNCERTAIN`).
+#[derive(Serialize)]
+struct ProblemBody<'a> {
+    #[serde(rename = "type")]
+    kind: String,
+    title: &'a str,
+    status: u16,
+    detail: String,
+    code: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    execution_id: Option<&'a ExecutionId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<&'static str>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let code = self.code();
+        let state = match &self {
+            Self::ExecutionUncertain { state, .. } => Some(state.as_str()),
+            Self::RecordingPending { .. } => Some(InFlightState::Running.as_str()),
+            _ => None,
+        };
+        let body = ProblemBody {
+            kind: format!(
+                "urn:carmy:problem:{}",
+                code.to_ascii_lowercase().replace('_', "-")
+            ),
+            title: self.title(),
+            status: status.as_u16(),
+            detail: self.to_string(),
+            code,
+            execution_id: self.execution_id(),
+            state,
+        };
+        let text = serde_json::to_string(&body).expect("a problem body always serializes");
+        let mut response = (status, text).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if matches!(self, Self::Unauthorized) {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}

@@ -1,0 +1,287 @@
+//! Request fingerprints (contract §2).
+//!
+//! Fingerprint `v1` = SHA-256 over the RFC 8785 (JCS) canonical form of the JSON array
+//! `["carmy-fingerprint", "v1", tool, arguments, metadata, exact_numbers]`, where `metadata` is
+//! `{}` when the call sent none, and `exact_numbers` lists, as `[json_pointer, exact_decimal]`
+//! pairs in canonical member order, every number whose exact decimal value differs from the value
+//! JCS writes for it (JCS writes numbers as IEEE doubles, so `9007199254740993` would otherwise
+//! collide with `9007199254740992`). Numbers that a double holds exactly (`1`, `1.0`, `1e0`, `0.5`)
+//! add nothing, so the fingerprint equals that of plain JCS for them.
+//!
+//! Nothing else enters the fingerprint: no headers, trace ids, timestamps or retry counters.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use std::fmt;
+
+/// The algorithm version written beside every stored fingerprint (contract §2).
+pub const FINGERPRINT_VERSION: &str = "v1";
+
+/// A request fingerprint: the algorithm version and the lowercase hex SHA-256 digest (64 chars).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Fingerprint {
+    /// The algorithm, e.g. `v1`.
+    pub version: String,
+    /// 64 lowercase hex digits.
+    pub digest: String,
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.version, self.digest)
+    }
+}
+
+/// Why a fingerprint could not be computed; the text is safe to show to the caller.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FingerprintError {
+    /// A number that no exact decimal can be formed for (an exponent beyond 64 bits).
+    #[error("number {0} is out of range")]
+    NumberOutOfRange(String),
+}
+
+/// Computes the `v1` fingerprint of a call.
+///
+/// `arguments` and `metadata` must come from [`crate::strict_json::parse`] (numbers exact, no
+/// duplicate members, no unrepresentable numbers); `metadata` `None` means `{}`.
+///
+/// # Errors
+/// [`FingerprintError::NumberOutOfRange`] for a number whose exponent does not fit 64 bits.
+pub fn fingerprint(
+    tool: &str,
+    arguments: &Value,
+    metadata: Option<&Value>,
+) -> Result<Fingerprint, FingerprintError> {
+    let empty = Value::Object(Map::new());
+    let metadata = metadata.unwrap_or(&empty);
+    let mut exact_numbers = Vec::new();
+    collect_inexact_numbers(arguments, &mut "/3".to_owned(), &mut exact_numbers)?;
+    collect_inexact_numbers(metadata, &mut "/4".to_owned(), &mut exact_numbers)?;
+    let framed = Value::Array(vec![
+        Value::from("carmy-fingerprint"),
+        Value::from(FINGERPRINT_VERSION),
+        Value::from(tool),
+        arguments.clone(),
+        metadata.clone(),
+        Value::Array(exact_numbers),
+    ]);
+    let canonical = serde_json_canonicalizer::to_vec(&framed)
+        .map_err(|error| FingerprintError::NumberOutOfRange(error.to_string()))?;
+    Ok(Fingerprint {
+        version: FINGERPRINT_VERSION.to_owned(),
+        digest: hex::encode(Sha256::digest(&canonical)),
+    })
+}
+
+/// Walks `value` in JCS member order (UTF-16 code units, RFC 8785 §3.2.3) and appends
+/// `[pointer, exact]` for every number JCS would not write exactly.
+fn collect_inexact_numbers(
+    value: &Value,
+    pointer: &mut String,
+    out: &mut Vec<Value>,
+) -> Result<(), FingerprintError> {
+    match value {
+        Value::Number(number) => {
+            let text = number.to_string();
+            let exact = ExactDecimal::parse(&text)
+                .ok_or_else(|| FingerprintError::NumberOutOfRange(text.clone()))?;
+            let as_double: f64 = text
+                .parse()
+                .map_err(|_| FingerprintError::NumberOutOfRange(text.clone()))?;
+            let written = ExactDecimal::parse(&format!("{as_double:e}"))
+                .ok_or_else(|| FingerprintError::NumberOutOfRange(text.clone()))?;
+            if exact != written {
+                out.push(Value::Array(vec![
+                    Value::from(pointer.as_str()),
+                    Value::from(exact.to_string()),
+                ]));
+            }
+        }
+        Value::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                let len = pointer.len();
+                pointer.push('/');
+                pointer.push_str(&index.to_string());
+                collect_inexact_numbers(item, pointer, out)?;
+                pointer.truncate(len);
+            }
+        }
+        Value::Object(members) => {
+            let mut names: Vec<&String> = members.keys().collect();
+            names.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+            for name in names {
+                let len = pointer.len();
+                pointer.push('/');
+                // RFC 6901 escaping: `~` as `~0`, `/` as `~1`.
+                pointer.push_str(&name.replace('~', "~0").replace('/', "~1"));
+                collect_inexact_numbers(&members[name.as_str()], pointer, out)?;
+                pointer.truncate(len);
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::String(_) => {}
+    }
+    Ok(())
+}
+
+/// A decimal number in a unique form: sign, digits without leading or trailing zeros, exponent.
+/// Zero is always `(false, "0", 0)`.
+#[derive(Debug, PartialEq, Eq)]
+struct ExactDecimal {
+    negative: bool,
+    digits: String,
+    exponent: i64,
+}
+
+impl ExactDecimal {
+    /// Parses JSON number text (or Rust's `{:e}` output). `None` if the exponent overflows.
+    fn parse(text: &str) -> Option<Self> {
+        let (negative, unsigned) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+            Some(at) => (
+                &unsigned[..at],
+                unsigned[at + 1..]
+                    .trim_start_matches('+')
+                    .parse::<i64>()
+                    .ok()?,
+            ),
+            None => (unsigned, 0),
+        };
+        let (integer, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let all_digits = format!("{integer}{fraction}");
+        let mut exponent = exponent.checked_sub(i64::try_from(fraction.len()).ok()?)?;
+        let trimmed_leading = all_digits.trim_start_matches('0');
+        if trimmed_leading.is_empty() {
+            return Some(Self {
+                negative: false,
+                digits: "0".to_owned(),
+                exponent: 0,
+            });
+        }
+        let digits = trimmed_leading.trim_end_matches('0');
+        exponent =
+            exponent.checked_add(i64::try_from(trimmed_leading.len() - digits.len()).ok()?)?;
+        Some(Self {
+            negative,
+            digits: digits.to_owned(),
+            exponent,
+        })
+    }
+}
+
+impl fmt::Display for ExactDecimal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sign = if self.negative { "-" } else { "" };
+        write!(f, "{sign}{}e{}", self.digits, self.exponent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strict_json::parse;
+
+    fn fp(tool: &str, arguments: &str) -> String {
+        fingerprint(tool, &parse(arguments).unwrap(), None)
+            .unwrap()
+            .digest
+    }
+
+    #[test]
+    fn exact_decimal_is_unique_per_value() {
+        let forms = ["1", "1.0", "1e0", "10e-1", "0.1e1", "1.000E+0"];
+        for form in forms {
+            assert_eq!(
+                ExactDecimal::parse(form).unwrap().to_string(),
+                "1e0",
+                "{form}"
+            );
+        }
+        assert_eq!(ExactDecimal::parse("-0.0").unwrap().to_string(), "0e0");
+        assert_eq!(ExactDecimal::parse("1200").unwrap().to_string(), "12e2");
+        assert_eq!(ExactDecimal::parse("0.0012").unwrap().to_string(), "12e-4");
+        assert_eq!(ExactDecimal::parse("1e99999999999999999999"), None);
+    }
+
+    #[test]
+    fn member_order_whitespace_and_escapes_do_not_matter() {
+        let a = fp(
+            "t",
+            r#"{"sku":"A-1","quantity":2,"ship":{"city":"X","zip":"1"}}"#,
+        );
+        let b = fp(
+            "t",
+            "{ \"ship\" : { \"zip\":\"1\",\n\"city\":\"\\u0058\" }, \"quantity\":2, \"sku\":\"A-1\" }",
+        );
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn equal_numbers_match_and_unequal_numbers_differ() {
+        assert_eq!(fp("t", r#"{"q":1}"#), fp("t", r#"{"q":1.0}"#));
+        assert_eq!(fp("t", r#"{"q":1}"#), fp("t", r#"{"q":1e0}"#));
+        assert_ne!(fp("t", r#"{"q":1}"#), fp("t", r#"{"q":"1"}"#));
+        assert_ne!(
+            fp("t", r#"{"q":9007199254740993}"#),
+            fp("t", r#"{"q":9007199254740992}"#)
+        );
+        assert_ne!(
+            fp("t", r#"{"q":1152921504606846976}"#),
+            fp("t", r#"{"q":1152921504606847000}"#)
+        );
+        assert_eq!(
+            fp("t", r#"{"q":9007199254740993}"#),
+            fp("t", r#"{"q":9007199254740993.0}"#)
+        );
+        assert_ne!(
+            fp("t", r#"{"q":0.1}"#),
+            fp("t", r#"{"q":0.10000000000000001}"#)
+        );
+        assert_ne!(
+            fp("t", r#"{"q":0.30000000000000004}"#),
+            fp("t", r#"{"q":0.30000000000000007}"#)
+        );
+    }
+
+    #[test]
+    fn array_order_tool_and_metadata_matter() {
+        assert_ne!(fp("t", r#"{"i":["a","b"]}"#), fp("t", r#"{"i":["b","a"]}"#));
+        assert_ne!(
+            fp("create_order", r#"{"sku":"A"}"#),
+            fp("find_orders", r#"{"sku":"A"}"#)
+        );
+        let args = parse(r#"{"a":1}"#).unwrap();
+        let meta = parse(r#"{"m":1}"#).unwrap();
+        let empty = parse("{}").unwrap();
+        assert_ne!(
+            fingerprint("t", &args, Some(&meta)).unwrap(),
+            fingerprint("t", &args, None).unwrap()
+        );
+        assert_eq!(
+            fingerprint("t", &args, Some(&empty)).unwrap(),
+            fingerprint("t", &args, None).unwrap()
+        );
+    }
+
+    #[test]
+    fn no_unicode_normalization() {
+        assert_ne!(
+            fp("t", "{\"n\":\"\u{e9}\"}"),
+            fp("t", "{\"n\":\"e\u{301}\"}")
+        );
+    }
+
+    #[test]
+    fn known_digest_is_stable() {
+        // Pinned so an accidental change of the v1 algorithm fails loudly: stored fingerprints
+        // would otherwise turn into false conflicts.
+        let canonical = r#"["carmy-fingerprint","v1","echo",{"a":1},{},[]]"#;
+        assert_eq!(
+            fp("echo", r#"{"a":1.0}"#),
+            hex::encode(Sha256::digest(canonical))
+        );
+    }
+}

@@ -1,0 +1,305 @@
+//! The HTTP API (contract §7): routes, request parsing and responses.
+
+use crate::auth::ApiKeys;
+use crate::engine::{Engine, ValidatedCall};
+use crate::error::ApiError;
+use crate::fingerprint::fingerprint;
+use crate::identity::validate_identifier;
+use crate::outcome::ExecutionId;
+use crate::runtime::{InFlightState, RecordState};
+use crate::strict_json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+
+/// Default limit of a request body, in bytes (2 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
+/// Shared state of every handler.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) keys: Arc<ApiKeys>,
+    pub(crate) max_body_bytes: usize,
+}
+
+/// Builds the router of contract §7 over `state`.
+pub(crate) fn router(state: AppState) -> Router {
+    let max_body_bytes = state.max_body_bytes;
+    Router::new()
+        .route("/v1/executions", post(create_execution))
+        .route("/v1/executions/{execution_id}", get(get_execution))
+        .route("/v1/tools", get(list_tools))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(CatchPanicLayer::custom(
+            |_panic: Box<dyn std::any::Any + Send>| {
+                tracing::error!("a request handler panicked");
+                ApiError::Internal.into_response()
+            },
+        ))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// The authenticated principal of a request (contract §6).
+struct Principal(String);
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let authorization = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes);
+        state
+            .keys
+            .authenticate(authorization)
+            .map(Principal)
+            .ok_or(ApiError::Unauthorized)
+    }
+}
+
+/// The body of `POST /v1/executions` (contract §7). Unknown members are refused so that a
+/// misspelt `request_id` never runs a call without replay protection.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecutionRequest {
+    tool: String,
+    arguments: Box<RawValue>,
+    #[serde(default)]
+    request_id: Option<String>,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    metadata: Option<Box<RawValue>>,
+}
+
+/// Longest part of a parser message echoed back, in bytes.
+const MAX_DETAIL_BYTES: usize = 300;
+
+fn invalid(message: impl std::fmt::Display) -> ApiError {
+    let mut text = message.to_string();
+    if text.len() > MAX_DETAIL_BYTES {
+        let mut cut = MAX_DETAIL_BYTES;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    ApiError::InvalidRequest(text)
+}
+
+fn is_json_content_type(headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// Parses and checks a request body; everything here is stateless, so a rejected call reserves
+/// nothing (contract §3).
+fn validate_call(principal: String, body: &[u8]) -> Result<ValidatedCall, ApiError> {
+    let request: ExecutionRequest = serde_json::from_slice(body).map_err(invalid)?;
+    if request.tool.is_empty() {
+        return Err(invalid("tool must not be empty"));
+    }
+    if let Some(request_id) = &request.request_id {
+        validate_identifier("request_id", request_id).map_err(invalid)?;
+    }
+    if let Some(session_id) = &request.session_id {
+        validate_identifier("session_id", session_id).map_err(invalid)?;
+    }
+    let arguments = strict_json::parse(request.arguments.get())
+        .map_err(|error| invalid(format!("arguments: {error}")))?;
+    if !arguments.is_object() {
+        return Err(invalid("arguments must be a JSON object"));
+    }
+    let metadata = match &request.metadata {
+        None => None,
+        Some(raw) if raw.get() == "null" => None,
+        Some(raw) => {
+            let metadata = strict_json::parse(raw.get())
+                .map_err(|error| invalid(format!("metadata: {error}")))?;
+            if !metadata.is_object() {
+                return Err(invalid("metadata must be a JSON object"));
+            }
+            Some(metadata)
+        }
+    };
+    let fingerprint = fingerprint(&request.tool, &arguments, metadata.as_ref()).map_err(invalid)?;
+    Ok(ValidatedCall {
+        principal,
+        tool: request.tool,
+        arguments,
+        request_id: request.request_id,
+        session_id: request.session_id,
+        fingerprint,
+    })
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+async fn create_execution(
+    State(state): State<AppState>,
+    Principal(principal): Principal,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge {
+                limit: state.max_body_bytes,
+            }
+        } else {
+            invalid(rejection.body_text())
+        }
+    })?;
+    if !is_json_content_type(&headers) {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let call = validate_call(principal, &body)?;
+    let answer = state.engine.execute(call).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        answer.result.to_response_json(answer.replayed),
+    ))
+}
+
+async fn get_execution(
+    State(state): State<AppState>,
+    Principal(principal): Principal,
+    Path(execution_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let not_found = || ApiError::NotFound("no such execution".into());
+    if execution_id.len() > 64 {
+        return Err(not_found());
+    }
+    let execution_id = ExecutionId::from_stored(execution_id);
+    let found = state
+        .engine
+        .store()
+        .find_execution(&principal, &execution_id)
+        .await
+        .map_err(|error| {
+            tracing::warn!(%error, "execution lookup failed");
+            ApiError::StoreUnavailable
+        })?
+        .ok_or_else(not_found)?;
+    let body = match found.record.state {
+        RecordState::Finished(result) => result.to_record_json(),
+        RecordState::InFlight(in_flight) => json!({
+            "execution_id": found.record.execution_id,
+            "status": match in_flight {
+                InFlightState::Running => "running",
+                InFlightState::Interrupted => "interrupted",
+            },
+            "data": Value::Null,
+            "error": Value::Null,
+            "tool": found.record.tool,
+            "request_id": found.key.request_id,
+            "session_id": found.key.session_id,
+        })
+        .to_string(),
+    };
+    Ok(json_response(StatusCode::OK, body))
+}
+
+async fn list_tools(State(state): State<AppState>, _principal: Principal) -> Response {
+    let tools: Vec<Value> = state
+        .engine
+        .tools()
+        .map(|tool| {
+            json!({
+                "name": tool.name(),
+                "description": tool.description(),
+                "input_schema": tool.input_schema(),
+            })
+        })
+        .collect();
+    json_response(StatusCode::OK, json!({ "tools": tools }).to_string())
+}
+
+async fn healthz() -> Response {
+    json_response(StatusCode::OK, r#"{"status":"ok"}"#.into())
+}
+
+async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
+    state.engine.store().check_ready().await.map_err(|error| {
+        tracing::warn!(%error, "not ready");
+        ApiError::NotReady("the idempotency store is not ready".into())
+    })?;
+    Ok(json_response(
+        StatusCode::OK,
+        r#"{"status":"ready"}"#.into(),
+    ))
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        state.engine.metrics().encode(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types() {
+        let check = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(value).unwrap());
+            is_json_content_type(&headers)
+        };
+        assert!(check("application/json"));
+        assert!(check("Application/JSON; charset=utf-8"));
+        assert!(check("application/merge-patch+json"));
+        assert!(!check("text/plain"));
+        assert!(!check("application/x-www-form-urlencoded"));
+        assert!(!check("+json"));
+        assert!(!is_json_content_type(&HeaderMap::new()));
+    }
+}

@@ -1,0 +1,49 @@
+//! # Carmy core
+//!
+//! Carmy executes AI agents' tool calls and makes their retries safe. A call that carries a
+//! `request_id` has an identity (principal, session, request_id) and a fingerprint (SHA-256 over
+//! the tool name and the RFC 8785 canonical arguments and metadata). Before the tool runs, the
+//! identity is reserved in an [`IdempotencyStore`](runtime::IdempotencyStore); the outcome is
+//! recorded durably before it is returned; every later attempt is answered from the record:
+//! a replay, an `IDEMPOTENCY_CONFLICT`, or an explicit `EXECUTION_UNCERTAIN`.
+//!
+//! The rules are those of the project's contract (`shared/contract.md`); item docs cite its
+//! sections as "contract §N".
+//!
+//! ```no_run
+//! use carmy::tool::FnTool;
+//! use serde_json::json;
+//!
+//! # async fn run() -> Result<(), carmy::AppError> {
+//! carmy::app()
+//!     .tool(FnTool::new("echo", json!({"type": "object"}), |_context, arguments| async move {
+//!         Ok(arguments)
+//!     }))
+//!     .run()
+//!     .await
+//! # }
+//! ```
+//!
+//! Modules: [`runtime`] (the store trait and its types), [`memory`] (the bounded in-memory store),
+//! [`fingerprint`] and [`strict_json`] (contract §2), [`identity`] (identifier rules), [`tool`],
+//! [`engine`] (reserve → run detached → record), [`http`] (the API of contract §7), [`error`]
+//! (problem details), [`auth`] (API keys), [`app`] (the builder).
+
+pub mod app;
+pub mod auth;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod engine;
+pub mod error;
+pub mod fingerprint;
+pub mod http;
+pub mod identity;
+pub mod memory;
+pub mod metrics;
+pub mod outcome;
+pub mod runtime;
+pub mod strict_json;
+pub mod tool;
+
+pub use app::{app, App, AppBuilder, AppError};
+pub use outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};

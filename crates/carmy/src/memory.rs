@@ -1,0 +1,168 @@
+//! The process-local, bounded store (contract §8).
+
+use crate::fingerprint::Fingerprint;
+use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::runtime::{
+    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
+    Reservation, StoreError, StoreFuture, StoredRecord,
+};
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// The default number of entries (contract §8, `CARMY_MEMORY_CAPACITY`).
+pub const DEFAULT_MEMORY_CAPACITY: usize = 10_000;
+
+/// A process-local store holding at most `capacity` identities.
+///
+/// When full it fails closed: a new identity gets [`StoreError::Capacity`] (`IDEMPOTENCY_CAPACITY`,
+/// 507) while every existing identity is still answered. It never evicts: any entry may stand for
+/// a committed effect. Entries live as long as the process; use `PostgresStore` for durability.
+pub struct InMemoryIdempotencyStore {
+    capacity: usize,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_key: HashMap<IdempotencyKey, StoredRecord>,
+    by_execution: HashMap<ExecutionId, IdempotencyKey>,
+}
+
+impl Default for InMemoryIdempotencyStore {
+    fn default() -> Self {
+        Self::new(DEFAULT_MEMORY_CAPACITY)
+    }
+}
+
+impl InMemoryIdempotencyStore {
+    /// A store holding at most `capacity` identities (0 refuses every new identity).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// The configured capacity, in entries.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// How many identities are held (running and finished).
+    pub fn len(&self) -> usize {
+        self.lock().by_key.len()
+    }
+
+    /// True when no identity is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every critical section leaves the maps consistent, so a poisoned lock is still usable.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn reserve_now(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        intent: &ExecutionIntent,
+    ) -> Result<Reservation, StoreError> {
+        let mut inner = self.lock();
+        if let Some(record) = inner.by_key.get(key) {
+            return Ok(Reservation::for_existing(record.clone(), fingerprint));
+        }
+        if inner.by_key.len() >= self.capacity {
+            return Err(StoreError::Capacity);
+        }
+        inner.by_key.insert(
+            key.clone(),
+            StoredRecord {
+                execution_id: intent.execution_id.clone(),
+                fingerprint: fingerprint.clone(),
+                tool: intent.tool.clone(),
+                state: RecordState::InFlight(InFlightState::Running),
+            },
+        );
+        inner
+            .by_execution
+            .insert(intent.execution_id.clone(), key.clone());
+        Ok(Reservation::Reserved)
+    }
+
+    fn complete_now(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        result: &ExecutionResult,
+    ) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        let not_owner = || StoreError::NotOwner {
+            execution_id: result.execution_id.clone(),
+        };
+        let record = inner.by_key.get_mut(key).ok_or_else(not_owner)?;
+        if record.execution_id != result.execution_id || &record.fingerprint != fingerprint {
+            return Err(not_owner());
+        }
+        match &record.state {
+            RecordState::InFlight(_) => {
+                record.state = RecordState::Finished(result.clone());
+                Ok(())
+            }
+            RecordState::Finished(recorded) if recorded == result => Ok(()),
+            RecordState::Finished(_) => Err(not_owner()),
+        }
+    }
+}
+
+impl IdempotencyStore for InMemoryIdempotencyStore {
+    fn reserve<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        intent: &'a ExecutionIntent,
+    ) -> StoreFuture<'a, Reservation> {
+        let answer = self.reserve_now(key, fingerprint, intent);
+        Box::pin(async move { answer })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        result: &'a ExecutionResult,
+    ) -> StoreFuture<'a, ()> {
+        let answer = self.complete_now(key, fingerprint, result);
+        Box::pin(async move { answer })
+    }
+
+    fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
+        let answer = self.lock().by_key.get(key).cloned();
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn find_execution<'a>(
+        &'a self,
+        principal: &'a str,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<ExecutionLookup>> {
+        let inner = self.lock();
+        let answer = inner
+            .by_execution
+            .get(execution_id)
+            .filter(|key| key.principal == principal)
+            .and_then(|key| {
+                inner.by_key.get(key).map(|record| ExecutionLookup {
+                    key: key.clone(),
+                    record: record.clone(),
+                })
+            });
+        drop(inner);
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn check_ready(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+}

@@ -1,0 +1,170 @@
+//! Recorded outcomes of executions (contract §4).
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::Value;
+use std::fmt;
+
+/// An execution's identifier: `exec_` followed by 32 lowercase hex digits (a random UUID).
+///
+/// One is minted for every call, with or without `request_id` (contract §3), and it is the
+/// `execution_id` that a replay repeats.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ExecutionId(String);
+
+impl ExecutionId {
+    /// Mints a fresh random execution id.
+    pub fn generate() -> Self {
+        Self(format!("exec_{}", uuid::Uuid::new_v4().simple()))
+    }
+
+    /// Wraps an id read back from a store. No validation: stores only hand back ids they were given.
+    pub fn from_stored(id: impl Into<String>) -> Self {
+        Self(id.into())
+    }
+
+    /// The id as text, e.g. `exec_0f3c…`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ExecutionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How a finished execution ended (contract §4). All four are recorded and replayed alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionStatus {
+    /// The tool returned a value.
+    Completed,
+    /// The tool returned an error, or its result could not be recorded as it was
+    /// (`RESULT_TOO_LARGE`, `TOOL_PANICKED`).
+    Failed,
+    /// The tool's deadline passed before it returned.
+    TimedOut,
+    /// An explicit cancel, or shutdown after the drain period.
+    Cancelled,
+}
+
+impl ExecutionStatus {
+    /// The status as stored and shown: `completed`, `failed`, `timed_out` or `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::TimedOut => "timed_out",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses the stored text form; `None` for anything else (including `running`).
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "completed" => Self::Completed,
+            "failed" => Self::Failed,
+            "timed_out" => Self::TimedOut,
+            "cancelled" => Self::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+/// The error member of a recorded outcome: a machine `code` and a human `message`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionError {
+    /// Machine-readable code, e.g. `TOOL_ERROR`, `TIMEOUT`, `RESULT_TOO_LARGE`.
+    pub code: String,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+/// A finished execution as it is recorded and replayed (contract §4).
+///
+/// Serialized (without `replayed`, which belongs to a response, see
+/// [`ExecutionResult::to_response_json`]) this is the exact text a store keeps; stores must keep it
+/// losslessly, so `data` may hold any JSON, including big integers and strings with `\u0000`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionResult {
+    /// The execution this outcome belongs to.
+    pub execution_id: ExecutionId,
+    /// How it ended.
+    pub status: ExecutionStatus,
+    /// The tool's value for `completed`, otherwise `null`.
+    pub data: Value,
+    /// The error for every status except `completed`, otherwise `None` (`null`).
+    pub error: Option<ExecutionError>,
+    /// The tool that ran.
+    pub tool: String,
+    /// The caller's `request_id`, or `None` for a call without replay protection.
+    pub request_id: Option<String>,
+    /// The session (`default` when the call named none).
+    pub session_id: String,
+    /// When the tool started, UTC, RFC 3339 with milliseconds.
+    #[serde(serialize_with = "rfc3339_millis")]
+    pub started_at: DateTime<Utc>,
+    /// When the outcome was fixed, UTC, RFC 3339 with milliseconds.
+    #[serde(serialize_with = "rfc3339_millis")]
+    pub finished_at: DateTime<Utc>,
+}
+
+fn rfc3339_millis<T, S>(at: &T, serializer: S) -> Result<S::Ok, S::Error>
+where
+    T: std::borrow::Borrow<DateTime<Utc>>,
+    S: Serializer,
+{
+    serializer.serialize_str(&at.borrow().to_rfc3339_opts(SecondsFormat::Millis, true))
+}
+
+/// The response body: the record's members in contract order plus `replayed`.
+#[derive(Serialize)]
+struct ResponseBody<'a> {
+    execution_id: &'a ExecutionId,
+    status: ExecutionStatus,
+    data: &'a Value,
+    error: &'a Option<ExecutionError>,
+    tool: &'a str,
+    request_id: &'a Option<String>,
+    session_id: &'a str,
+    replayed: bool,
+    #[serde(serialize_with = "rfc3339_millis")]
+    started_at: &'a DateTime<Utc>,
+    #[serde(serialize_with = "rfc3339_millis")]
+    finished_at: &'a DateTime<Utc>,
+}
+
+impl ExecutionResult {
+    /// The stored form: compact JSON text of the record (no `replayed`).
+    pub fn to_record_json(&self) -> String {
+        serde_json::to_string(self).expect("an execution result always serializes")
+    }
+
+    /// Reads back a record written by [`ExecutionResult::to_record_json`].
+    ///
+    /// # Errors
+    /// The `serde_json` error if the text is not such a record (a damaged row).
+    pub fn from_record_json(text: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// The HTTP body of contract §4: the record with `replayed` set as given.
+    pub fn to_response_json(&self, replayed: bool) -> String {
+        serde_json::to_string(&ResponseBody {
+            execution_id: &self.execution_id,
+            status: self.status,
+            data: &self.data,
+            error: &self.error,
+            tool: &self.tool,
+            request_id: &self.request_id,
+            session_id: &self.session_id,
+            replayed,
+            started_at: &self.started_at,
+            finished_at: &self.finished_at,
+        })
+        .expect("an execution result always serializes")
+    }
+}

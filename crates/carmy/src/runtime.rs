@@ -1,0 +1,231 @@
+//! The idempotency store abstraction: identities, reservations and the object-safe store trait
+//! (contract §2, §3, §8).
+//!
+//! A store is used as `Arc<dyn IdempotencyStore>`. The engine calls [`IdempotencyStore::reserve`]
+//! before a tool runs and [`IdempotencyStore::complete`] after it finished; every answer to a later
+//! attempt with the same identity comes from what the store recorded.
+
+use crate::fingerprint::Fingerprint;
+use crate::outcome::{ExecutionId, ExecutionResult};
+use std::future::Future;
+use std::pin::Pin;
+
+pub use crate::fingerprint::FINGERPRINT_VERSION;
+
+/// The boxed future every store method returns; `'a` borrows the store and the arguments.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// The session used when a call names none (contract §2).
+pub const DEFAULT_SESSION: &str = "default";
+
+/// A call's identity: (principal, session, request_id), kept as three separate values so that no
+/// separator can make two identities collide (contract §2).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IdempotencyKey {
+    /// Who is calling, from authentication (contract §6), never from the body.
+    pub principal: String,
+    /// The body's `session_id`, or [`DEFAULT_SESSION`].
+    pub session_id: String,
+    /// The body's `request_id`: 1 to 255 bytes of UTF-8 without control characters.
+    pub request_id: String,
+}
+
+impl IdempotencyKey {
+    /// Builds a key from already validated parts (see [`crate::identity`]).
+    pub fn new(
+        principal: impl Into<String>,
+        session_id: impl Into<String>,
+        request_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            principal: principal.into(),
+            session_id: session_id.into(),
+            request_id: request_id.into(),
+        }
+    }
+}
+
+/// What the engine asks a store to reserve for a new identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutionIntent {
+    /// The execution id minted for this attempt; it becomes the record's id if the reservation wins.
+    pub execution_id: ExecutionId,
+    /// The tool that will run (kept for operators; the fingerprint already binds it).
+    pub tool: String,
+}
+
+/// Whether a reserved but unfinished execution still has a live owner (contract §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InFlightState {
+    /// Its owner process holds a live lease: the tool may still be running.
+    Running,
+    /// Its owner's lease lapsed (the process died): the outcome is unknown and stays unknown
+    /// until an operator or the agent resolves it. It is never re-run automatically.
+    Interrupted,
+}
+
+impl InFlightState {
+    /// `running` or `interrupted`, as shown in `EXECUTION_UNCERTAIN` bodies.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// The state of a stored reservation.
+#[allow(clippy::large_enum_variant)] // records are built once per call; boxing buys nothing
+#[derive(Clone, Debug, PartialEq)]
+pub enum RecordState {
+    /// Reserved, no outcome recorded yet.
+    InFlight(InFlightState),
+    /// Finished; the outcome to replay.
+    Finished(ExecutionResult),
+}
+
+/// One stored reservation, as a store reads it back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredRecord {
+    /// The execution that holds the identity.
+    pub execution_id: ExecutionId,
+    /// The fingerprint it was reserved with.
+    pub fingerprint: Fingerprint,
+    /// The tool it named.
+    pub tool: String,
+    /// Running, interrupted or finished.
+    pub state: RecordState,
+}
+
+/// The answer of [`IdempotencyStore::reserve`] (contract §3).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reservation {
+    /// The identity was vacant and is now held by the intent's execution: run the tool, then
+    /// call [`IdempotencyStore::complete`].
+    Reserved,
+    /// Same identity, same fingerprint, finished: replay this outcome; do not run the tool.
+    Replay(ExecutionResult),
+    /// Same identity, different fingerprint, whatever the state: `IDEMPOTENCY_CONFLICT`.
+    Conflict {
+        /// The execution that holds the identity (shown to its own principal only).
+        execution_id: ExecutionId,
+    },
+    /// Same identity, same fingerprint, not finished: `EXECUTION_UNCERTAIN`.
+    Uncertain {
+        /// The execution that holds the identity.
+        execution_id: ExecutionId,
+        /// Whether its owner is still alive.
+        state: InFlightState,
+    },
+}
+
+impl Reservation {
+    /// Classifies an existing record against the fingerprint of a new attempt.
+    ///
+    /// The fingerprint is compared first, whatever the state, so a changed call never sees
+    /// another call's outcome (contract §3, case K06).
+    pub fn for_existing(record: StoredRecord, fingerprint: &Fingerprint) -> Self {
+        if &record.fingerprint != fingerprint {
+            return Self::Conflict {
+                execution_id: record.execution_id,
+            };
+        }
+        match record.state {
+            RecordState::Finished(result) => Self::Replay(result),
+            RecordState::InFlight(state) => Self::Uncertain {
+                execution_id: record.execution_id,
+                state,
+            },
+        }
+    }
+}
+
+/// An execution read back by id for `GET /v1/executions/{execution_id}` (contract §7).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecutionLookup {
+    /// The identity it holds.
+    pub key: IdempotencyKey,
+    /// The record.
+    pub record: StoredRecord,
+}
+
+/// Why a store could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A bounded store is full and the identity is new: `IDEMPOTENCY_CAPACITY` (507).
+    #[error("the idempotency store is full")]
+    Capacity,
+    /// The store cannot be reached or failed: `STORE_UNAVAILABLE` (503) before the tool ran,
+    /// `EXECUTION_UNCERTAIN` (503) after. The text is for logs only, never for callers.
+    #[error("idempotency store unavailable: {0}")]
+    Unavailable(String),
+    /// `complete` named an execution that does not hold the identity (a stale executor), or the
+    /// identity is already finished with another outcome. Nothing was written.
+    #[error("execution {execution_id} does not hold this reservation")]
+    NotOwner {
+        /// The execution that tried to complete.
+        execution_id: ExecutionId,
+    },
+}
+
+/// A durable (or process-local) record of reservations and outcomes (contract §8).
+///
+/// Object-safe: the engine holds an `Arc<dyn IdempotencyStore>`. Every method returns a
+/// [`StoreFuture`]. Implementations must:
+/// - compare the fingerprint on every path of `reserve` (fresh insert, existing row, lost race);
+/// - make the reservation durable before `reserve` returns [`Reservation::Reserved`];
+/// - make the outcome durable before `complete` returns `Ok`, and complete only the execution that
+///   holds the reservation (a repeated `complete` with the same outcome is `Ok`);
+/// - never evict or expire a record that may stand for a committed effect;
+/// - hold no transaction or connection between `reserve` and `complete`.
+pub trait IdempotencyStore: Send + Sync + 'static {
+    /// Atomically compares the fingerprint and reserves a vacant identity for `intent`.
+    ///
+    /// # Errors
+    /// [`StoreError::Capacity`] when a bounded store is full and the identity is new (an existing
+    /// identity is always answered); [`StoreError::Unavailable`] when the store fails.
+    fn reserve<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        intent: &'a ExecutionIntent,
+    ) -> StoreFuture<'a, Reservation>;
+
+    /// Durably records the outcome of the execution that holds the reservation, before returning.
+    ///
+    /// # Errors
+    /// [`StoreError::NotOwner`] when `result.execution_id` does not hold the identity or the
+    /// identity already holds a different outcome; [`StoreError::Unavailable`] when the store
+    /// fails (the caller retries: a retry after a lost acknowledgement is `Ok`).
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        result: &'a ExecutionResult,
+    ) -> StoreFuture<'a, ()>;
+
+    /// Reads an identity's record without reserving anything; `None` when vacant.
+    ///
+    /// Used so that an honest retry still gets its record when a later gate (an unknown tool, a
+    /// changed schema) would reject the call (contract §3).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>>;
+
+    /// Finds an execution by id, only among `principal`'s records (contract §6, §7).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn find_execution<'a>(
+        &'a self,
+        principal: &'a str,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<ExecutionLookup>>;
+
+    /// Checks that the store is reachable and ready (for `GET /readyz`).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] with the reason.
+    fn check_ready(&self) -> StoreFuture<'_, ()>;
+}
