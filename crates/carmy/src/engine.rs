@@ -8,7 +8,7 @@ use crate::runtime::{
     ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation, StoreError, DEFAULT_SESSION,
 };
 use crate::tool::{RegisteredTool, Tool, ToolContext, ToolRegistry};
-use chrono::Utc;
+use chrono::{DateTime, SubsecRound, Utc};
 use futures::FutureExt;
 use serde_json::Value;
 use std::panic::AssertUnwindSafe;
@@ -267,7 +267,7 @@ impl Engine {
         arguments: Value,
     ) -> ExecutionResult {
         let deadline = tool.timeout().unwrap_or(self.config.default_tool_timeout);
-        let started_at = Utc::now();
+        let started_at = now_millis();
         let execution_id = context.execution_id.clone();
         let request_id = context.request_id.clone();
         let session_id = context.session_id.clone();
@@ -320,7 +320,7 @@ impl Engine {
             request_id,
             session_id,
             started_at,
-            finished_at: Utc::now(),
+            finished_at: now_millis(),
         }
     }
 
@@ -382,6 +382,12 @@ impl Engine {
             }
         }
     }
+}
+
+/// The current time at the millisecond precision outcomes are recorded with, so a recorded
+/// outcome reads back equal to the one returned first.
+fn now_millis() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(3)
 }
 
 fn store_failure(error: StoreError) -> ApiError {

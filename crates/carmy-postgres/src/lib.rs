@@ -1,0 +1,42 @@
+//! PostgreSQL store for Carmy (contract §8).
+//!
+//! - [`PostgresStore`] implements [`carmy::runtime::IdempotencyStore`] on the table
+//!   `carmy.reservations`: one row per call identity (principal, session_id, request_id), reserved
+//!   with `INSERT … ON CONFLICT DO NOTHING` before the tool runs and completed with one
+//!   autocommitted `UPDATE` by the execution that reserved it. Many gateway replicas share one
+//!   database; each registers a lease in `carmy.instances` so that a reservation whose owner died
+//!   reads as interrupted (contract §4).
+//! - [`migrate`] applies the SQL migrations of the repository's `migrations/` folder (embedded at
+//!   build time) with refinery, under a PostgreSQL advisory lock, so replicas starting together
+//!   never race. [`latest_migration_version`] tells readiness checks which version this build
+//!   needs.
+//!
+//! The schema is meant to be read by a DBA without this code: text states with CHECK
+//! constraints, a comment on every table, column and view, and the view
+//! `carmy.uncertain_executions` listing executions whose outcome is not known.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use carmy_postgres::{migrate, PostgresStore, PostgresStoreOptions};
+//! use std::sync::Arc;
+//!
+//! let url = "postgres://postgres@127.0.0.1:5432/postgres";
+//! migrate(url).await?;
+//! let store = Arc::new(PostgresStore::connect(PostgresStoreOptions::new(url)).await?);
+//! let shared: Arc<dyn carmy::runtime::IdempotencyStore> = store.clone();
+//! # drop(shared);
+//! store.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod migrate;
+mod store;
+
+pub use migrate::{
+    latest_migration_version, migrate, MigrateError, MIGRATION_LOCK_KEY, MIGRATION_TABLE,
+};
+pub use store::{
+    PostgresStore, PostgresStoreOptions, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_LEASE_TTL,
+    DEFAULT_MAX_CONNECTIONS,
+};

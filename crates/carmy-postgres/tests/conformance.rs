@@ -1,0 +1,65 @@
+//! The core crate's store conformance suite (`carmy::conformance`), run against
+//! `PostgresStore`: every check gets a fresh, migrated database of its own, dropped with the store.
+
+mod common;
+
+use carmy::fingerprint::Fingerprint;
+use carmy::outcome::{ExecutionId, ExecutionResult};
+use carmy::runtime::{
+    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation, StoreFuture,
+    StoredRecord,
+};
+use carmy_postgres::PostgresStore;
+use common::TestDb;
+use std::sync::Arc;
+
+/// A `PostgresStore` that owns its test database: dropping it drops the database.
+struct OwnedStore {
+    // Field order matters: the store (and its pool) goes before the database is dropped.
+    store: PostgresStore,
+    _db: TestDb,
+}
+
+impl IdempotencyStore for OwnedStore {
+    fn reserve<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        intent: &'a ExecutionIntent,
+    ) -> StoreFuture<'a, Reservation> {
+        self.store.reserve(key, fingerprint, intent)
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        result: &'a ExecutionResult,
+    ) -> StoreFuture<'a, ()> {
+        self.store.complete(key, fingerprint, result)
+    }
+
+    fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
+        self.store.lookup(key)
+    }
+
+    fn find_execution<'a>(
+        &'a self,
+        principal: &'a str,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<ExecutionLookup>> {
+        self.store.find_execution(principal, execution_id)
+    }
+
+    fn check_ready(&self) -> StoreFuture<'_, ()> {
+        self.store.check_ready()
+    }
+}
+
+async fn fresh_store() -> Arc<dyn IdempotencyStore> {
+    let db = TestDb::migrated().await;
+    let store = db.store().await;
+    Arc::new(OwnedStore { store, _db: db })
+}
+
+carmy::store_conformance_tests!(fresh_store);

@@ -1,0 +1,1034 @@
+//! Tests of the migrations and of `PostgresStore` against a real PostgreSQL.
+//!
+//! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`) names a server and a
+//! role that may create databases. Every test creates its own database `carmy_test_<uuid>` and
+//! drops it when done (best effort, also when the test panics).
+
+use carmy::fingerprint::Fingerprint;
+use carmy::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
+use carmy::runtime::{
+    ExecutionIntent, IdempotencyKey, IdempotencyStore, InFlightState, RecordState, Reservation,
+    StoreError,
+};
+use carmy_postgres::{
+    latest_migration_version, migrate, MigrateError, PostgresStore, PostgresStoreOptions,
+};
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{PgPool, Row};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{with_database, TestDb};
+
+fn key(principal: &str, session: &str, request: &str) -> IdempotencyKey {
+    IdempotencyKey::new(principal, session, request)
+}
+
+/// A `v1` fingerprint whose digest is `c` repeated 64 times.
+fn fp(c: char) -> Fingerprint {
+    Fingerprint {
+        version: "v1".to_owned(),
+        digest: c.to_string().repeat(64),
+    }
+}
+
+fn intent(tool: &str) -> ExecutionIntent {
+    ExecutionIntent {
+        execution_id: ExecutionId::generate(),
+        tool: tool.to_owned(),
+    }
+}
+
+/// Millisecond timestamps: the record keeps milliseconds, so these compare equal after a replay.
+fn at(millis: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(millis).unwrap()
+}
+
+fn result(
+    key: &IdempotencyKey,
+    intent: &ExecutionIntent,
+    status: ExecutionStatus,
+    data: Value,
+) -> ExecutionResult {
+    let error = match status {
+        ExecutionStatus::Completed => None,
+        ExecutionStatus::Failed => Some("TOOL_ERROR"),
+        ExecutionStatus::TimedOut => Some("TIMEOUT"),
+        ExecutionStatus::Cancelled => Some("CANCELLED"),
+    }
+    .map(|code| ExecutionError {
+        code: code.to_owned(),
+        message: format!("{code} happened"),
+    });
+    ExecutionResult {
+        execution_id: intent.execution_id.clone(),
+        status,
+        data: if error.is_some() { Value::Null } else { data },
+        error,
+        tool: intent.tool.clone(),
+        request_id: Some(key.request_id.clone()),
+        session_id: key.session_id.clone(),
+        started_at: at(1_700_000_000_123),
+        finished_at: at(1_700_000_001_456),
+    }
+}
+
+fn order(id: u64) -> Value {
+    serde_json::json!({ "order_id": id })
+}
+
+/// The raw columns of one reservation row.
+#[derive(Debug, PartialEq)]
+struct RawRow {
+    state: String,
+    execution_id: String,
+    outcome: Option<String>,
+    error_code: Option<String>,
+    owner_instance: Option<String>,
+    finished: bool,
+}
+
+async fn raw_row(pool: &PgPool, key: &IdempotencyKey) -> Option<RawRow> {
+    sqlx::query(
+        "SELECT state, execution_id, outcome, error_code, owner_instance, \
+                finished_at IS NOT NULL AS finished \
+         FROM carmy.reservations \
+         WHERE principal = $1 AND session_id = $2 AND request_id = $3",
+    )
+    .bind(&key.principal)
+    .bind(&key.session_id)
+    .bind(&key.request_id)
+    .fetch_optional(pool)
+    .await
+    .unwrap()
+    .map(|row| RawRow {
+        state: row.get("state"),
+        execution_id: row.get("execution_id"),
+        outcome: row.get("outcome"),
+        error_code: row.get("error_code"),
+        owner_instance: row.get("owner_instance"),
+        finished: row.get("finished"),
+    })
+}
+
+async fn applied_versions(pool: &PgPool) -> Vec<(i32, String, String)> {
+    sqlx::query(
+        "SELECT version, name, applied_on FROM carmy.refinery_schema_history ORDER BY version",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|row| (row.get("version"), row.get("name"), row.get("applied_on")))
+    .collect()
+}
+
+fn assert_unavailable<T: std::fmt::Debug>(outcome: Result<T, StoreError>) -> String {
+    match outcome {
+        Err(StoreError::Unavailable(reason)) => reason,
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Migrations
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrate_twice_is_a_noop() {
+    let db = TestDb::empty().await;
+    migrate(&db.url).await.unwrap();
+    let pool = db.pool().await;
+    let first = applied_versions(&pool).await;
+    assert_eq!(
+        first
+            .iter()
+            .map(|(v, n, _)| (*v, n.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(1, "reservations"), (2, "example_orders")]
+    );
+    assert_eq!(latest_migration_version(), 2);
+
+    migrate(&db.url).await.unwrap();
+    assert_eq!(applied_versions(&pool).await, first);
+
+    // The advisory lock is released after migrating.
+    let locks: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+         AND classid = 1667330669 AND objid = 2037213543",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(locks, 0);
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
+    let db = TestDb::empty().await;
+    let url = format!("{}?sslmode=prefer", db.url);
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { migrate(&url).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let pool = db.pool().await;
+    let versions: Vec<i32> = applied_versions(&pool)
+        .await
+        .into_iter()
+        .map(|(v, _, _)| v)
+        .collect();
+    assert_eq!(versions, vec![1, 2]);
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn schema_is_documented_and_constrained() {
+    let db = TestDb::migrated().await;
+    let pool = db.pool().await;
+
+    // Every table, view and column of the carmy schema (except refinery's own columns) has a
+    // comment.
+    let undocumented: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname || coalesce('.' || a.attname, '') \
+         FROM pg_class c \
+         JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'carmy' \
+         LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+         WHERE c.relkind IN ('r', 'v') AND c.relname <> 'refinery_schema_history' \
+           AND (col_description(c.oid, 0) IS NULL \
+                OR (a.attnum IS NOT NULL AND col_description(c.oid, a.attnum) IS NULL)) \
+         ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(undocumented, Vec::<String>::new());
+    let relations: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = 'carmy' AND c.relkind IN ('r', 'v') \
+           AND obj_description(c.oid, 'pg_class') IS NOT NULL ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        relations,
+        vec![
+            "example_orders",
+            "instances",
+            "refinery_schema_history",
+            "reservations",
+            "uncertain_executions"
+        ]
+    );
+
+    // The state CHECK and the "running iff no outcome" CHECK hold.
+    let bad_state = sqlx::query(
+        "INSERT INTO carmy.reservations (principal, session_id, request_id, tool, fingerprint, \
+         fingerprint_version, state, execution_id, outcome) \
+         VALUES ('p', 's', 'r', 't', 'f', 'v1', 'done', 'exec_x', '{}')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert!(
+        bad_state.to_string().contains("reservations_state_check"),
+        "{bad_state}"
+    );
+    let running_with_outcome = sqlx::query(
+        "INSERT INTO carmy.reservations (principal, session_id, request_id, tool, fingerprint, \
+         fingerprint_version, state, execution_id, outcome) \
+         VALUES ('p', 's', 'r', 't', 'f', 'v1', 'running', 'exec_x', '{}')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert!(
+        running_with_outcome
+            .to_string()
+            .contains("reservations_outcome_iff_finished"),
+        "{running_with_outcome}"
+    );
+    let finished_without_outcome = sqlx::query(
+        "INSERT INTO carmy.reservations (principal, session_id, request_id, tool, fingerprint, \
+         fingerprint_version, state, execution_id) \
+         VALUES ('p', 's', 'r', 't', 'f', 'v1', 'completed', 'exec_x')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert!(
+        finished_without_outcome
+            .to_string()
+            .contains("reservations_outcome_iff_finished"),
+        "{finished_without_outcome}"
+    );
+
+    // The example orders table takes rows with generated ids.
+    let order_id: i64 = sqlx::query_scalar(
+        "INSERT INTO carmy.example_orders (principal, sku, quantity) \
+         VALUES ($1, $2, $3) RETURNING order_id",
+    )
+    .bind("alice")
+    .bind("A-1")
+    .bind(2_i64)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(order_id, 1);
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrate_reports_an_unreachable_server() {
+    let error = migrate("postgres://postgres@127.0.0.1:1/postgres")
+        .await
+        .unwrap_err();
+    assert!(matches!(error, MigrateError::Connect(_)), "{error:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reservations
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reserve_complete_replay() {
+    let db = TestDb::migrated().await;
+    let store = db.store().await;
+    let pool = db.pool().await;
+    let k = key("alice", "default", "req-1");
+    let first = intent("create_order");
+
+    assert_eq!(store.lookup(&k).await.unwrap(), None);
+    assert_eq!(
+        store.reserve(&k, &fp('a'), &first).await.unwrap(),
+        Reservation::Reserved
+    );
+    let record = store.lookup(&k).await.unwrap().unwrap();
+    assert_eq!(record.execution_id, first.execution_id);
+    assert_eq!(record.fingerprint, fp('a'));
+    assert_eq!(record.tool, "create_order");
+    assert_eq!(record.state, RecordState::InFlight(InFlightState::Running));
+    assert_eq!(
+        raw_row(&pool, &k).await.unwrap(),
+        RawRow {
+            state: "running".to_owned(),
+            execution_id: first.execution_id.to_string(),
+            outcome: None,
+            error_code: None,
+            owner_instance: Some(store.instance_id().to_owned()),
+            finished: false,
+        }
+    );
+
+    // A retry while it runs is uncertain and names the running execution.
+    assert_eq!(
+        store
+            .reserve(&k, &fp('a'), &intent("create_order"))
+            .await
+            .unwrap(),
+        Reservation::Uncertain {
+            execution_id: first.execution_id.clone(),
+            state: InFlightState::Running,
+        }
+    );
+
+    let done = result(&k, &first, ExecutionStatus::Completed, order(1));
+    store.complete(&k, &fp('a'), &done).await.unwrap();
+    assert_eq!(
+        raw_row(&pool, &k).await.unwrap(),
+        RawRow {
+            state: "completed".to_owned(),
+            execution_id: first.execution_id.to_string(),
+            outcome: Some(done.to_record_json()),
+            error_code: None,
+            owner_instance: Some(store.instance_id().to_owned()),
+            finished: true,
+        }
+    );
+
+    // Every later attempt replays, from this store and from another one.
+    let retry = intent("create_order");
+    assert_eq!(
+        store.reserve(&k, &fp('a'), &retry).await.unwrap(),
+        Reservation::Replay(done.clone())
+    );
+    let other = db.store().await;
+    assert_eq!(
+        other.reserve(&k, &fp('a'), &retry).await.unwrap(),
+        Reservation::Replay(done.clone())
+    );
+    assert_eq!(
+        other.lookup(&k).await.unwrap().unwrap().state,
+        RecordState::Finished(done.clone())
+    );
+    // Retries never created rows of their own.
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM carmy.reservations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+
+    store.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn identity_parts_and_principals_are_separate() {
+    let db = TestDb::migrated().await;
+    let store = db.store().await;
+    let keys = [
+        key("alice", "a", "b:c"),
+        key("alice", "a:b", "c"),
+        key("bob", "a", "b:c"),
+        key("alice", "a", "b:C"),
+    ];
+    for k in &keys {
+        assert_eq!(
+            store.reserve(k, &fp('a'), &intent("echo")).await.unwrap(),
+            Reservation::Reserved,
+            "{k:?}"
+        );
+    }
+    store.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_different_fingerprint_conflicts_in_every_state() {
+    let db = TestDb::migrated().await;
+    let store = db.store().await;
+
+    // Running.
+    let k = key("alice", "default", "running");
+    let holder = intent("create_order");
+    assert_eq!(
+        store.reserve(&k, &fp('a'), &holder).await.unwrap(),
+        Reservation::Reserved
+    );
+    for other in [
+        fp('b'),
+        Fingerprint {
+            version: "v2".to_owned(),
+            digest: fp('a').digest,
+        },
+    ] {
+        assert_eq!(
+            store
+                .reserve(&k, &other, &intent("create_order"))
+                .await
+                .unwrap(),
+            Reservation::Conflict {
+                execution_id: holder.execution_id.clone(),
+            }
+        );
+    }
+
+    // Each finished state: conflict for a different fingerprint, replay for the same one.
+    for status in [
+        ExecutionStatus::Completed,
+        ExecutionStatus::Failed,
+        ExecutionStatus::TimedOut,
+        ExecutionStatus::Cancelled,
+    ] {
+        let k = key("alice", "default", status.as_str());
+        let holder = intent("create_order");
+        assert_eq!(
+            store.reserve(&k, &fp('a'), &holder).await.unwrap(),
+            Reservation::Reserved
+        );
+        let outcome = result(&k, &holder, status, order(7));
+        store.complete(&k, &fp('a'), &outcome).await.unwrap();
+        assert_eq!(
+            store
+                .reserve(&k, &fp('b'), &intent("create_order"))
+                .await
+                .unwrap(),
+            Reservation::Conflict {
+                execution_id: holder.execution_id.clone(),
+            },
+            "{status:?}"
+        );
+        assert_eq!(
+            store
+                .reserve(&k, &fp('a'), &intent("create_order"))
+                .await
+                .unwrap(),
+            Reservation::Replay(outcome.clone()),
+            "{status:?}"
+        );
+        let pool = db.pool().await;
+        let row = raw_row(&pool, &k).await.unwrap();
+        assert_eq!(row.state, status.as_str());
+        assert_eq!(
+            row.error_code.as_deref(),
+            outcome.error.as_ref().map(|e| e.code.as_str())
+        );
+        pool.close().await;
+    }
+    store.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_concurrent_reserves_across_two_stores_reserve_once() {
+    let db = TestDb::migrated().await;
+    let stores = [Arc::new(db.store().await), Arc::new(db.store().await)];
+    assert_ne!(stores[0].instance_id(), stores[1].instance_id());
+    let k = key("alice", "default", "contended");
+    let start = Arc::new(tokio::sync::Barrier::new(50));
+
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let store = Arc::clone(&stores[i % 2]);
+            let start = Arc::clone(&start);
+            let k = k.clone();
+            tokio::spawn(async move {
+                let attempt = intent("create_order");
+                start.wait().await;
+                let reservation = store.reserve(&k, &fp('a'), &attempt).await.unwrap();
+                if reservation == Reservation::Reserved {
+                    // The winner completes at once, so the others see it running or finished.
+                    let done = result(&k, &attempt, ExecutionStatus::Completed, order(42));
+                    store.complete(&k, &fp('a'), &done).await.unwrap();
+                }
+                (attempt, reservation)
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.unwrap());
+    }
+
+    let winners: Vec<&ExecutionIntent> = outcomes
+        .iter()
+        .filter(|(_, r)| *r == Reservation::Reserved)
+        .map(|(attempt, _)| attempt)
+        .collect();
+    assert_eq!(winners.len(), 1, "{outcomes:?}");
+    let winner = winners[0].clone();
+    let done = result(&k, &winner, ExecutionStatus::Completed, order(42));
+    let mut uncertain = 0;
+    let mut replayed = 0;
+    for (_, reservation) in &outcomes {
+        match reservation {
+            Reservation::Reserved => {}
+            Reservation::Uncertain {
+                execution_id,
+                state,
+            } => {
+                assert_eq!(execution_id, &winner.execution_id);
+                assert_eq!(*state, InFlightState::Running);
+                uncertain += 1;
+            }
+            Reservation::Replay(replay) => {
+                assert_eq!(replay, &done);
+                replayed += 1;
+            }
+            Reservation::Conflict { .. } => panic!("unexpected conflict: {outcomes:?}"),
+        }
+    }
+    assert_eq!(uncertain + replayed, 49);
+
+    let pool = db.pool().await;
+    let row = raw_row(&pool, &k).await.unwrap();
+    assert_eq!(row.execution_id, winner.execution_id.to_string());
+    assert_eq!(row.outcome, Some(done.to_record_json()));
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM carmy.reservations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+    pool.close().await;
+    for store in &stores {
+        store.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lapsed_lease_reads_as_interrupted() {
+    let db = TestDb::migrated().await;
+    let pool = db.pool().await;
+    let observer = db.store().await;
+
+    // An owner with a 1.5 s lease (renewed every 0.5 s) keeps it alive while it runs.
+    let mut options = db.options();
+    options.lease_ttl = Duration::from_millis(1500);
+    let owner = PostgresStore::connect(options).await.unwrap();
+    let k = key("alice", "default", "lapsing");
+    let holder = intent("create_order");
+    assert_eq!(
+        owner.reserve(&k, &fp('a'), &holder).await.unwrap(),
+        Reservation::Reserved
+    );
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let running = Reservation::Uncertain {
+        execution_id: holder.execution_id.clone(),
+        state: InFlightState::Running,
+    };
+    assert_eq!(
+        observer
+            .reserve(&k, &fp('a'), &intent("create_order"))
+            .await
+            .unwrap(),
+        running
+    );
+    let view: Vec<(String, String)> =
+        sqlx::query("SELECT execution_id, in_flight_state FROM carmy.uncertain_executions")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+    assert_eq!(
+        view,
+        vec![(holder.execution_id.to_string(), "running".to_owned())]
+    );
+
+    // The owner dies (its renewer stops with it): once the lease lapses the execution is
+    // interrupted, for the same fingerprint; a different one still conflicts.
+    drop(owner);
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let interrupted = Reservation::Uncertain {
+        execution_id: holder.execution_id.clone(),
+        state: InFlightState::Interrupted,
+    };
+    assert_eq!(
+        observer
+            .reserve(&k, &fp('a'), &intent("create_order"))
+            .await
+            .unwrap(),
+        interrupted
+    );
+    assert_eq!(
+        observer.lookup(&k).await.unwrap().unwrap().state,
+        RecordState::InFlight(InFlightState::Interrupted)
+    );
+    assert_eq!(
+        observer
+            .reserve(&k, &fp('b'), &intent("create_order"))
+            .await
+            .unwrap(),
+        Reservation::Conflict {
+            execution_id: holder.execution_id.clone(),
+        }
+    );
+    let row: (String, String, bool) = sqlx::query(
+        "SELECT execution_id, in_flight_state, age > interval '2 seconds' \
+         FROM carmy.uncertain_executions",
+    )
+    .fetch_one(&pool)
+    .await
+    .map(|row| (row.get(0), row.get(1), row.get(2)))
+    .unwrap();
+    assert_eq!(
+        row,
+        (
+            holder.execution_id.to_string(),
+            "interrupted".to_owned(),
+            true
+        )
+    );
+    // Nothing was re-run or re-reserved.
+    assert_eq!(raw_row(&pool, &k).await.unwrap().state, "running");
+
+    observer.shutdown().await.unwrap();
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_or_a_missing_instance_row_reads_as_interrupted() {
+    let db = TestDb::migrated().await;
+    let pool = db.pool().await;
+    let observer = db.store().await;
+
+    // A clean shutdown ends the lease at once.
+    let owner = db.store().await;
+    let k = key("alice", "default", "shut-down");
+    let holder = intent("sleep");
+    assert_eq!(
+        owner.reserve(&k, &fp('a'), &holder).await.unwrap(),
+        Reservation::Reserved
+    );
+    owner.shutdown().await.unwrap();
+    owner.shutdown().await.unwrap();
+    assert_eq!(
+        observer
+            .reserve(&k, &fp('a'), &intent("sleep"))
+            .await
+            .unwrap(),
+        Reservation::Uncertain {
+            execution_id: holder.execution_id.clone(),
+            state: InFlightState::Interrupted,
+        }
+    );
+
+    // An expired lease, set by SQL on a live instance.
+    let live = db.store().await;
+    let k2 = key("alice", "default", "expired");
+    let holder2 = intent("sleep");
+    assert_eq!(
+        live.reserve(&k2, &fp('a'), &holder2).await.unwrap(),
+        Reservation::Reserved
+    );
+    assert_eq!(
+        observer.lookup(&k2).await.unwrap().unwrap().state,
+        RecordState::InFlight(InFlightState::Running)
+    );
+    sqlx::query("DELETE FROM carmy.instances WHERE instance_id = $1")
+        .bind(live.instance_id())
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        observer.lookup(&k2).await.unwrap().unwrap().state,
+        RecordState::InFlight(InFlightState::Interrupted)
+    );
+
+    live.shutdown().await.unwrap();
+    observer.shutdown().await.unwrap();
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
+    let db = TestDb::migrated().await;
+    let store = db.store().await;
+    let pool = db.pool().await;
+    let k = key("alice", "default", "owned");
+    let holder = intent("create_order");
+    assert_eq!(
+        store.reserve(&k, &fp('a'), &holder).await.unwrap(),
+        Reservation::Reserved
+    );
+    let before = raw_row(&pool, &k).await.unwrap();
+
+    // A stale executor with another execution id.
+    let stale = intent("create_order");
+    let stale_result = result(&k, &stale, ExecutionStatus::Completed, order(2));
+    match store.complete(&k, &fp('a'), &stale_result).await {
+        Err(StoreError::NotOwner { execution_id }) => {
+            assert_eq!(execution_id, stale.execution_id);
+        }
+        other => panic!("expected NotOwner, got {other:?}"),
+    }
+    assert_eq!(raw_row(&pool, &k).await.unwrap(), before);
+
+    // The holder completes; afterwards another outcome is refused, even by the holder.
+    let done = result(&k, &holder, ExecutionStatus::Completed, order(1));
+    store.complete(&k, &fp('a'), &done).await.unwrap();
+    let after = raw_row(&pool, &k).await.unwrap();
+    assert!(matches!(
+        store.complete(&k, &fp('a'), &stale_result).await,
+        Err(StoreError::NotOwner { .. })
+    ));
+    let changed = result(&k, &holder, ExecutionStatus::Failed, Value::Null);
+    assert!(matches!(
+        store.complete(&k, &fp('a'), &changed).await,
+        Err(StoreError::NotOwner { .. })
+    ));
+    assert_eq!(raw_row(&pool, &k).await.unwrap(), after);
+
+    // An identity that was never reserved.
+    let vacant = key("alice", "default", "never");
+    let vacant_result = result(&vacant, &holder, ExecutionStatus::Completed, order(1));
+    assert!(matches!(
+        store.complete(&vacant, &fp('a'), &vacant_result).await,
+        Err(StoreError::NotOwner { .. })
+    ));
+    assert_eq!(raw_row(&pool, &vacant).await, None);
+
+    store.shutdown().await.unwrap();
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn repeated_complete_with_the_same_outcome_is_ok() {
+    let db = TestDb::migrated().await;
+    let store = db.store().await;
+    let other = db.store().await;
+    let k = key("alice", "default", "twice");
+    let holder = intent("create_order");
+    assert_eq!(
+        store.reserve(&k, &fp('a'), &holder).await.unwrap(),
+        Reservation::Reserved
+    );
+    let done = result(&k, &holder, ExecutionStatus::TimedOut, Value::Null);
+    store.complete(&k, &fp('a'), &done).await.unwrap();
+    store.complete(&k, &fp('a'), &done).await.unwrap();
+    other.complete(&k, &fp('a'), &done).await.unwrap();
+    assert_eq!(
+        store
+            .reserve(&k, &fp('a'), &intent("create_order"))
+            .await
+            .unwrap(),
+        Reservation::Replay(done)
+    );
+    store.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn outcomes_round_trip_exactly() {
+    let db = TestDb::migrated().await;
+    let store = db.store().await;
+    let pool = db.pool().await;
+    let k = key("alice", "default", "exact");
+    let holder = intent("echo");
+    assert_eq!(
+        store.reserve(&k, &fp('a'), &holder).await.unwrap(),
+        Reservation::Reserved
+    );
+    let data: Value = serde_json::from_str(
+        r#"{"nul":"a\u0000b","big":123456789012345678901234567890,"neg":-0.000000000000000000001,
+            "obj":{},"arr":[],"null":null,"empty":"","unicode":"e\u0301\u00e9\ud83d\ude00"}"#,
+    )
+    .unwrap();
+    let done = result(&k, &holder, ExecutionStatus::Completed, data);
+    store.complete(&k, &fp('a'), &done).await.unwrap();
+
+    // The column holds the exact record text.
+    let stored: String = sqlx::query_scalar("SELECT outcome FROM carmy.reservations")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, done.to_record_json());
+    assert!(stored.contains(r#""nul":"a\u0000b""#), "{stored}");
+    assert!(
+        stored.contains(r#""big":123456789012345678901234567890"#),
+        "{stored}"
+    );
+
+    // Another store (another pool) replays it identically.
+    let other = db.store().await;
+    let Reservation::Replay(replayed) = other.reserve(&k, &fp('a'), &intent("echo")).await.unwrap()
+    else {
+        panic!("expected a replay");
+    };
+    assert_eq!(replayed, done);
+    assert_eq!(replayed.data["nul"], Value::from("a\u{0}b"));
+    assert_eq!(
+        replayed.data["big"].to_string(),
+        "123456789012345678901234567890"
+    );
+    assert_eq!(replayed.data["neg"].to_string(), "-0.000000000000000000001");
+    assert_eq!(replayed.data["obj"], serde_json::json!({}));
+    assert_eq!(replayed.data["arr"], serde_json::json!([]));
+    assert_eq!(replayed.data["null"], Value::Null);
+    assert_eq!(replayed.data["empty"], Value::from(""));
+    assert_eq!(
+        replayed.data["unicode"],
+        Value::from("e\u{301}\u{e9}\u{1f600}")
+    );
+    assert_eq!(replayed.to_record_json(), stored);
+
+    store.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_damaged_outcome_row_is_unavailable() {
+    let db = TestDb::migrated().await;
+    let store = db.store().await;
+    let pool = db.pool().await;
+    let k = key("alice", "default", "damaged");
+    let holder = intent("echo");
+    store.reserve(&k, &fp('a'), &holder).await.unwrap();
+    let done = result(&k, &holder, ExecutionStatus::Completed, order(1));
+    store.complete(&k, &fp('a'), &done).await.unwrap();
+
+    sqlx::query("UPDATE carmy.reservations SET outcome = '{\"not\":\"a record\"}'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let reason = assert_unavailable(store.lookup(&k).await);
+    assert!(reason.contains("damaged reservation row"), "{reason}");
+    assert_unavailable(store.reserve(&k, &fp('a'), &intent("echo")).await);
+    assert_unavailable(store.find_execution("alice", &holder.execution_id).await);
+
+    // A state column that disagrees with the outcome's status is damaged too.
+    sqlx::query("UPDATE carmy.reservations SET outcome = $1, state = 'failed'")
+        .bind(done.to_record_json())
+        .execute(&pool)
+        .await
+        .unwrap();
+    let reason = assert_unavailable(store.lookup(&k).await);
+    assert!(reason.contains("status"), "{reason}");
+
+    store.shutdown().await.unwrap();
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn find_execution_sees_only_the_principals_own_records() {
+    let db = TestDb::migrated().await;
+    let store = db.store().await;
+    let k = key("alice", "s1", "find-me");
+    let holder = intent("create_order");
+    store.reserve(&k, &fp('a'), &holder).await.unwrap();
+
+    let found = store
+        .find_execution("alice", &holder.execution_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.key, k);
+    assert_eq!(found.record.execution_id, holder.execution_id);
+    assert_eq!(
+        found.record.state,
+        RecordState::InFlight(InFlightState::Running)
+    );
+
+    let done = result(&k, &holder, ExecutionStatus::Completed, order(9));
+    store.complete(&k, &fp('a'), &done).await.unwrap();
+    let found = store
+        .find_execution("alice", &holder.execution_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.record.state, RecordState::Finished(done));
+
+    assert_eq!(
+        store
+            .find_execution("bob", &holder.execution_id)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .find_execution("alice", &ExecutionId::generate())
+            .await
+            .unwrap(),
+        None
+    );
+    store.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readiness and availability
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn check_ready_after_migrate_and_not_before() {
+    // Unmigrated: the store starts, but is not ready and reserves nothing.
+    let db = TestDb::empty().await;
+    let store = db.store().await;
+    let reason = assert_unavailable(store.check_ready().await);
+    assert!(reason.contains("migrations not readable"), "{reason}");
+    assert_unavailable(
+        store
+            .reserve(&key("alice", "default", "early"), &fp('a'), &intent("echo"))
+            .await,
+    );
+
+    // Once migrated it becomes ready, registers its lease and reserves.
+    migrate(&db.url).await.unwrap();
+    store.check_ready().await.unwrap();
+    let pool = db.pool().await;
+    let registered: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM carmy.instances WHERE instance_id = $1 AND lease_expires_at > now()",
+    )
+    .bind(store.instance_id())
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(registered, 1);
+    assert_eq!(
+        store
+            .reserve(&key("alice", "default", "later"), &fp('a'), &intent("echo"))
+            .await
+            .unwrap(),
+        Reservation::Reserved
+    );
+
+    // A history behind this build is not ready.
+    sqlx::query("DELETE FROM carmy.refinery_schema_history WHERE version = 2")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let reason = assert_unavailable(store.check_ready().await);
+    assert_eq!(
+        reason,
+        "database schema is at migration 1, this build needs 2"
+    );
+
+    store.shutdown().await.unwrap();
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_exhausted_pool_fails_after_the_acquire_timeout() {
+    let db = TestDb::migrated().await;
+    let mut options = db.options();
+    options.max_connections = 1;
+    options.acquire_timeout = Duration::from_millis(300);
+    let store = PostgresStore::connect(options).await.unwrap();
+    let held = store.pool().acquire().await.unwrap();
+
+    let started = Instant::now();
+    let outcome = store
+        .reserve(
+            &key("alice", "default", "starved"),
+            &fp('a'),
+            &intent("echo"),
+        )
+        .await;
+    let waited = started.elapsed();
+    assert_unavailable(outcome);
+    assert!(waited >= Duration::from_millis(250), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+
+    drop(held);
+    store.check_ready().await.unwrap();
+    store.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreachable_server_is_unavailable() {
+    let mut options = PostgresStoreOptions::new("postgres://postgres@127.0.0.1:1/postgres");
+    options.acquire_timeout = Duration::from_millis(500);
+    let started = Instant::now();
+    assert_unavailable(PostgresStore::connect(options).await);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn invalid_options_are_refused() {
+    let db = TestDb::migrated().await;
+    let mut zero_pool = db.options();
+    zero_pool.max_connections = 0;
+    assert_unavailable(PostgresStore::connect(zero_pool).await);
+    let mut zero_lease = db.options();
+    zero_lease.lease_ttl = Duration::ZERO;
+    assert_unavailable(PostgresStore::connect(zero_lease).await);
+    let mut endless_lease = db.options();
+    endless_lease.lease_ttl = Duration::from_secs(24 * 60 * 60 + 1);
+    assert_unavailable(PostgresStore::connect(endless_lease).await);
+    let mut no_id = db.options();
+    no_id.instance_id = String::new();
+    assert_unavailable(PostgresStore::connect(no_id).await);
+}
+
+#[test]
+fn database_urls_are_rewritten_per_test() {
+    assert_eq!(
+        with_database("postgres://postgres@127.0.0.1:5432/postgres", "x"),
+        "postgres://postgres@127.0.0.1:5432/x"
+    );
+    assert_eq!(
+        with_database("postgres://u:p@h/db?sslmode=disable", "x"),
+        "postgres://u:p@h/x?sslmode=disable"
+    );
+    assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
+}

@@ -1,0 +1,334 @@
+//! Contract §3 row by row through the real HTTP stack (`Router::oneshot`), including the rows
+//! that need a failing or interrupted store (case K21).
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use carmy::fingerprint::Fingerprint;
+use carmy::memory::InMemoryIdempotencyStore;
+use carmy::runtime::{
+    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, InFlightState, Reservation,
+    StoreError, StoreFuture, StoredRecord,
+};
+use carmy::tool::{FnTool, ToolError};
+use carmy::{ExecutionId, ExecutionResult};
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tower::ServiceExt;
+
+/// The in-memory store with switches that make it fail or report an interrupted owner.
+#[derive(Default)]
+struct FaultyStore {
+    inner: InMemoryIdempotencyStore,
+    reserve_fails: AtomicBool,
+    complete_failures_left: AtomicUsize,
+    report_interrupted: AtomicBool,
+}
+
+impl IdempotencyStore for FaultyStore {
+    fn reserve<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        intent: &'a ExecutionIntent,
+    ) -> StoreFuture<'a, Reservation> {
+        Box::pin(async move {
+            if self.reserve_fails.load(Ordering::SeqCst) {
+                return Err(StoreError::Unavailable("switched off".into()));
+            }
+            let answer = self.inner.reserve(key, fingerprint, intent).await?;
+            Ok(match answer {
+                Reservation::Uncertain { execution_id, .. }
+                    if self.report_interrupted.load(Ordering::SeqCst) =>
+                {
+                    Reservation::Uncertain {
+                        execution_id,
+                        state: InFlightState::Interrupted,
+                    }
+                }
+                other => other,
+            })
+        })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        result: &'a ExecutionResult,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let left = self.complete_failures_left.load(Ordering::SeqCst);
+            if left > 0 {
+                self.complete_failures_left
+                    .store(left - 1, Ordering::SeqCst);
+                return Err(StoreError::Unavailable("switched off".into()));
+            }
+            self.inner.complete(key, fingerprint, result).await
+        })
+    }
+
+    fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
+        self.inner.lookup(key)
+    }
+
+    fn find_execution<'a>(
+        &'a self,
+        principal: &'a str,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<ExecutionLookup>> {
+        self.inner.find_execution(principal, execution_id)
+    }
+
+    fn check_ready(&self) -> StoreFuture<'_, ()> {
+        self.inner.check_ready()
+    }
+}
+
+struct Harness {
+    router: Router,
+    store: Arc<FaultyStore>,
+    app: carmy::App,
+    release: Arc<tokio::sync::Notify>,
+}
+
+fn harness(capacity: usize) -> Harness {
+    let store = Arc::new(FaultyStore {
+        inner: InMemoryIdempotencyStore::new(capacity),
+        ..FaultyStore::default()
+    });
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = Arc::clone(&release);
+    let app = carmy::app()
+        .idempotency_store(store.clone())
+        .tool(FnTool::new(
+            "echo",
+            json!({"type": "object"}),
+            |_c, a| async move { Ok(a) },
+        ))
+        .tool(FnTool::new(
+            "wait",
+            json!({"type": "object"}),
+            move |_c, _a| {
+                let gate = Arc::clone(&gate);
+                async move {
+                    gate.notified().await;
+                    Ok(json!("released"))
+                }
+            },
+        ))
+        .tool(FnTool::new(
+            "typed",
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+            |_c, a| async move { Ok(a) },
+        ))
+        .tool(FnTool::new(
+            "fail",
+            json!({"type": "object"}),
+            |_c, _a| async move { Err(ToolError::new("TOOL_ERROR", "boom")) },
+        ))
+        .build()
+        .unwrap();
+    Harness {
+        router: app.router(),
+        store,
+        app,
+        release,
+    }
+}
+
+async fn post(router: &Router, body: Value) -> (StatusCode, Value) {
+    let request = Request::post("/v1/executions")
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&bytes).unwrap();
+    if status.is_success() {
+        assert_eq!(content_type, "application/json");
+    } else {
+        assert_eq!(content_type, "application/problem+json");
+        assert_eq!(body["status"], json!(status.as_u16()));
+        for member in ["type", "title", "detail", "code"] {
+            assert!(
+                body.get(member).is_some(),
+                "problem body lacks {member}: {body}"
+            );
+        }
+    }
+    (status, body)
+}
+
+fn call(tool: &str, arguments: Value, request_id: &str) -> Value {
+    json!({"tool": tool, "arguments": arguments, "request_id": request_id})
+}
+
+async fn wait_for_runs(app: &carmy::App, tool: &str, runs: u64) {
+    while app.engine().metrics().tool_runs(tool) < runs {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_row_of_contract_section_3() {
+    let h = harness(10);
+    let r = &h.router;
+
+    // new identity → 200, the tool runs
+    let (status, first) = post(r, call("echo", json!({"a": 1}), "new")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(first["status"], "completed");
+    assert_eq!(first["data"], json!({"a": 1}));
+    assert_eq!(first["replayed"], false);
+    assert_eq!(first["request_id"], "new");
+    assert_eq!(first["session_id"], "default");
+
+    // same identity, same fingerprint, finished → replay
+    let (status, again) = post(r, call("echo", json!({"a": 1}), "new")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(again["execution_id"], first["execution_id"]);
+    assert_eq!(again["replayed"], true);
+    assert_eq!(h.app.engine().metrics().tool_runs("echo"), 1);
+
+    // same identity, different fingerprint (finished) → 409 IDEMPOTENCY_CONFLICT, no data leaked
+    let (status, conflict) = post(r, call("echo", json!({"a": 2}), "new")).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(conflict["code"], "IDEMPOTENCY_CONFLICT");
+    assert_eq!(conflict["execution_id"], first["execution_id"]);
+    assert!(conflict.get("data").is_none());
+
+    // same identity, same fingerprint, running → 409 EXECUTION_UNCERTAIN state running
+    let waiting = {
+        let r = r.clone();
+        tokio::spawn(async move { post(&r, call("wait", json!({}), "slow")).await })
+    };
+    wait_for_runs(&h.app, "wait", 1).await;
+    let (status, running) = post(r, call("wait", json!({}), "slow")).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(running["code"], "EXECUTION_UNCERTAIN");
+    assert_eq!(running["state"], "running");
+    // … and a different fingerprint while running → conflict
+    let (status, conflict) = post(r, call("wait", json!({"x": 1}), "slow")).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(conflict["code"], "IDEMPOTENCY_CONFLICT");
+    h.release.notify_one();
+    let (status, finished) = waiting.await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(finished["execution_id"], running["execution_id"]);
+
+    // same identity, same fingerprint, interrupted → 409 EXECUTION_UNCERTAIN state interrupted
+    let waiting = {
+        let r = r.clone();
+        tokio::spawn(async move { post(&r, call("wait", json!({}), "lost")).await })
+    };
+    wait_for_runs(&h.app, "wait", 2).await;
+    h.store.report_interrupted.store(true, Ordering::SeqCst);
+    let (status, interrupted) = post(r, call("wait", json!({}), "lost")).await;
+    h.store.report_interrupted.store(false, Ordering::SeqCst);
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(interrupted["code"], "EXECUTION_UNCERTAIN");
+    assert_eq!(interrupted["state"], "interrupted");
+    h.release.notify_one();
+    assert_eq!(waiting.await.unwrap().0, StatusCode::OK);
+
+    // a tool error is a recorded outcome: 200 with status failed, replayed alike
+    let (status, failed) = post(r, call("fail", json!({}), "f")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(
+        failed["error"],
+        json!({"code": "TOOL_ERROR", "message": "boom"})
+    );
+    let (status, failed_again) = post(r, call("fail", json!({}), "f")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(failed_again["replayed"], true);
+    assert_eq!(h.app.engine().metrics().tool_runs("fail"), 1);
+
+    // store failing before the tool ran → 503 STORE_UNAVAILABLE, the tool does not run
+    h.store.reserve_fails.store(true, Ordering::SeqCst);
+    let (status, unavailable) = post(r, call("echo", json!({}), "down")).await;
+    h.store.reserve_fails.store(false, Ordering::SeqCst);
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(unavailable["code"], "STORE_UNAVAILABLE");
+    assert_eq!(h.app.engine().metrics().tool_runs("echo"), 1);
+
+    // invalid request / unknown tool / schema rejection → 400 / 404, nothing reserved
+    let (status, invalid) = post(
+        r,
+        json!({"tool": "echo", "arguments": [], "request_id": "bad"}),
+    )
+    .await;
+    assert_eq!(
+        (status, invalid["code"].clone()),
+        (StatusCode::BAD_REQUEST, json!("INVALID_REQUEST"))
+    );
+    let (status, unknown) = post(r, call("nope", json!({}), "bad")).await;
+    assert_eq!(
+        (status, unknown["code"].clone()),
+        (StatusCode::NOT_FOUND, json!("UNKNOWN_TOOL"))
+    );
+    let (status, schema) = post(r, call("typed", json!({"n": "x"}), "bad")).await;
+    assert_eq!(
+        (status, schema["code"].clone()),
+        (StatusCode::BAD_REQUEST, json!("INVALID_REQUEST"))
+    );
+    let (status, ok) = post(r, call("typed", json!({"n": 1}), "bad")).await;
+    assert_eq!(
+        (status, ok["replayed"].clone()),
+        (StatusCode::OK, json!(false))
+    );
+
+    // recording fails after the tool ran → 503 EXECUTION_UNCERTAIN; the background retry
+    // records it and a later retry replays it (contract §4)
+    h.store.complete_failures_left.store(1, Ordering::SeqCst);
+    let (status, pending) = post(r, call("echo", json!({"p": 1}), "rec")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(pending["code"], "EXECUTION_UNCERTAIN");
+    let execution_id = pending["execution_id"].clone();
+    let replay = loop {
+        let (status, body) = post(r, call("echo", json!({"p": 1}), "rec")).await;
+        if status == StatusCode::OK {
+            break body;
+        }
+        assert_eq!(body["code"], "EXECUTION_UNCERTAIN");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(replay["execution_id"], execution_id);
+    assert_eq!(replay["replayed"], true);
+    assert_eq!(replay["data"], json!({"p": 1}));
+    assert_eq!(h.app.engine().metrics().tool_runs("echo"), 2);
+
+    // without request_id: runs every time, never recorded
+    let (status, a) = post(r, json!({"tool": "echo", "arguments": {"z": 1}})).await;
+    let (_, b) = post(r, json!({"tool": "echo", "arguments": {"z": 1}})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_ne!(a["execution_id"], b["execution_id"]);
+    assert_eq!(a["request_id"], Value::Null);
+    assert_eq!(h.app.engine().metrics().tool_runs("echo"), 4);
+}
+
+#[tokio::test]
+async fn full_memory_store_answers_507_for_new_identities_only() {
+    let h = harness(1);
+    let (status, _) = post(&h.router, call("echo", json!({}), "only")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, full) = post(&h.router, call("echo", json!({}), "second")).await;
+    assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE);
+    assert_eq!(full["code"], "IDEMPOTENCY_CAPACITY");
+    let (status, replay) = post(&h.router, call("echo", json!({}), "only")).await;
+    assert_eq!(
+        (status, replay["replayed"].clone()),
+        (StatusCode::OK, json!(true))
+    );
+    assert_eq!(h.store.inner.len(), 1);
+    assert_eq!(h.app.engine().metrics().tool_runs("echo"), 1);
+}
