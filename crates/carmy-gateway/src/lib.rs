@@ -1,0 +1,188 @@
+//! # carmy-gateway
+//!
+//! The gateway binary's library: configuration ([`config`]), the example tools of contract §9
+//! ([`tools`]) and their order book ([`orders`]), and the wiring of the Carmy runtime to the
+//! in-memory store (no `DATABASE_URL`) or to `PostgresStore` (with one).
+//!
+//! `carmy-gateway` serves; `carmy-gateway migrate` applies the database migrations and exits.
+
+pub mod config;
+pub mod orders;
+pub mod tools;
+
+use carmy::auth::ApiKeys;
+use carmy::engine::EngineConfig;
+use carmy::memory::InMemoryIdempotencyStore;
+use carmy::runtime::IdempotencyStore;
+use carmy::App;
+use carmy_postgres::{PostgresStore, PostgresStoreOptions};
+use clap::Parser;
+use config::{Command, Config, LogFormat};
+use orders::{MemoryOrderBook, OrderBook, PostgresOrderBook};
+use sqlx::postgres::PgPoolOptions;
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The API key list or file is malformed or unreadable.
+    #[error("API keys: {0}")]
+    ApiKeys(String),
+    /// Migrations failed.
+    #[error(transparent)]
+    Migrate(#[from] carmy_postgres::MigrateError),
+    /// The database cannot be reached.
+    #[error("database: {0}")]
+    Database(String),
+    /// `migrate` needs `DATABASE_URL`.
+    #[error("DATABASE_URL is required for this command")]
+    NoDatabase,
+    /// Building or serving the application failed.
+    #[error(transparent)]
+    App(#[from] carmy::AppError),
+}
+
+/// A built gateway: the application and, with PostgreSQL, the store (to end its lease on exit).
+pub struct Gateway {
+    /// The Carmy application with the example tools.
+    pub app: App,
+    postgres: Option<Arc<PostgresStore>>,
+}
+
+/// Reads the configured API keys: `--api-keys` plus the lines of `--api-keys-file`.
+///
+/// # Errors
+/// [`GatewayError::ApiKeys`] naming the malformed entry (never the key) or the unreadable file.
+pub fn load_api_keys(config: &Config) -> Result<ApiKeys, GatewayError> {
+    let mut text = config.api_keys.clone().unwrap_or_default();
+    if let Some(path) = &config.api_keys_file {
+        let file = std::fs::read_to_string(path)
+            .map_err(|error| GatewayError::ApiKeys(format!("{}: {error}", path.display())))?;
+        text.push('\n');
+        text.push_str(&file);
+    }
+    ApiKeys::parse(&text).map_err(|error| GatewayError::ApiKeys(error.to_string()))
+}
+
+/// Builds the gateway for `config`: with `DATABASE_URL`, migrates (under the migration lock) and
+/// uses `PostgresStore` and `carmy.example_orders`; without, the in-memory store and orders.
+///
+/// # Errors
+/// [`GatewayError`] when keys, migrations or the database fail.
+pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
+    let keys = load_api_keys(config)?;
+    let (store, orders, postgres): (Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>, _) =
+        match &config.database_url {
+            None => (
+                Arc::new(InMemoryIdempotencyStore::new(config.memory_capacity)),
+                Arc::new(MemoryOrderBook::default()),
+                None,
+            ),
+            Some(url) => {
+                carmy_postgres::migrate(url).await?;
+                let pool = PgPoolOptions::new()
+                    .max_connections(config.db_pool_size.max(1))
+                    .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
+                    .connect(url)
+                    .await
+                    .map_err(|error| GatewayError::Database(error.to_string()))?;
+                let mut options = PostgresStoreOptions::new(url.clone());
+                options.lease_ttl = Duration::from_millis(config.lease_ttl_ms.max(1));
+                let store = Arc::new(
+                    PostgresStore::from_pool(pool.clone(), options)
+                        .await
+                        .map_err(|error| GatewayError::Database(error.to_string()))?,
+                );
+                tracing::info!(instance_id = store.instance_id(), "using PostgreSQL");
+                (
+                    Arc::clone(&store) as Arc<dyn IdempotencyStore>,
+                    Arc::new(PostgresOrderBook::new(pool)) as Arc<dyn OrderBook>,
+                    Some(store),
+                )
+            }
+        };
+    let mut builder = carmy::app()
+        .idempotency_store(store)
+        .api_keys(keys)
+        .listen(config.listen)
+        .allow_anonymous_network(config.allow_anonymous_network)
+        .max_body_bytes(config.max_body_bytes)
+        .engine_config(EngineConfig {
+            default_tool_timeout: Duration::from_millis(config.tool_timeout_ms),
+            max_result_bytes: config.max_result_bytes,
+            drain_period: Duration::from_millis(config.drain_ms),
+            ..EngineConfig::default()
+        });
+    for tool in tools::example_tools(orders) {
+        builder = builder.tool(tool);
+    }
+    Ok(Gateway {
+        app: builder.build()?,
+        postgres,
+    })
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A second initialisation (tests) is harmless: keep the first subscriber.
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Runs the gateway with command-line `args` (the first is the program name); returns the exit
+/// code. Errors are logged, never printed with secrets.
+pub async fn main_with_args(
+    args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
+) -> ExitCode {
+    let config = Config::parse_from(args);
+    init_logging(config.log_format);
+    match run(config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "carmy-gateway failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> Result<(), GatewayError> {
+    match config.command.unwrap_or(Command::Serve) {
+        Command::Migrate => {
+            let url = config
+                .database_url
+                .as_deref()
+                .ok_or(GatewayError::NoDatabase)?;
+            carmy_postgres::migrate(url).await?;
+            tracing::info!(
+                version = carmy_postgres::latest_migration_version(),
+                "migrations applied"
+            );
+            Ok(())
+        }
+        Command::Serve => {
+            let gateway = build(&config).await?;
+            let listener = tokio::net::TcpListener::bind(config.listen)
+                .await
+                .map_err(carmy::AppError::Io)?;
+            let served = gateway
+                .app
+                .serve(listener, carmy::app::shutdown_signal())
+                .await;
+            if let Some(store) = gateway.postgres {
+                if let Err(error) = store.shutdown().await {
+                    tracing::warn!(%error, "could not end the instance lease");
+                }
+            }
+            served.map_err(GatewayError::from)
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The example tools of contract §9: `create_order`, `get_order`, `find_orders`, `echo`,
+//! `sleep` and `fail`.
+
+use crate::orders::OrderBook;
+use carmy::tool::{FnTool, ToolError};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest `sleep` accepted, in milliseconds (one hour).
+pub const MAX_SLEEP_MS: u64 = 3_600_000;
+
+/// All example tools, with orders kept in `orders`.
+pub fn example_tools(orders: Arc<dyn OrderBook>) -> Vec<FnTool> {
+    vec![
+        create_order(Arc::clone(&orders)),
+        get_order(Arc::clone(&orders)),
+        find_orders(orders),
+        echo(),
+        sleep(),
+        fail(),
+    ]
+}
+
+/// An integer argument, accepting `2`, `2.0` and `2e0` alike (the schema already checked that
+/// it is integral).
+fn integer(arguments: &Value, name: &str) -> Option<i64> {
+    let number = arguments.get(name)?;
+    number.as_i64().or_else(|| {
+        let float = number.as_f64()?;
+        // In range and integral: the cast is exact.
+        #[allow(clippy::cast_possible_truncation)]
+        ((float.fract() == 0.0) && float.abs() < 9.0e15).then_some(float as i64)
+    })
+}
+
+fn store_error(error: String) -> ToolError {
+    tracing::warn!(%error, "order book failed");
+    ToolError::new("ORDER_BOOK_UNAVAILABLE", "the order book is unavailable")
+}
+
+fn create_order(orders: Arc<dyn OrderBook>) -> FnTool {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "sku": {"type": "string", "minLength": 1, "maxLength": 255},
+            "quantity": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+            "ship": {"type": "object", "additionalProperties": {"type": "string"}},
+            "note": {"type": "string"}
+        },
+        "required": ["sku"],
+        "additionalProperties": false
+    });
+    FnTool::new("create_order", schema, move |context, arguments| {
+        let orders = Arc::clone(&orders);
+        async move {
+            let sku = arguments["sku"].as_str().unwrap_or_default().to_owned();
+            let quantity = integer(&arguments, "quantity").unwrap_or(1);
+            let order_id = orders
+                .create(&context.principal, &sku, quantity)
+                .await
+                .map_err(store_error)?;
+            Ok(json!({"order_id": order_id}))
+        }
+    })
+    .with_description("Creates an order; returns {\"order_id\": int}. Not idempotent by itself.")
+}
+
+fn get_order(orders: Arc<dyn OrderBook>) -> FnTool {
+    let schema = json!({
+        "type": "object",
+        "properties": {"order_id": {"type": "integer", "minimum": 1}},
+        "required": ["order_id"],
+        "additionalProperties": false
+    });
+    FnTool::new("get_order", schema, move |context, arguments| {
+        let orders = Arc::clone(&orders);
+        async move {
+            let order_id = integer(&arguments, "order_id").unwrap_or_default();
+            match orders
+                .get(&context.principal, order_id)
+                .await
+                .map_err(store_error)?
+            {
+                Some(order) => Ok(order.to_json()),
+                None => Err(ToolError::new("NOT_FOUND", format!("no order {order_id}"))),
+            }
+        }
+    })
+    .with_description("Reads one of the caller's orders.")
+}
+
+fn find_orders(orders: Arc<dyn OrderBook>) -> FnTool {
+    let schema = json!({
+        "type": "object",
+        "properties": {"sku": {"type": "string"}},
+        "additionalProperties": false
+    });
+    FnTool::new("find_orders", schema, move |context, arguments| {
+        let orders = Arc::clone(&orders);
+        async move {
+            let sku = arguments.get("sku").and_then(Value::as_str);
+            let found = orders
+                .find(&context.principal, sku)
+                .await
+                .map_err(store_error)?;
+            Ok(json!({"orders": found.iter().map(|order| order.to_json()).collect::<Vec<_>>()}))
+        }
+    })
+    .with_description("Lists the caller's orders, optionally for one sku: for reconciliation.")
+}
+
+fn echo() -> FnTool {
+    FnTool::new(
+        "echo",
+        json!({"type": "object"}),
+        |_context, arguments| async move { Ok(arguments) },
+    )
+    .with_description("Returns its arguments.")
+}
+
+fn sleep() -> FnTool {
+    let schema = json!({
+        "type": "object",
+        "properties": {"ms": {"type": "integer", "minimum": 0, "maximum": MAX_SLEEP_MS}},
+        "required": ["ms"],
+        "additionalProperties": false
+    });
+    FnTool::new("sleep", schema, |_context, arguments| async move {
+        let ms = integer(&arguments, "ms").unwrap_or_default();
+        tokio::time::sleep(Duration::from_millis(ms.unsigned_abs())).await;
+        Ok(json!({"slept_ms": ms}))
+    })
+    .with_description("Sleeps for `ms` milliseconds, then returns {\"slept_ms\": ms}.")
+}
+
+fn fail() -> FnTool {
+    let schema = json!({
+        "type": "object",
+        "properties": {"message": {"type": "string"}},
+        "required": ["message"],
+        "additionalProperties": false
+    });
+    FnTool::new("fail", schema, |_context, arguments| async move {
+        let message = arguments["message"].as_str().unwrap_or_default().to_owned();
+        Err(ToolError::new("TOOL_ERROR", message))
+    })
+    .with_description("Fails with the given message (recorded as status \"failed\").")
+}
