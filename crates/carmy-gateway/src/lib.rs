@@ -145,6 +145,11 @@ pub async fn main_with_args(
 ) -> ExitCode {
     let config = Config::parse_from(args);
     init_logging(config.log_format);
+    #[cfg(feature = "fault-injection")]
+    let _fault_scenario = {
+        tracing::warn!("built with fault injection: FAILPOINTS is honoured; never use this build in production");
+        fail::FailScenario::setup()
+    };
     match run(config).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -1,6 +1,7 @@
 //! The execution engine: reserve, run detached, record, answer (contract §3, §4).
 
 use crate::error::ApiError;
+use crate::fault;
 use crate::fingerprint::Fingerprint;
 use crate::metrics::Metrics;
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
@@ -166,6 +167,7 @@ impl Engine {
         if reservation != Reservation::Reserved {
             return answer(reservation);
         }
+        fault::point(fault::AFTER_RESERVE);
 
         let tool = Arc::clone(&registered.tool);
         let (recorded_tx, recorded_rx) = oneshot::channel();
@@ -181,6 +183,7 @@ impl Engine {
         let arguments = call.arguments;
         self.executions.spawn(async move {
             let result = engine.run_tool(tool.as_ref(), context, arguments).await;
+            fault::point(fault::AFTER_TOOL);
             engine.record(&key, &fingerprint, result, recorded_tx).await;
         });
         match recorded_rx.await {
@@ -273,6 +276,12 @@ impl Engine {
         let session_id = context.session_id.clone();
         self.metrics.tool_started(tool.name());
         let run = AssertUnwindSafe(tool.call(context, arguments)).catch_unwind();
+        if cfg!(feature = "fault-injection") {
+            tokio::spawn(async {
+                tokio::task::yield_now().await;
+                fault::point(fault::DURING_TOOL);
+            });
+        }
         let (status, data, error) = tokio::select! {
             outcome = tokio::time::timeout(deadline, run) => match outcome {
                 Ok(Ok(Ok(data))) => self.check_size(data),
@@ -356,6 +365,7 @@ impl Engine {
         loop {
             match self.store.complete(key, fingerprint, &result).await {
                 Ok(()) => {
+                    fault::point(fault::AFTER_COMPLETE);
                     if let Some(sender) = recorded.take() {
                         // The caller may have gone; the record stands either way.
                         let _ = sender.send(Some(result));

@@ -35,6 +35,7 @@ pub mod auth;
 pub mod conformance;
 pub mod engine;
 pub mod error;
+pub mod fault;
 pub mod fingerprint;
 pub mod http;
 pub mod identity;
