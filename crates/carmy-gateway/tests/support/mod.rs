@@ -245,3 +245,140 @@ where
 pub fn call(tool: &str, arguments: Value, request_id: &str) -> Value {
     serde_json::json!({"tool": tool, "arguments": arguments, "request_id": request_id})
 }
+
+/// A PostgreSQL cluster of the test's own, started from the installed binaries, that the test
+/// may stop and start again (outage tests). As root, it runs as the `postgres` user.
+pub struct Cluster {
+    bindir: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    pub port: u16,
+}
+
+fn postgres_bindir() -> std::path::PathBuf {
+    let from_config = Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .ok()
+        .map(|out| std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
+    let candidates = from_config.into_iter().chain(
+        std::fs::read_dir("/usr/lib/postgresql")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.path().join("bin")),
+    );
+    for dir in candidates {
+        if dir.join("initdb").exists() && dir.join("pg_ctl").exists() {
+            return dir;
+        }
+    }
+    panic!("no PostgreSQL server binaries (initdb, pg_ctl) found: install PostgreSQL (Debian: apt-get install postgresql)");
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl Cluster {
+    /// initdb + start on a free loopback port.
+    pub fn start() -> Self {
+        let bindir = postgres_bindir();
+        let dir =
+            std::env::temp_dir().join(format!("carmy-cluster-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        if running_as_root() {
+            assert!(Command::new("chown")
+                .arg("postgres")
+                .arg(&dir)
+                .status()
+                .unwrap()
+                .success());
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let cluster = Self { bindir, dir, port };
+        let data = cluster.dir.join("data");
+        let status = cluster
+            .as_owner("initdb")
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "-A", "trust", "--no-sync"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "initdb failed");
+        cluster.start_again();
+        cluster
+    }
+
+    fn as_owner(&self, program: &str) -> Command {
+        let path = self.bindir.join(program);
+        if running_as_root() {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(path);
+            command
+        } else {
+            Command::new(path)
+        }
+    }
+
+    /// Starts the (stopped) server and waits until it accepts connections.
+    pub fn start_again(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        let status = self
+            .as_owner("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .arg("-l")
+            .arg(self.dir.join("server.log"))
+            .args(["-w", "-o", &options, "start"])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "pg_ctl start failed");
+    }
+
+    /// Stops the server at once (`-m immediate`: like a crash; open connections break).
+    pub fn stop(&self) {
+        let status = self
+            .as_owner("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "pg_ctl stop failed");
+    }
+
+    /// The URL of database `postgres` on this cluster.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self
+            .as_owner("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
