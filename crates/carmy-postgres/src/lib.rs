@@ -37,6 +37,6 @@ pub use migrate::{
     latest_migration_version, migrate, MigrateError, MIGRATION_LOCK_KEY, MIGRATION_TABLE,
 };
 pub use store::{
-    PostgresStore, PostgresStoreOptions, DEFAULT_ACQUIRE_TIMEOUT, DEFAULT_LEASE_TTL,
-    DEFAULT_MAX_CONNECTIONS,
+    PostgresStore, PostgresStoreOptions, CANCEL_CHANNEL, DEFAULT_ACQUIRE_TIMEOUT,
+    DEFAULT_LEASE_TTL, DEFAULT_MAX_CONNECTIONS,
 };

@@ -8,13 +8,17 @@ use carmy::runtime::{
     ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
     Reservation, StoreError, StoreFuture, StoredRecord,
 };
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::Row;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
+
+/// The `LISTEN`/`NOTIFY` channel on which cancel requests travel between replicas; the payload
+/// is the execution id.
+pub const CANCEL_CHANNEL: &str = "carmy_cancel";
 
 /// Default pool size of [`PostgresStoreOptions::max_connections`].
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
@@ -187,6 +191,7 @@ pub struct PostgresStore {
     lease: Arc<Lease>,
     stop: watch::Sender<bool>,
     renewer: Mutex<Option<JoinHandle<()>>>,
+    cancels: broadcast::Sender<ExecutionId>,
 }
 
 impl PostgresStore {
@@ -259,12 +264,19 @@ impl PostgresStore {
         let (stop, stopped) = watch::channel(false);
         let interval = (options.lease_ttl / 3).max(Duration::from_millis(1));
         let renewer = tokio::spawn(Arc::clone(&lease).run(interval, stopped));
+        let (cancels, _) = broadcast::channel(256);
+        tokio::spawn(listen_for_cancels(
+            (*pool.connect_options()).clone(),
+            cancels.clone(),
+            stop.subscribe(),
+        ));
         Ok(Self {
             pool,
             instance_id: options.instance_id,
             lease,
             stop,
             renewer: Mutex::new(Some(renewer)),
+            cancels,
         })
     }
 
@@ -520,6 +532,46 @@ impl IdempotencyStore for PostgresStore {
     fn check_ready(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.check_ready_impl())
     }
+
+    /// `NOTIFY carmy_cancel, '<execution_id>'`: every replica hears it; the one running the
+    /// execution cancels it.
+    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CANCEL_CHANNEL)
+                .bind(execution_id.as_str())
+                .execute(&self.pool)
+                .await
+                .map_err(unavailable)?;
+            Ok(())
+        })
+    }
+
+    fn cancel_requests(&self) -> Option<broadcast::Receiver<ExecutionId>> {
+        Some(self.cancels.subscribe())
+    }
+}
+
+/// Listens on [`CANCEL_CHANNEL`] over a dedicated connection (not one of the pool's), forwarding
+/// each payload to `cancels`, until `stopped` turns true. Reconnects after a failure; requests
+/// sent while disconnected are lost (cancellation is best effort; the requester watches the
+/// record).
+async fn listen_for_cancels(
+    connect: sqlx::postgres::PgConnectOptions,
+    cancels: broadcast::Sender<ExecutionId>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let listen = async {
+        loop {
+            let Err(error) = forward_cancels(&connect, &cancels).await;
+            tracing::warn!(%error, "cancel listener failed; reconnecting");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    };
+    tokio::select! {
+        () = listen => {}
+        _ = stopped.wait_for(|stop| *stop) => {}
+    }
 }
 
 /// The lease of one process in `carmy.instances`.
@@ -564,6 +616,23 @@ impl Lease {
                 tracing::warn!(%error, instance_id = %self.instance_id, "lease renewal failed");
             }
         }
+    }
+}
+
+/// One listening session: returns only with the error that ended it.
+async fn forward_cancels(
+    connect: &sqlx::postgres::PgConnectOptions,
+    cancels: &broadcast::Sender<ExecutionId>,
+) -> Result<std::convert::Infallible, sqlx::Error> {
+    let connection = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy_with(connect.clone());
+    let mut listener = PgListener::connect_with(&connection).await?;
+    listener.listen(CANCEL_CHANNEL).await?;
+    loop {
+        let notification = listener.recv().await?;
+        // No receiver is fine: then nothing runs here that could be cancelled.
+        let _ = cancels.send(ExecutionId::from_stored(notification.payload()));
     }
 }
 

@@ -139,6 +139,9 @@ impl AppBuilder {
             self.engine_config,
             Metrics::default(),
         ));
+        if tokio::runtime::Handle::try_current().is_ok() {
+            engine.listen_for_remote_cancels();
+        }
         let anonymous = self.keys.is_empty();
         let router = router(AppState {
             engine: Arc::clone(&engine),

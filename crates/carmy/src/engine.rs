@@ -6,15 +6,17 @@ use crate::fingerprint::Fingerprint;
 use crate::metrics::Metrics;
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
 use crate::runtime::{
-    ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation, StoreError, DEFAULT_SESSION,
+    ExecutionIntent, IdempotencyKey, IdempotencyStore, InFlightState, RecordState, Reservation,
+    StoreError, DEFAULT_SESSION,
 };
 use crate::tool::{RegisteredTool, Tool, ToolContext, ToolRegistry};
 use chrono::{DateTime, SubsecRound, Utc};
 use futures::FutureExt;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -35,6 +37,9 @@ pub struct EngineConfig {
     pub complete_retry_initial: Duration,
     /// Longest pause between attempts to record an outcome.
     pub complete_retry_max: Duration,
+    /// How long `POST /v1/executions/{id}/cancel` waits for the cancelled outcome to be recorded
+    /// before answering 202 (cancel requested, outcome not recorded yet).
+    pub cancel_wait: Duration,
 }
 
 impl Default for EngineConfig {
@@ -45,6 +50,7 @@ impl Default for EngineConfig {
             drain_period: Duration::from_secs(30),
             complete_retry_initial: Duration::from_millis(100),
             complete_retry_max: Duration::from_secs(5),
+            cancel_wait: Duration::from_secs(10),
         }
     }
 }
@@ -75,6 +81,16 @@ pub struct CallAnswer {
     pub replayed: bool,
 }
 
+/// The answer to a cancel request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CancelAnswer {
+    /// The execution finished (normally `cancelled`; a tool that returned first keeps its
+    /// outcome): the recorded outcome.
+    Finished(ExecutionResult),
+    /// Cancellation was requested but no outcome was recorded within the wait (202).
+    Pending(ExecutionId),
+}
+
 /// Runs tool calls under the idempotency rules. Cheap to share behind an `Arc`.
 pub struct Engine {
     store: Arc<dyn IdempotencyStore>,
@@ -82,7 +98,22 @@ pub struct Engine {
     config: EngineConfig,
     metrics: Metrics,
     executions: TaskTracker,
+    /// Cancelled at the end of the drain period: every running execution is recorded `cancelled`.
     cancel_executions: CancellationToken,
+    /// This process's running executions, each with its own token (a child of the above).
+    running: Mutex<HashMap<ExecutionId, CancellationToken>>,
+}
+
+/// Removes an execution from [`Engine::running`] when its task ends, however it ends.
+struct RunningGuard<'a> {
+    engine: &'a Engine,
+    execution_id: ExecutionId,
+}
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        self.engine.running_map().remove(&self.execution_id);
+    }
 }
 
 impl Engine {
@@ -99,7 +130,117 @@ impl Engine {
             metrics,
             executions: TaskTracker::new(),
             cancel_executions: CancellationToken::new(),
+            running: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn running_map(&self) -> std::sync::MutexGuard<'_, HashMap<ExecutionId, CancellationToken>> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a running execution and returns its cancellation token.
+    fn track(&self, execution_id: &ExecutionId) -> CancellationToken {
+        let token = self.cancel_executions.child_token();
+        self.running_map()
+            .insert(execution_id.clone(), token.clone());
+        token
+    }
+
+    /// Forwards cancel requests published by other processes (see
+    /// [`IdempotencyStore::cancel_requests`]) to the executions this process runs. Needs a
+    /// Tokio runtime; does nothing for process-local stores.
+    pub fn listen_for_remote_cancels(self: &Arc<Self>) {
+        let Some(mut requests) = self.store.cancel_requests() else {
+            return;
+        };
+        let engine = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let execution_id = match requests.recv().await {
+                    Ok(execution_id) => execution_id,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!(missed, "missed cancel requests");
+                        continue;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                };
+                let Some(engine) = engine.upgrade() else {
+                    return;
+                };
+                let token = engine.running_map().get(&execution_id).cloned();
+                if let Some(token) = token {
+                    tracing::info!(%execution_id, "cancelling on request of another process");
+                    token.cancel();
+                }
+            }
+        });
+    }
+
+    /// Cancels a running execution of `principal` (contract: cancel endpoint).
+    ///
+    /// - not `principal`'s, or unknown → [`ApiError::NotFound`];
+    /// - already finished → [`ApiError::ExecutionFinished`] (the record is unchanged);
+    /// - interrupted (its process died) → [`ApiError::ExecutionUncertain`]: nothing can stop it;
+    /// - running here or on another replica → cancelled, and once its outcome is recorded
+    ///   (normally `cancelled`) [`CancelAnswer::Finished`]; if that takes longer than
+    ///   [`EngineConfig::cancel_wait`], [`CancelAnswer::Pending`].
+    ///
+    /// # Errors
+    /// The [`ApiError`]s above, or [`ApiError::StoreUnavailable`].
+    pub async fn cancel(
+        &self,
+        principal: &str,
+        execution_id: &ExecutionId,
+    ) -> Result<CancelAnswer, ApiError> {
+        let state = self.execution_state(principal, execution_id).await?;
+        match state {
+            RecordState::Finished(_) => {
+                return Err(ApiError::ExecutionFinished {
+                    execution_id: execution_id.clone(),
+                })
+            }
+            RecordState::InFlight(InFlightState::Interrupted) => {
+                return Err(ApiError::ExecutionUncertain {
+                    execution_id: execution_id.clone(),
+                    state: InFlightState::Interrupted,
+                })
+            }
+            RecordState::InFlight(InFlightState::Running) => {}
+        }
+        let local = self.running_map().get(execution_id).cloned();
+        match local {
+            Some(token) => token.cancel(),
+            None => self
+                .store
+                .request_cancel(execution_id)
+                .await
+                .map_err(store_failure)?,
+        }
+        let deadline = Instant::now() + self.config.cancel_wait;
+        loop {
+            if let RecordState::Finished(result) =
+                self.execution_state(principal, execution_id).await?
+            {
+                return Ok(CancelAnswer::Finished(result));
+            }
+            if Instant::now() >= deadline {
+                return Ok(CancelAnswer::Pending(execution_id.clone()));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn execution_state(
+        &self,
+        principal: &str,
+        execution_id: &ExecutionId,
+    ) -> Result<RecordState, ApiError> {
+        self.store
+            .find_execution(principal, execution_id)
+            .await
+            .map_err(store_failure)?
+            .map(|found| found.record.state)
+            .ok_or_else(|| ApiError::NotFound("no such execution".into()))
     }
 
     /// The store this engine records into.
@@ -181,8 +322,15 @@ impl Engine {
             execution_id: execution_id.clone(),
         };
         let arguments = call.arguments;
+        let cancel = self.track(&execution_id);
         self.executions.spawn(async move {
-            let result = engine.run_tool(tool.as_ref(), context, arguments).await;
+            let _running = RunningGuard {
+                engine: &engine,
+                execution_id: context.execution_id.clone(),
+            };
+            let result = engine
+                .run_tool(tool.as_ref(), context, arguments, &cancel)
+                .await;
             fault::point(fault::AFTER_TOOL);
             engine.record(&key, &fingerprint, result, recorded_tx).await;
         });
@@ -253,8 +401,17 @@ impl Engine {
             execution_id,
         };
         let arguments = call.arguments.clone();
+        let cancel = self.track(&context.execution_id);
         self.executions
-            .spawn(async move { engine.run_tool(tool.as_ref(), context, arguments).await })
+            .spawn(async move {
+                let _running = RunningGuard {
+                    engine: &engine,
+                    execution_id: context.execution_id.clone(),
+                };
+                engine
+                    .run_tool(tool.as_ref(), context, arguments, &cancel)
+                    .await
+            })
             .await
             .map_err(|error| {
                 tracing::error!(%error, "unprotected execution task failed");
@@ -262,12 +419,13 @@ impl Engine {
             })
     }
 
-    /// Runs the tool under its deadline and the shutdown token; never panics.
+    /// Runs the tool under its deadline and its cancellation token; never panics.
     async fn run_tool(
         &self,
         tool: &dyn Tool,
         context: ToolContext,
         arguments: Value,
+        cancel: &CancellationToken,
     ) -> ExecutionResult {
         let deadline = tool.timeout().unwrap_or(self.config.default_tool_timeout);
         let started_at = now_millis();
@@ -310,12 +468,16 @@ impl Engine {
                     }),
                 ),
             },
-            () = self.cancel_executions.cancelled() => (
+            () = cancel.cancelled() => (
                 ExecutionStatus::Cancelled,
                 Value::Null,
                 Some(ExecutionError {
                     code: "CANCELLED".into(),
-                    message: "the execution was cancelled (shutdown after the drain period); its effects are unknown".into(),
+                    message: if self.cancel_executions.is_cancelled() {
+                        "the execution was cancelled at shutdown, after the drain period; its effects are unknown".into()
+                    } else {
+                        "the execution was cancelled on request; its effects are unknown".into()
+                    },
                 }),
             ),
         };

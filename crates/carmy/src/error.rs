@@ -60,6 +60,13 @@ pub enum ApiError {
         /// The execution that ran.
         execution_id: ExecutionId,
     },
+    /// 409 `EXECUTION_FINISHED`: a cancel request for an execution that already has an
+    /// outcome; the record is unchanged (`GET /v1/executions/{id}` shows it).
+    #[error("the execution already finished; its recorded outcome is unchanged")]
+    ExecutionFinished {
+        /// The finished execution.
+        execution_id: ExecutionId,
+    },
     /// 507 `IDEMPOTENCY_CAPACITY`: the in-memory store is full; nothing ran.
     #[error("the idempotency store is full; nothing was run or recorded")]
     Capacity,
@@ -95,9 +102,9 @@ impl ApiError {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::IdempotencyConflict { .. } | Self::ExecutionUncertain { .. } => {
-                StatusCode::CONFLICT
-            }
+            Self::IdempotencyConflict { .. }
+            | Self::ExecutionUncertain { .. }
+            | Self::ExecutionFinished { .. } => StatusCode::CONFLICT,
             Self::RecordingPending { .. } | Self::StoreUnavailable | Self::NotReady(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -120,6 +127,7 @@ impl ApiError {
             Self::ExecutionUncertain { .. } | Self::RecordingPending { .. } => {
                 "EXECUTION_UNCERTAIN"
             }
+            Self::ExecutionFinished { .. } => "EXECUTION_FINISHED",
             Self::Capacity => "IDEMPOTENCY_CAPACITY",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::NotReady(_) => "NOT_READY",
@@ -140,6 +148,7 @@ impl ApiError {
             Self::ExecutionUncertain { .. } | Self::RecordingPending { .. } => {
                 "Execution uncertain"
             }
+            Self::ExecutionFinished { .. } => "Execution finished",
             Self::Capacity => "Idempotency store full",
             Self::StoreUnavailable => "Store unavailable",
             Self::NotReady(_) => "Not ready",
@@ -151,7 +160,8 @@ impl ApiError {
         match self {
             Self::IdempotencyConflict { execution_id }
             | Self::ExecutionUncertain { execution_id, .. }
-            | Self::RecordingPending { execution_id } => Some(execution_id),
+            | Self::RecordingPending { execution_id }
+            | Self::ExecutionFinished { execution_id } => Some(execution_id),
             _ => None,
         }
     }

@@ -1,7 +1,7 @@
 //! The HTTP API (contract §7): routes, request parsing and responses.
 
 use crate::auth::ApiKeys;
-use crate::engine::{Engine, ValidatedCall};
+use crate::engine::{CancelAnswer, Engine, ValidatedCall};
 use crate::error::ApiError;
 use crate::fingerprint::fingerprint;
 use crate::identity::validate_identifier;
@@ -40,6 +40,10 @@ pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/executions", post(create_execution))
         .route("/v1/executions/{execution_id}", get(get_execution))
+        .route(
+            "/v1/executions/{execution_id}/cancel",
+            post(cancel_execution),
+        )
         .route("/v1/tools", get(list_tools))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -240,6 +244,26 @@ async fn get_execution(
         .to_string(),
     };
     Ok(json_response(StatusCode::OK, body))
+}
+
+async fn cancel_execution(
+    State(state): State<AppState>,
+    Principal(principal): Principal,
+    Path(execution_id): Path<String>,
+) -> Result<Response, ApiError> {
+    if execution_id.len() > 64 {
+        return Err(ApiError::NotFound("no such execution".into()));
+    }
+    let execution_id = ExecutionId::from_stored(execution_id);
+    match state.engine.cancel(&principal, &execution_id).await? {
+        CancelAnswer::Finished(result) => {
+            Ok(json_response(StatusCode::OK, result.to_record_json()))
+        }
+        CancelAnswer::Pending(execution_id) => Ok(json_response(
+            StatusCode::ACCEPTED,
+            json!({"execution_id": execution_id, "status": "cancelling"}).to_string(),
+        )),
+    }
 }
 
 async fn list_tools(State(state): State<AppState>, _principal: Principal) -> Response {

@@ -228,4 +228,22 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError::Unavailable`] with the reason.
     fn check_ready(&self) -> StoreFuture<'_, ()>;
+
+    /// Asks the process that runs `execution_id` to cancel it (`POST
+    /// /v1/executions/{execution_id}/cancel` landing on another replica). Delivery is best
+    /// effort; the caller watches the record for the outcome. The default does nothing: a
+    /// process-local store runs every execution in this process.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the request could not be published.
+    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
+        let _ = execution_id;
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The cancel requests other processes publish with [`IdempotencyStore::request_cancel`];
+    /// the engine cancels those it runs. `None` (the default) for a process-local store.
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
+        None
+    }
 }

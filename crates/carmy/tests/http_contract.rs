@@ -332,3 +332,73 @@ async fn full_memory_store_answers_507_for_new_identities_only() {
     assert_eq!(h.store.inner.len(), 1);
     assert_eq!(h.app.engine().metrics().tool_runs("echo"), 1);
 }
+
+async fn post_path(router: &Router, path: &str) -> (StatusCode, Value) {
+    let request = Request::post(path).body(Body::empty()).unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_records_cancelled_and_leaves_finished_records_alone() {
+    let h = harness(10);
+    let r = &h.router;
+    let waiting = {
+        let r = r.clone();
+        tokio::spawn(async move { post(&r, call("wait", json!({}), "to-cancel")).await })
+    };
+    wait_for_runs(&h.app, "wait", 1).await;
+    let (_, running) = post(r, call("wait", json!({}), "to-cancel")).await;
+    let execution_id = running["execution_id"].as_str().unwrap().to_owned();
+
+    let (status, cancelled) = post_path(r, &format!("/v1/executions/{execution_id}/cancel")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(cancelled["status"], "cancelled");
+    assert_eq!(cancelled["execution_id"], execution_id.as_str());
+    assert_eq!(cancelled["error"]["code"], "CANCELLED");
+    // the waiting caller gets the recorded cancellation, and so does every retry
+    let (status, first) = waiting.await.unwrap();
+    assert_eq!(
+        (status, first["status"].clone()),
+        (StatusCode::OK, json!("cancelled"))
+    );
+    let (status, replay) = post(r, call("wait", json!({}), "to-cancel")).await;
+    assert_eq!(
+        (status, replay["status"].clone(), replay["replayed"].clone()),
+        (StatusCode::OK, json!("cancelled"), json!(true))
+    );
+
+    // a finished execution is unchanged
+    let (status, again) = post_path(r, &format!("/v1/executions/{execution_id}/cancel")).await;
+    assert_eq!(
+        (status, again["code"].clone()),
+        (StatusCode::CONFLICT, json!("EXECUTION_FINISHED"))
+    );
+    let (status, done) = post(r, call("echo", json!({}), "done")).await;
+    assert_eq!(status, StatusCode::OK);
+    let done_id = done["execution_id"].as_str().unwrap();
+    let (status, finished) = post_path(r, &format!("/v1/executions/{done_id}/cancel")).await;
+    assert_eq!(
+        (status, finished["code"].clone()),
+        (StatusCode::CONFLICT, json!("EXECUTION_FINISHED"))
+    );
+    let (status, replay) = post(r, call("echo", json!({}), "done")).await;
+    assert_eq!(
+        (status, replay["status"].clone()),
+        (StatusCode::OK, json!("completed"))
+    );
+
+    // unknown ids are 404
+    let (status, missing) = post_path(
+        r,
+        "/v1/executions/exec_00000000000000000000000000000000/cancel",
+    )
+    .await;
+    assert_eq!(
+        (status, missing["code"].clone()),
+        (StatusCode::NOT_FOUND, json!("NOT_FOUND"))
+    );
+    assert_eq!(h.app.engine().metrics().tool_runs("wait"), 1);
+}
