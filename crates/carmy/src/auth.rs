@@ -1,11 +1,11 @@
 //! API keys and principals (contract §6).
 //!
-//! Keys are kept only as SHA-256 digests, and a presented key is hashed before the lookup, so
-//! the time a lookup takes does not depend on how much of a key an attacker guessed, and no key
-//! text is ever kept or logged.
+//! Keys are kept only as SHA-256 digests. A presented key is hashed, then compared with every
+//! configured digest in constant time (`subtle`), without stopping at a match, so the time a check
+//! takes does not depend on how much of a key an attacker guessed. No key text is kept or logged.
 
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 /// The principal of every caller when no keys are configured.
 pub const ANONYMOUS_PRINCIPAL: &str = "anonymous";
@@ -22,9 +22,18 @@ pub enum ApiKeysError {
 }
 
 /// The configured API keys, mapping each key to its principal.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct ApiKeys {
-    by_digest: HashMap<[u8; 32], String>,
+    /// (SHA-256 of the key, principal), in configuration order.
+    entries: Vec<([u8; 32], String)>,
+}
+
+impl std::fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKeys")
+            .field("keys", &self.entries.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ApiKeys {
@@ -52,25 +61,23 @@ impl ApiKeys {
                 .map(|(key, principal)| (key.trim(), principal.trim()))
                 .filter(|(key, principal)| !key.is_empty() && !principal.is_empty())
                 .ok_or(ApiKeysError::Malformed(number))?;
-            if keys
-                .by_digest
-                .insert(digest(key), principal.to_owned())
-                .is_some()
-            {
+            let key_digest = digest(key);
+            if keys.entries.iter().any(|(known, _)| *known == key_digest) {
                 return Err(ApiKeysError::Duplicate(number));
             }
+            keys.entries.push((key_digest, principal.to_owned()));
         }
         Ok(keys)
     }
 
     /// True when no keys are configured (anonymous mode).
     pub fn is_empty(&self) -> bool {
-        self.by_digest.is_empty()
+        self.entries.is_empty()
     }
 
     /// How many keys are configured.
     pub fn len(&self) -> usize {
-        self.by_digest.len()
+        self.entries.len()
     }
 
     /// The principal of an `Authorization` header value, per contract §6:
@@ -85,7 +92,15 @@ impl ApiKeys {
         if !scheme.eq_ignore_ascii_case("bearer") {
             return None;
         }
-        self.by_digest.get(&digest(key.trim())).cloned()
+        let presented = digest(key.trim());
+        // Index of the matching entry plus one, or 0; every entry is compared.
+        let mut found = 0u32;
+        for (index, (known, _)) in self.entries.iter().enumerate() {
+            let candidate = u32::try_from(index + 1).unwrap_or(u32::MAX);
+            found.conditional_assign(&candidate, known.ct_eq(&presented));
+        }
+        let index = usize::try_from(found).ok()?.checked_sub(1)?;
+        self.entries.get(index).map(|(_, principal)| principal.clone())
     }
 }
 

@@ -169,6 +169,13 @@ impl Replica {
         self.spawn();
     }
 
+    /// Where this replica's standard error is copied (JSON log lines).
+    pub fn log_path(&self) -> std::path::PathBuf {
+        std::env::temp_dir()
+            .join("carmy-test-logs")
+            .join(format!("{}.log", self.name))
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
