@@ -33,7 +33,7 @@ pub enum AppError {
     #[error(transparent)]
     Tool(#[from] ToolRegistryError),
     /// No API keys are configured and the address is not loopback (contract §6).
-    #[error("refusing to serve anonymously on non-loopback address {0}: configure API keys or allow anonymous network access explicitly")]
+    #[error("refusing to serve anonymously on non-loopback address {0}: configure API keys (gateway: CARMY_API_KEYS or CARMY_API_KEYS_FILE) or allow anonymous network access explicitly (gateway: CARMY_ALLOW_ANONYMOUS_NETWORK=true)")]
     AnonymousOnNetwork(SocketAddr),
     /// Binding or serving failed.
     #[error("serving failed: {0}")]

@@ -100,7 +100,9 @@ impl ApiKeys {
             found.conditional_assign(&candidate, known.ct_eq(&presented));
         }
         let index = usize::try_from(found).ok()?.checked_sub(1)?;
-        self.entries.get(index).map(|(_, principal)| principal.clone())
+        self.entries
+            .get(index)
+            .map(|(_, principal)| principal.clone())
     }
 }
 

@@ -6,7 +6,7 @@ use crate::error::ApiError;
 use crate::fingerprint::fingerprint;
 use crate::identity::validate_identifier;
 use crate::outcome::ExecutionId;
-use crate::runtime::{InFlightState, RecordState};
+use crate::runtime::RecordState;
 use crate::strict_json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -207,16 +207,33 @@ async fn create_execution(
     ))
 }
 
+/// An execution id from a path; anything longer than an id could be is simply not found.
+fn execution_id_from_path(text: String) -> Result<ExecutionId, ApiError> {
+    if text.len() > 64 {
+        return Err(ApiError::NotFound("no such execution".into()));
+    }
+    Ok(ExecutionId::from_stored(text))
+}
+
+/// The body of `GET /v1/executions/{id}` for an execution without an outcome yet: the members
+/// of a record, in the same order, with `status` `running` or `interrupted`.
+#[derive(serde::Serialize)]
+struct InFlightBody<'a> {
+    execution_id: &'a ExecutionId,
+    status: &'static str,
+    data: (),
+    error: (),
+    tool: &'a str,
+    request_id: &'a str,
+    session_id: &'a str,
+}
+
 async fn get_execution(
     State(state): State<AppState>,
     Principal(principal): Principal,
     Path(execution_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let not_found = || ApiError::NotFound("no such execution".into());
-    if execution_id.len() > 64 {
-        return Err(not_found());
-    }
-    let execution_id = ExecutionId::from_stored(execution_id);
+    let execution_id = execution_id_from_path(execution_id)?;
     let found = state
         .engine
         .store()
@@ -226,22 +243,19 @@ async fn get_execution(
             tracing::warn!(%error, "execution lookup failed");
             ApiError::StoreUnavailable
         })?
-        .ok_or_else(not_found)?;
-    let body = match found.record.state {
+        .ok_or_else(|| ApiError::NotFound("no such execution".into()))?;
+    let body = match &found.record.state {
         RecordState::Finished(result) => result.to_record_json(),
-        RecordState::InFlight(in_flight) => json!({
-            "execution_id": found.record.execution_id,
-            "status": match in_flight {
-                InFlightState::Running => "running",
-                InFlightState::Interrupted => "interrupted",
-            },
-            "data": Value::Null,
-            "error": Value::Null,
-            "tool": found.record.tool,
-            "request_id": found.key.request_id,
-            "session_id": found.key.session_id,
+        RecordState::InFlight(in_flight) => serde_json::to_string(&InFlightBody {
+            execution_id: &found.record.execution_id,
+            status: in_flight.as_str(),
+            data: (),
+            error: (),
+            tool: &found.record.tool,
+            request_id: &found.key.request_id,
+            session_id: &found.key.session_id,
         })
-        .to_string(),
+        .expect("an in-flight body always serializes"),
     };
     Ok(json_response(StatusCode::OK, body))
 }
@@ -251,10 +265,7 @@ async fn cancel_execution(
     Principal(principal): Principal,
     Path(execution_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    if execution_id.len() > 64 {
-        return Err(ApiError::NotFound("no such execution".into()));
-    }
-    let execution_id = ExecutionId::from_stored(execution_id);
+    let execution_id = execution_id_from_path(execution_id)?;
     match state.engine.cancel(&principal, &execution_id).await? {
         CancelAnswer::Finished(result) => {
             Ok(json_response(StatusCode::OK, result.to_record_json()))

@@ -352,6 +352,18 @@ async fn cancel_records_cancelled_and_leaves_finished_records_alone() {
     wait_for_runs(&h.app, "wait", 1).await;
     let (_, running) = post(r, call("wait", json!({}), "to-cancel")).await;
     let execution_id = running["execution_id"].as_str().unwrap().to_owned();
+    let request = Request::get(format!("/v1/executions/{execution_id}"))
+        .body(Body::empty())
+        .unwrap();
+    let response = r.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        std::str::from_utf8(&text).unwrap(),
+        format!(
+            r#"{{"execution_id":"{execution_id}","status":"running","data":null,"error":null,"tool":"wait","request_id":"to-cancel","session_id":"default"}}"#
+        )
+    );
 
     let (status, cancelled) = post_path(r, &format!("/v1/executions/{execution_id}/cancel")).await;
     assert_eq!(status, StatusCode::OK);
