@@ -61,6 +61,15 @@ pub struct Config {
     #[arg(long, env = "CARMY_MAX_BODY_BYTES", default_value_t = carmy::http::DEFAULT_MAX_BODY_BYTES, global = true)]
     pub max_body_bytes: usize,
 
+    /// How long a request body may take to arrive after its headers (ms); slower bodies get 408.
+    #[arg(
+        long,
+        env = "CARMY_BODY_TIMEOUT_MS",
+        default_value_t = 30_000,
+        global = true
+    )]
+    pub body_timeout_ms: u64,
+
     /// On shutdown, how long running executions may finish (ms) before they are recorded
     /// `cancelled`.
     #[arg(long, env = "CARMY_DRAIN_MS", default_value_t = 30_000, global = true)]

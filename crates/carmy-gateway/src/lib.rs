@@ -110,6 +110,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         .listen(config.listen)
         .allow_anonymous_network(config.allow_anonymous_network)
         .max_body_bytes(config.max_body_bytes)
+        .body_timeout(Duration::from_millis(config.body_timeout_ms))
         .engine_config(EngineConfig {
             default_tool_timeout: Duration::from_millis(config.tool_timeout_ms),
             max_result_bytes: config.max_result_bytes,

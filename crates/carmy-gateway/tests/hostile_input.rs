@@ -217,7 +217,68 @@ async fn hostile_bodies_get_problem_json_and_reserve_nothing() {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "U+2028 is not a control character");
-    assert_eq!(store.len(), 2);
+    // zero with an exponent beyond 64 bits is still zero
+    let (status, zero) = send(
+        &router,
+        json,
+        br#"{"tool":"echo","request_id":"zero","arguments":{"x":0e99999999999999999999}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{zero}");
+    let (status, same) = send(
+        &router,
+        json,
+        br#"{"tool":"echo","request_id":"zero","arguments":{"x":0}}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(
+        (status, same["replayed"].clone()),
+        (StatusCode::OK, Value::Bool(true))
+    );
+    assert_eq!(store.len(), 3);
+}
+
+#[tokio::test]
+async fn malformed_paths_and_credentials_are_problem_json() {
+    let (router, _store) = gateway();
+    for path in [
+        "/v1/executions/%00",
+        "/v1/executions/%FF",
+        "/v1/executions/exec_%00abc",
+        "/v1/executions/a%20b/cancel",
+        "/v1/executions/%ED%A0%80",
+    ] {
+        let method = if path.ends_with("/cancel") {
+            "POST"
+        } else {
+            "GET"
+        };
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::empty())
+            .unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json",
+            "{path}"
+        );
+    }
+    let keys = carmy::auth::ApiKeys::parse("k1=alice,k2=bob").unwrap();
+    let app = carmy::app().api_keys(keys).build().unwrap();
+    let request = Request::get("/v1/tools")
+        .header("authorization", "Bearer k1")
+        .header("authorization", "Bearer k2")
+        .body(Body::empty())
+        .unwrap();
+    let response = app.router().oneshot(request).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::UNAUTHORIZED,
+        "two credentials are refused"
+    );
 }
 
 fn request_like_bytes() -> impl Strategy<Value = Vec<u8>> {

@@ -561,3 +561,30 @@ async fn tools_health_and_readiness() {
         assert_eq!(response.status(), StatusCode::OK, "{path}");
     }
 }
+
+#[tokio::test]
+async fn schema_bounds_are_checked_on_exact_numbers() {
+    let g = gateway();
+    for (request_id, quantity) in [
+        ("q1", "0.99999999999999999999"),
+        ("q2", "1.00000000000000000001"),
+        ("q3", "1000000.00000000000001"),
+        ("q4", "1000001"),
+        ("q5", "0"),
+    ] {
+        let body = format!(
+            r#"{{"tool":"create_order","request_id":"{request_id}","arguments":{{"sku":"Q","quantity":{quantity}}}}}"#
+        );
+        let (status, problem) = send_raw(&g.router, &body, &[]).await;
+        assert_eq!(
+            (status, problem["code"].clone()),
+            (StatusCode::BAD_REQUEST, json!("INVALID_REQUEST")),
+            "{quantity}"
+        );
+    }
+    let body =
+        r#"{"tool":"create_order","request_id":"q6","arguments":{"sku":"Q","quantity":2.0}}"#;
+    let (status, ran) = send_raw(&g.router, body, &[]).await;
+    assert_eq!(status, StatusCode::OK, "{ran}");
+    assert_eq!(g.runs("create_order"), 1);
+}

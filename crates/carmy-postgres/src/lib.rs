@@ -7,9 +7,13 @@
 //!   database; each registers a lease in `carmy.instances` so that a reservation whose owner died
 //!   reads as interrupted (contract §4).
 //! - [`migrate`] applies the SQL migrations of the repository's `migrations/` folder (embedded at
-//!   build time) with refinery, under a PostgreSQL advisory lock, so replicas starting together
-//!   never race. [`latest_migration_version`] tells readiness checks which version this build
-//!   needs.
+//!   build time) with refinery over one sqlx connection, under a PostgreSQL advisory lock, so
+//!   replicas starting together never race. [`latest_migration_version`] tells readiness checks
+//!   which version this build needs.
+//!
+//! Both connect as sqlx reads the URL, TLS included: `sslmode` (`disable`, `prefer` by default,
+//! `require`, `verify-ca`, `verify-full`, with `sslrootcert`) is honoured with rustls, trusting
+//! the webpki (Mozilla) roots plus `sslrootcert`; `require` never downgrades to plain text.
 //!
 //! The schema is meant to be read by a DBA without this code: text states with CHECK
 //! constraints, a comment on every table, column and view, and the view

@@ -1,6 +1,12 @@
-//! Schema migrations under an advisory lock (contract §8).
+//! Schema migrations under an advisory lock (contract §8), run by refinery over a sqlx
+//! connection.
 
-use tokio_postgres::NoTls;
+use refinery::{Migration, SchemaVersion};
+use refinery_core::traits::r#async::{AsyncMigrate, AsyncQuery, AsyncTransaction};
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{Connection, Executor, Row};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
 
 mod embedded {
     refinery::embed_migrations!("../../migrations");
@@ -15,62 +21,53 @@ mod embedded {
 pub const MIGRATION_LOCK_KEY: i64 = 0x6361_726d_796d_6967;
 
 /// The schema-qualified name of refinery's history table: one row per applied migration, with
-/// its `version` (`int4`), `name`, `applied_on` and `checksum`.
+/// its `version` (`int4`), `name`, `applied_on` (RFC 3339 text) and `checksum` (decimal text).
 pub const MIGRATION_TABLE: &str = "carmy.refinery_schema_history";
 
-/// Query parameters of a database URL that [`migrate`] keeps: those that tokio-postgres
-/// understands and that do not concern TLS (the migration connection never uses TLS).
-const KEPT_URL_PARAMETERS: &[&str] = &[
-    "host",
-    "hostaddr",
-    "port",
-    "user",
-    "password",
-    "dbname",
-    "options",
-    "application_name",
-    "connect_timeout",
-];
-
-/// Why [`migrate`] failed. The texts may contain database messages: for logs, not for callers.
+/// Why [`migrate`] failed. The texts (`{error}`) carry the cause, including the server's own
+/// message (e.g. `database "x" does not exist`) or the system's (e.g. `Connection refused`):
+/// for logs, not for callers.
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
-    /// The URL could not be parsed or the server could not be reached.
+    /// The URL could not be parsed, the server could not be reached, TLS could not be set up as
+    /// the URL's `sslmode` demands, or the server refused the session (unknown database or role,
+    /// failed authentication).
     #[error("cannot connect to PostgreSQL for migrations: {0}")]
-    Connect(#[source] tokio_postgres::Error),
-    /// Taking the advisory lock or creating the `carmy` schema failed.
+    Connect(#[source] sqlx::Error),
+    /// Silencing notices, taking the advisory lock or creating the `carmy` schema failed.
     #[error("cannot prepare migrations: {0}")]
-    Prepare(#[source] tokio_postgres::Error),
+    Prepare(#[source] sqlx::Error),
     /// refinery failed to apply a migration (or found a diverging history); the failed migration's
-    /// transaction was rolled back.
+    /// transaction was rolled back. The text names the migration and the database's message.
     #[error("migration failed: {0}")]
     Migration(#[source] refinery::Error),
     /// Releasing the advisory lock failed after a successful migration (the lock is released
     /// anyway when the connection closes, which happens right after).
     #[error("cannot release the migration lock: {0}")]
-    Unlock(#[source] tokio_postgres::Error),
+    Unlock(#[source] sqlx::Error),
 }
 
 /// The highest version among the migrations embedded in this build (`migrations/V<n>__*.sql`),
-/// e.g. `2`. A database is ready for this build when `max(version)` in [`MIGRATION_TABLE`] is at
+/// e.g. `3`. A database is ready for this build when `max(version)` in [`MIGRATION_TABLE`] is at
 /// least this (contract §7 `/readyz`).
 pub fn latest_migration_version() -> i32 {
     embedded::migrations::runner()
         .get_migrations()
         .iter()
-        .map(refinery::Migration::version)
+        .map(Migration::version)
         .max()
         .unwrap_or(0)
 }
 
 /// Applies the embedded migrations to the database at `database_url` (contract §8).
 ///
-/// `database_url` is a `postgres://user[:password]@host[:port]/dbname[?params]` URL. Query
-/// parameters other than `host`, `hostaddr`, `port`, `user`, `password`, `dbname`, `options`,
-/// `application_name` and `connect_timeout` are dropped first (in particular `sslmode`: this
-/// connection never uses TLS, and refinery-style parsers reject most `sslmode` values).
+/// `database_url` is a `postgres://user[:password]@host[:port]/dbname[?params]` URL, used as
+/// sqlx parses it: every parameter keeps its meaning, `sslmode` included (`disable`, `prefer` —
+/// the default —, `require`, `verify-ca`, `verify-full`, with `sslrootcert` and friends), so the
+/// migration connection is encrypted exactly as the store's.
 ///
-/// On one connection: takes `pg_advisory_lock(`[`MIGRATION_LOCK_KEY`]`)` (waiting, unbounded,
+/// On one connection: sets `client_min_messages = warning` (no `NOTICE` noise such as "schema
+/// already exists"), takes `pg_advisory_lock(`[`MIGRATION_LOCK_KEY`]`)` (waiting, unbounded,
 /// while another process migrates), runs `CREATE SCHEMA IF NOT EXISTS carmy`, applies the pending
 /// migrations with refinery (each in its own transaction, history in [`MIGRATION_TABLE`]),
 /// releases the lock and closes the connection. Several processes may call it at once on the same
@@ -78,45 +75,63 @@ pub fn latest_migration_version() -> i32 {
 /// is a no-op.
 ///
 /// # Errors
-/// [`MigrateError`] when the database cannot be reached, a statement fails, or the applied
-/// history diverges from the embedded migrations (a changed or missing file).
+/// [`MigrateError`] when the database cannot be reached or TLS cannot be set up
+/// ([`MigrateError::Connect`]), a statement fails, or the applied history diverges from the
+/// embedded migrations (a changed or missing file). Its text carries the cause.
 pub async fn migrate(database_url: &str) -> Result<(), MigrateError> {
-    let url = strip_query_parameters(database_url);
-    let (mut client, connection) = tokio_postgres::connect(&url, NoTls)
+    let options: PgConnectOptions = database_url.parse().map_err(MigrateError::Connect)?;
+    let connection = PgConnection::connect_with(&options)
         .await
         .map_err(MigrateError::Connect)?;
-    let driver = tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::warn!(%error, "migration connection ended with an error");
-        }
-    });
+    let mut connection = MigrationConnection { connection };
 
-    let result = migrate_locked(&mut client).await;
-    let unlocked = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK_KEY])
-        .await;
-    drop(client);
-    // The connection task ends once the client is gone; its errors were logged.
-    let _ = driver.await;
+    let mut locked = false;
+    let result = migrate_locked(&mut connection, &mut locked).await;
+    let unlocked = if locked {
+        connection
+            .connection
+            .execute(sqlx::query("SELECT pg_advisory_unlock($1)").bind(MIGRATION_LOCK_KEY))
+            .await
+            .map(drop)
+    } else {
+        Ok(())
+    };
+    // Closing also ends the session, and with it the lock if unlocking failed.
+    if let Err(error) = connection.connection.close().await {
+        tracing::debug!(%error, "migration connection did not close cleanly");
+    }
 
     result?;
     unlocked.map_err(MigrateError::Unlock)?;
     Ok(())
 }
 
-/// Takes the lock and migrates; the caller releases the lock whatever happens.
-async fn migrate_locked(client: &mut tokio_postgres::Client) -> Result<(), MigrateError> {
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK_KEY])
+/// Silences notices, takes the lock (setting `locked`) and migrates; the caller releases the lock
+/// whatever happens.
+async fn migrate_locked(
+    connection: &mut MigrationConnection,
+    locked: &mut bool,
+) -> Result<(), MigrateError> {
+    // `Executor` methods (boxed `Send` futures) throughout: the opaque futures of
+    // `Query::execute` / `RawSql::execute` trip rustc's higher-ranked `Send` check, and this
+    // future must be `Send` (callers spawn it).
+    let session = &mut connection.connection;
+    session
+        .execute(sqlx::raw_sql("SET client_min_messages = warning"))
         .await
         .map_err(MigrateError::Prepare)?;
-    client
-        .batch_execute("CREATE SCHEMA IF NOT EXISTS carmy")
+    session
+        .execute(sqlx::query("SELECT pg_advisory_lock($1)").bind(MIGRATION_LOCK_KEY))
+        .await
+        .map_err(MigrateError::Prepare)?;
+    *locked = true;
+    session
+        .execute(sqlx::raw_sql("CREATE SCHEMA IF NOT EXISTS carmy"))
         .await
         .map_err(MigrateError::Prepare)?;
     let report = embedded::migrations::runner()
         .set_migration_table_name(MIGRATION_TABLE)
-        .run_async(client)
+        .run_async(connection)
         .await
         .map_err(MigrateError::Migration)?;
     for applied in report.applied_migrations() {
@@ -129,23 +144,66 @@ async fn migrate_locked(client: &mut tokio_postgres::Client) -> Result<(), Migra
     Ok(())
 }
 
-/// Drops every query parameter of `url` that is not in [`KEPT_URL_PARAMETERS`].
-fn strip_query_parameters(url: &str) -> String {
-    let Some((base, query)) = url.split_once('?') else {
-        return url.to_owned();
-    };
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|pair| {
-            let name = pair.split_once('=').map_or(*pair, |(name, _)| name);
-            KEPT_URL_PARAMETERS.contains(&name)
-        })
-        .collect();
-    if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
+/// refinery's async driver over one sqlx connection: the connection that holds the advisory
+/// lock, so the lock and the migrations share one session.
+struct MigrationConnection {
+    connection: PgConnection,
+}
+
+impl AsyncTransaction for MigrationConnection {
+    type Error = sqlx::Error;
+
+    /// Runs `queries` (each may hold several statements: the simple query protocol) in one
+    /// transaction; a failure rolls it back.
+    async fn execute<'a, T: Iterator<Item = &'a str> + Send + 'a>(
+        &'a mut self,
+        queries: T,
+    ) -> Result<usize, Self::Error> {
+        let mut transaction = self.connection.begin().await?;
+        let mut count = 0;
+        for query in queries {
+            // `Executor::execute`, not `RawSql::execute`: see `migrate_locked`.
+            transaction.execute(sqlx::raw_sql(query)).await?;
+            count += 1;
+        }
+        transaction.commit().await?;
+        Ok(count)
     }
+}
+
+impl AsyncQuery<Vec<Migration>> for MigrationConnection {
+    /// Runs one of refinery's history queries (`SELECT version, name, applied_on, checksum …`)
+    /// and reads its rows as applied migrations.
+    async fn query<'a>(&'a mut self, query: &'a str) -> Result<Vec<Migration>, Self::Error> {
+        let rows = self.connection.fetch_all(sqlx::raw_sql(query)).await?;
+        rows.iter().map(applied_migration).collect()
+    }
+}
+
+impl AsyncMigrate for MigrationConnection {}
+
+/// Reads one row of [`MIGRATION_TABLE`] (`version, name, applied_on, checksum`).
+///
+/// # Errors
+/// [`sqlx::Error::Decode`] when `applied_on` is not RFC 3339 or `checksum` not a `u64` (a row
+/// not written by refinery).
+fn applied_migration(row: &sqlx::postgres::PgRow) -> Result<Migration, sqlx::Error> {
+    let version: SchemaVersion = row.try_get(0)?;
+    let name: String = row.try_get(1)?;
+    let applied_on: String = row.try_get(2)?;
+    let checksum: String = row.try_get(3)?;
+    let applied_on = OffsetDateTime::parse(&applied_on, &Rfc3339).map_err(|error| {
+        sqlx::Error::Decode(
+            format!("{MIGRATION_TABLE} version {version}: applied_on {applied_on:?}: {error}")
+                .into(),
+        )
+    })?;
+    let checksum = checksum.parse::<u64>().map_err(|error| {
+        sqlx::Error::Decode(
+            format!("{MIGRATION_TABLE} version {version}: checksum {checksum:?}: {error}").into(),
+        )
+    })?;
+    Ok(Migration::applied(version, name, applied_on, checksum))
 }
 
 #[cfg(test)]
@@ -153,32 +211,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn query_string_is_stripped_except_connection_parameters() {
-        assert_eq!(
-            strip_query_parameters("postgres://u@h:5432/db?sslmode=prefer"),
-            "postgres://u@h:5432/db"
-        );
-        assert_eq!(
-            strip_query_parameters("postgres://u@h/db?sslmode=verify-full&host=/run/pg&x=1"),
-            "postgres://u@h/db?host=/run/pg"
-        );
-        assert_eq!(
-            strip_query_parameters("postgres://u@h/db"),
-            "postgres://u@h/db"
-        );
-    }
-
-    #[test]
     fn embedded_migrations_are_numbered_from_one() {
         let runner = embedded::migrations::runner();
         let mut versions: Vec<i32> = runner
             .get_migrations()
             .iter()
-            .map(refinery::Migration::version)
+            .map(Migration::version)
             .collect();
         versions.sort_unstable();
-        assert_eq!(versions, vec![1, 2]);
-        assert_eq!(latest_migration_version(), 2);
+        assert_eq!(versions, vec![1, 2, 3]);
+        assert_eq!(latest_migration_version(), 3);
     }
 
     #[test]
@@ -186,5 +228,17 @@ mod tests {
         assert_eq!(MIGRATION_LOCK_KEY.to_be_bytes(), *b"carmymig");
         assert_eq!(MIGRATION_LOCK_KEY >> 32, 1_667_330_669);
         assert_eq!(MIGRATION_LOCK_KEY & 0xffff_ffff, 2_037_213_543);
+    }
+
+    #[test]
+    fn a_bad_url_is_a_connect_error() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let error = runtime
+            .block_on(migrate("postgres://h/db?sslmode=sometimes"))
+            .unwrap_err();
+        assert!(matches!(error, MigrateError::Connect(_)), "{error:?}");
+        assert!(error.to_string().contains("\"sometimes\""), "{error}");
     }
 }

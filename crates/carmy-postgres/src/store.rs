@@ -8,11 +8,11 @@ use carmy::runtime::{
     ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
     Reservation, StoreError, StoreFuture, StoredRecord,
 };
-use sqlx::postgres::{PgListener, PgPool, PgPoolOptions, PgRow};
-use sqlx::Row;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Connection, Row};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
@@ -112,6 +112,13 @@ const COMPLETE_RECHECK_SQL: &str = "SELECT execution_id, state, outcome FROM car
 /// The highest applied migration; `NULL` when none. Reads [`crate::MIGRATION_TABLE`].
 const READY_SQL: &str = "SELECT max(version) FROM carmy.refinery_schema_history";
 
+/// How long a diagnosis of a pool timeout (see [`Diagnosis`]) is reused before a new probe.
+const DIAGNOSIS_REUSE: Duration = Duration::from_secs(1);
+
+/// The longest a diagnosis probe waits for a direct connection (less when the acquire timeout is
+/// shorter).
+const MAX_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Registers or renews this process's lease. Binds: `$1` instance id, `$2` hostname, `$3` pid,
 /// `$4` lease TTL in milliseconds.
 const LEASE_SQL: &str =
@@ -128,9 +135,11 @@ const RELEASE_SQL: &str =
 /// Settings of a [`PostgresStore`].
 #[derive(Clone, Debug)]
 pub struct PostgresStoreOptions {
-    /// `postgres://user[:password]@host[:port]/dbname[?params]`, as sqlx understands it (TLS is
-    /// not compiled in: use `sslmode=disable` or `prefer`). Ignored by
-    /// [`PostgresStore::from_pool`].
+    /// `postgres://user[:password]@host[:port]/dbname[?params]`, as sqlx understands it.
+    /// `sslmode` selects TLS (rustls): `disable`, `prefer` (the default: TLS when the server
+    /// offers it), `require` (TLS or fail; the certificate is not checked), `verify-ca` /
+    /// `verify-full` (the certificate must chain to `sslrootcert` or a webpki root; `verify-full`
+    /// also checks the host name). Ignored by [`PostgresStore::from_pool`].
     pub database_url: String,
     /// Pool size: at most this many connections at once. Default
     /// [`DEFAULT_MAX_CONNECTIONS`] (10). Ignored by [`PostgresStore::from_pool`].
@@ -179,7 +188,17 @@ impl PostgresStoreOptions {
 /// Migrate the schema with [`crate::migrate`]. A store created before that starts but is not
 /// ready: [`IdempotencyStore::check_ready`] is `Ok` only when `max(version)` in
 /// `carmy.refinery_schema_history` is at least [`crate::latest_migration_version`] and the
-/// instance row is written; otherwise it is [`StoreError::Unavailable`] with the reason.
+/// instance row is written; otherwise it is [`StoreError::Unavailable`] with the reason:
+/// `database unreachable: <cause>` (nothing listening, TLS failure, unknown database or role, …),
+/// `migrations not applied (found version N, need M)` (or `found none`, or `found no table
+/// carmy.refinery_schema_history`), `cannot read carmy.refinery_schema_history: <error>` (e.g. a
+/// permission), or `cannot register the instance lease: <cause>`.
+///
+/// Every [`StoreError::Unavailable`] text carries its cause. When the pool times out waiting
+/// for a new connection, the store makes one direct connection attempt (at most one per second,
+/// bounded by the acquire timeout and 2 s) to tell why, e.g. `pool timed out while waiting for
+/// an open connection: cannot connect to PostgreSQL: error communicating with database:
+/// Connection refused (os error 111)`, or that all pooled connections were busy.
 ///
 /// A background task renews the lease every `lease_ttl / 3` until [`PostgresStore::shutdown`]
 /// or drop; create the store inside a Tokio runtime. Share it as `Arc<PostgresStore>` (or
@@ -189,6 +208,7 @@ pub struct PostgresStore {
     pool: PgPool,
     instance_id: String,
     lease: Arc<Lease>,
+    diagnosis: Arc<Diagnosis>,
     stop: watch::Sender<bool>,
     renewer: Mutex<Option<JoinHandle<()>>>,
     cancels: broadcast::Sender<ExecutionId>,
@@ -206,20 +226,43 @@ impl PostgresStore {
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the options are invalid (zero `max_connections`, a lease
-    /// outside 1 ms ..= 24 h, an empty instance id) or the server cannot be reached within
-    /// `acquire_timeout`.
+    /// outside 1 ms ..= 24 h, an empty instance id), or no session can be opened within
+    /// `acquire_timeout`: the text then carries the cause, e.g. `database "x" does not exist`,
+    /// `Connection refused`, or a TLS failure (a server without TLS under `sslmode=require`, an
+    /// untrusted certificate under `verify-ca` / `verify-full`).
     pub async fn connect(options: PostgresStoreOptions) -> Result<Self, StoreError> {
         if options.max_connections == 0 {
             return Err(StoreError::Unavailable(
                 "max_connections must be at least 1".to_owned(),
             ));
         }
-        let pool = PgPoolOptions::new()
+        let connect: PgConnectOptions = options
+            .database_url
+            .parse()
+            .map_err(|error| StoreError::Unavailable(format!("invalid database URL: {error}")))?;
+        let pool = match PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
-            .connect(&options.database_url)
+            .connect_with(connect.clone())
             .await
-            .map_err(unavailable)?;
+        {
+            Ok(pool) => pool,
+            Err(error) => {
+                let cause = match error {
+                    // The pool retries a refused connection until the timeout and then hides
+                    // why; one direct attempt tells.
+                    error @ sqlx::Error::PoolTimedOut => {
+                        probe(&connect, probe_timeout(options.acquire_timeout))
+                            .await
+                            .unwrap_or_else(|| error.to_string())
+                    }
+                    error => error.to_string(),
+                };
+                return Err(StoreError::Unavailable(format!(
+                    "cannot connect to PostgreSQL: {cause}"
+                )));
+            }
+        };
         Self::from_pool(pool, options).await
     }
 
@@ -246,8 +289,13 @@ impl PostgresStore {
                 "instance_id must not be empty".to_owned(),
             ));
         }
+        let diagnosis = Arc::new(Diagnosis {
+            pool: pool.clone(),
+            last: tokio::sync::Mutex::new(None),
+        });
         let lease = Arc::new(Lease {
             pool: pool.clone(),
+            diagnosis: Arc::clone(&diagnosis),
             instance_id: options.instance_id.clone(),
             hostname: read_hostname(),
             pid: i32::try_from(std::process::id()).ok(),
@@ -255,6 +303,7 @@ impl PostgresStore {
             registered: AtomicBool::new(false),
         });
         if let Err(error) = lease.renew().await {
+            let error = diagnosis.explain(error).await;
             tracing::warn!(
                 %error,
                 instance_id = %options.instance_id,
@@ -274,6 +323,7 @@ impl PostgresStore {
             pool,
             instance_id: options.instance_id,
             lease,
+            diagnosis,
             stop,
             renewer: Mutex::new(Some(renewer)),
             cancels,
@@ -313,12 +363,13 @@ impl PostgresStore {
                 tracing::warn!(%error, "lease renewer ended abnormally");
             }
         }
-        sqlx::query(RELEASE_SQL)
+        let released = sqlx::query(RELEASE_SQL)
             .bind(&self.instance_id)
             .execute(&self.pool)
             .await
-            .map_err(unavailable)?;
-        Ok(())
+            .map(drop)
+            .map_err(Failure::from);
+        self.finish(released).await
     }
 
     async fn reserve_impl(
@@ -326,7 +377,7 @@ impl PostgresStore {
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         intent: &ExecutionIntent,
-    ) -> Result<Reservation, StoreError> {
+    ) -> Result<Reservation, Failure> {
         if !self.lease.registered.load(Ordering::Acquire) {
             // Never reserve without a lease row: others would read the reservation as
             // interrupted.
@@ -343,11 +394,10 @@ impl PostgresStore {
                 .bind(intent.execution_id.as_str())
                 .bind(&self.instance_id)
                 .fetch_optional(&self.pool)
-                .await
-                .map_err(unavailable)?;
+                .await?;
             let existing = match row {
                 Some(row) => {
-                    if row.try_get::<bool, _>("inserted").map_err(unavailable)? {
+                    if row.try_get::<bool, _>("inserted")? {
                         return Ok(Reservation::Reserved);
                     }
                     Some(decode_record(&row)?)
@@ -368,7 +418,8 @@ impl PostgresStore {
         }
         Err(StoreError::Unavailable(
             "reservation conflicted with a row that kept vanishing".to_owned(),
-        ))
+        )
+        .into())
     }
 
     async fn complete_impl(
@@ -376,7 +427,7 @@ impl PostgresStore {
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         result: &ExecutionResult,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), Failure> {
         let outcome = result.to_record_json();
         let error_code = result.error.as_ref().map(|error| error.code.as_str());
         let updated = sqlx::query(COMPLETE_SQL)
@@ -390,8 +441,7 @@ impl PostgresStore {
             .bind(&outcome)
             .bind(error_code)
             .execute(&self.pool)
-            .await
-            .map_err(unavailable)?
+            .await?
             .rows_affected();
         if updated == 1 {
             return Ok(());
@@ -403,12 +453,11 @@ impl PostgresStore {
             .bind(&key.session_id)
             .bind(&key.request_id)
             .fetch_optional(&self.pool)
-            .await
-            .map_err(unavailable)?;
+            .await?;
         if let Some(row) = row {
-            let execution_id: String = row.try_get("execution_id").map_err(unavailable)?;
-            let state: String = row.try_get("state").map_err(unavailable)?;
-            let stored: Option<String> = row.try_get("outcome").map_err(unavailable)?;
+            let execution_id: String = row.try_get("execution_id")?;
+            let state: String = row.try_get("state")?;
+            let stored: Option<String> = row.try_get("outcome")?;
             if execution_id == result.execution_id.as_str()
                 && state != "running"
                 && stored.as_deref() == Some(outcome.as_str())
@@ -418,40 +467,37 @@ impl PostgresStore {
         }
         Err(StoreError::NotOwner {
             execution_id: result.execution_id.clone(),
-        })
+        }
+        .into())
     }
 
-    async fn lookup_impl(&self, key: &IdempotencyKey) -> Result<Option<StoredRecord>, StoreError> {
+    async fn lookup_impl(&self, key: &IdempotencyKey) -> Result<Option<StoredRecord>, Failure> {
         let row = sqlx::query(LOOKUP_SQL)
             .bind(&key.principal)
             .bind(&key.session_id)
             .bind(&key.request_id)
             .fetch_optional(&self.pool)
-            .await
-            .map_err(unavailable)?;
-        row.as_ref().map(decode_record).transpose()
+            .await?;
+        Ok(row.as_ref().map(decode_record).transpose()?)
     }
 
     async fn find_execution_impl(
         &self,
         principal: &str,
         execution_id: &ExecutionId,
-    ) -> Result<Option<ExecutionLookup>, StoreError> {
+    ) -> Result<Option<ExecutionLookup>, Failure> {
         let row = sqlx::query(FIND_EXECUTION_SQL)
             .bind(execution_id.as_str())
             .bind(principal)
             .fetch_optional(&self.pool)
-            .await
-            .map_err(unavailable)?;
+            .await?;
         let Some(row) = row else {
             return Ok(None);
         };
         let key = IdempotencyKey::new(
-            row.try_get::<String, _>("principal").map_err(unavailable)?,
-            row.try_get::<String, _>("session_id")
-                .map_err(unavailable)?,
-            row.try_get::<String, _>("request_id")
-                .map_err(unavailable)?,
+            row.try_get::<String, _>("principal")?,
+            row.try_get::<String, _>("session_id")?,
+            row.try_get::<String, _>("request_id")?,
         );
         Ok(Some(ExecutionLookup {
             key,
@@ -460,32 +506,61 @@ impl PostgresStore {
     }
 
     async fn check_ready_impl(&self) -> Result<(), StoreError> {
-        let applied: Option<i32> = sqlx::query_scalar(READY_SQL)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|error| {
-                StoreError::Unavailable(format!("migrations not readable (not applied?): {error}"))
-            })?;
         let needed = latest_migration_version();
+        let applied: Option<i32> = match sqlx::query_scalar(READY_SQL).fetch_one(&self.pool).await {
+            Ok(applied) => applied,
+            Err(error) => {
+                return Err(StoreError::Unavailable(match ReadFailure::of(&error) {
+                    ReadFailure::NoTable => format!(
+                        "migrations not applied (found no table {}, need version {needed})",
+                        crate::MIGRATION_TABLE
+                    ),
+                    ReadFailure::Unreachable => {
+                        format!(
+                            "database unreachable: {}",
+                            self.diagnosis.explain(error).await
+                        )
+                    }
+                    ReadFailure::Refused => {
+                        format!("cannot read {}: {error}", crate::MIGRATION_TABLE)
+                    }
+                }))
+            }
+        };
         match applied {
             Some(version) if version >= needed => {}
             Some(version) => {
                 return Err(StoreError::Unavailable(format!(
-                    "database schema is at migration {version}, this build needs {needed}"
+                    "migrations not applied (found version {version}, need {needed})"
                 )))
             }
             None => {
                 return Err(StoreError::Unavailable(format!(
-                    "no migration applied, this build needs {needed}"
+                    "migrations not applied (found none, need {needed})"
                 )))
             }
         }
         if !self.lease.registered.load(Ordering::Acquire) {
-            self.lease.renew().await.map_err(|error| {
-                StoreError::Unavailable(format!("cannot register the instance lease: {error}"))
-            })?;
+            if let Err(error) = self.lease.renew().await {
+                return Err(StoreError::Unavailable(format!(
+                    "cannot register the instance lease: {}",
+                    self.diagnosis.explain(error).await
+                )));
+            }
         }
         Ok(())
+    }
+
+    /// Turns the outcome of a `*_impl` method into the trait's: a database error becomes
+    /// [`StoreError::Unavailable`] with its cause ([`Diagnosis::explain`]).
+    async fn finish<T>(&self, outcome: Result<T, Failure>) -> Result<T, StoreError> {
+        match outcome {
+            Ok(value) => Ok(value),
+            Err(Failure::Store(error)) => Err(error),
+            Err(Failure::Database(error)) => {
+                Err(StoreError::Unavailable(self.diagnosis.explain(error).await))
+            }
+        }
     }
 }
 
@@ -505,7 +580,10 @@ impl IdempotencyStore for PostgresStore {
         fingerprint: &'a Fingerprint,
         intent: &'a ExecutionIntent,
     ) -> StoreFuture<'a, Reservation> {
-        Box::pin(self.reserve_impl(key, fingerprint, intent))
+        Box::pin(async move {
+            self.finish(self.reserve_impl(key, fingerprint, intent).await)
+                .await
+        })
     }
 
     fn complete<'a>(
@@ -514,11 +592,14 @@ impl IdempotencyStore for PostgresStore {
         fingerprint: &'a Fingerprint,
         result: &'a ExecutionResult,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(self.complete_impl(key, fingerprint, result))
+        Box::pin(async move {
+            self.finish(self.complete_impl(key, fingerprint, result).await)
+                .await
+        })
     }
 
     fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
-        Box::pin(self.lookup_impl(key))
+        Box::pin(async move { self.finish(self.lookup_impl(key).await).await })
     }
 
     fn find_execution<'a>(
@@ -526,7 +607,10 @@ impl IdempotencyStore for PostgresStore {
         principal: &'a str,
         execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, Option<ExecutionLookup>> {
-        Box::pin(self.find_execution_impl(principal, execution_id))
+        Box::pin(async move {
+            self.finish(self.find_execution_impl(principal, execution_id).await)
+                .await
+        })
     }
 
     fn check_ready(&self) -> StoreFuture<'_, ()> {
@@ -537,13 +621,14 @@ impl IdempotencyStore for PostgresStore {
     /// execution cancels it.
     fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            sqlx::query("SELECT pg_notify($1, $2)")
+            let notified = sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(CANCEL_CHANNEL)
                 .bind(execution_id.as_str())
                 .execute(&self.pool)
                 .await
-                .map_err(unavailable)?;
-            Ok(())
+                .map(drop)
+                .map_err(Failure::from);
+            self.finish(notified).await
         })
     }
 
@@ -578,6 +663,8 @@ async fn listen_for_cancels(
 #[derive(Debug)]
 struct Lease {
     pool: PgPool,
+    /// Explains the renewer's failures in its log lines.
+    diagnosis: Arc<Diagnosis>,
     instance_id: String,
     hostname: Option<String>,
     pid: Option<i32>,
@@ -588,15 +675,14 @@ struct Lease {
 
 impl Lease {
     /// Sets `lease_expires_at = now() + ttl` (inserting the row if it is missing).
-    async fn renew(&self) -> Result<(), StoreError> {
+    async fn renew(&self) -> Result<(), sqlx::Error> {
         sqlx::query(LEASE_SQL)
             .bind(&self.instance_id)
             .bind(self.hostname.as_deref())
             .bind(self.pid)
             .bind(self.ttl_millis)
             .execute(&self.pool)
-            .await
-            .map_err(unavailable)?;
+            .await?;
         self.registered.store(true, Ordering::Release);
         Ok(())
     }
@@ -613,6 +699,7 @@ impl Lease {
                 }
             }
             if let Err(error) = self.renew().await {
+                let error = self.diagnosis.explain(error).await;
                 tracing::warn!(%error, instance_id = %self.instance_id, "lease renewal failed");
             }
         }
@@ -681,9 +768,132 @@ fn decode_record(row: &PgRow) -> Result<StoredRecord, StoreError> {
     })
 }
 
-/// Maps any database error to [`StoreError::Unavailable`]; the text is for logs only.
+/// Maps a database error to [`StoreError::Unavailable`] with its text (for logs only), without
+/// diagnosing a pool timeout: for decoding a row that was already read.
 fn unavailable(error: sqlx::Error) -> StoreError {
     StoreError::Unavailable(error.to_string())
+}
+
+/// Why a `*_impl` method of [`PostgresStore`] failed, before [`PostgresStore::finish`] turns it
+/// into a [`StoreError`].
+#[derive(Debug)]
+enum Failure {
+    /// A statement failed or no connection could be had: [`StoreError::Unavailable`] with the
+    /// cause.
+    Database(sqlx::Error),
+    /// Already decided (not owner, damaged row, …).
+    Store(StoreError),
+}
+
+impl From<sqlx::Error> for Failure {
+    fn from(error: sqlx::Error) -> Self {
+        Self::Database(error)
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Self {
+        Self::Store(error)
+    }
+}
+
+/// How reading the migration history failed, for [`IdempotencyStore::check_ready`].
+#[derive(Debug, PartialEq, Eq)]
+enum ReadFailure {
+    /// The schema or the history table does not exist: nothing was migrated.
+    NoTable,
+    /// No session: the server is down or unreachable, TLS failed, the database or role is
+    /// missing, authentication failed, the server is starting, shutting down or full.
+    Unreachable,
+    /// The server answered with another error (e.g. permission denied).
+    Refused,
+}
+
+impl ReadFailure {
+    /// Classifies an error of [`READY_SQL`] by SQLSTATE: `42P01` undefined table and `3F000`
+    /// invalid schema name are [`ReadFailure::NoTable`]; the classes `08` (connection), `28`
+    /// (authorization), `3D` (catalog name), `53` (resources), `57` (operator intervention) and
+    /// any error without SQLSTATE (I/O, TLS, pool timeout) are [`ReadFailure::Unreachable`].
+    fn of(error: &sqlx::Error) -> Self {
+        let Some(code) = error.as_database_error().and_then(|error| error.code()) else {
+            return Self::Unreachable;
+        };
+        match code.as_ref() {
+            "42P01" | "3F000" => Self::NoTable,
+            code if ["08", "28", "3D", "53", "57"]
+                .iter()
+                .any(|class| code.starts_with(class)) =>
+            {
+                Self::Unreachable
+            }
+            _ => Self::Refused,
+        }
+    }
+}
+
+/// Finds out why the pool timed out: sqlx retries refused connections until the acquire timeout
+/// and then reports only `PoolTimedOut`, hiding the cause ("Connection refused", "too many
+/// clients", …).
+#[derive(Debug)]
+struct Diagnosis {
+    pool: PgPool,
+    /// The last probe's explanation and when it was made: reused for [`DIAGNOSIS_REUSE`], so
+    /// that many failing calls cause one probe. Held during a probe (single flight).
+    last: tokio::sync::Mutex<Option<(Instant, String)>>,
+}
+
+impl Diagnosis {
+    /// The text of `error` for logs, with the cause of a pool timeout appended: the result of
+    /// one direct connection attempt ([`probe`]) made with the pool's connect options, e.g.
+    /// `pool timed out while waiting for an open connection: cannot connect to PostgreSQL: error
+    /// communicating with database: Connection refused (os error 111)`.
+    async fn explain(&self, error: sqlx::Error) -> String {
+        if !matches!(error, sqlx::Error::PoolTimedOut) {
+            return error.to_string();
+        }
+        let mut last = self.last.lock().await;
+        if let Some((at, cause)) = last.as_ref() {
+            if at.elapsed() < DIAGNOSIS_REUSE {
+                return format!("{error}: {cause}");
+            }
+        }
+        let options = self.pool.options();
+        let cause = match probe(
+            &self.pool.connect_options(),
+            probe_timeout(options.get_acquire_timeout()),
+        )
+        .await
+        {
+            Some(cause) => format!("cannot connect to PostgreSQL: {cause}"),
+            None => format!(
+                "a direct connection succeeded, so all {} pooled connections were busy",
+                options.get_max_connections()
+            ),
+        };
+        let text = format!("{error}: {cause}");
+        *last = Some((Instant::now(), cause));
+        text
+    }
+}
+
+/// How long a probe may wait: the acquire timeout, at most [`MAX_PROBE_TIMEOUT`].
+fn probe_timeout(acquire_timeout: Duration) -> Duration {
+    acquire_timeout.min(MAX_PROBE_TIMEOUT)
+}
+
+/// Opens (and closes) one connection with `options`, outside any pool: `None` when it works,
+/// otherwise why not (the error's text, or that no answer came within `timeout`).
+async fn probe(options: &PgConnectOptions, timeout: Duration) -> Option<String> {
+    match tokio::time::timeout(timeout, PgConnection::connect_with(options)).await {
+        Ok(Ok(connection)) => {
+            if let Err(error) = connection.close().await {
+                tracing::debug!(%error, "probe connection did not close cleanly");
+            }
+            None
+        }
+        Ok(Err(error)) => Some(error.to_string()),
+        Err(_) => Some(format!("no answer within {} ms", timeout.as_millis())),
+    }
 }
 
 /// The machine's host name, for operators reading `carmy.instances`; `None` when unknown.

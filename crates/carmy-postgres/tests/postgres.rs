@@ -15,6 +15,7 @@ use carmy_postgres::{
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Row};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -148,9 +149,13 @@ async fn migrate_twice_is_a_noop() {
             .iter()
             .map(|(v, n, _)| (*v, n.as_str()))
             .collect::<Vec<_>>(),
-        vec![(1, "reservations"), (2, "example_orders")]
+        vec![
+            (1, "reservations"),
+            (2, "example_orders"),
+            (3, "document_history")
+        ]
     );
-    assert_eq!(latest_migration_version(), 2);
+    assert_eq!(latest_migration_version(), 3);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -186,7 +191,51 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 2]);
+    assert_eq!(versions, vec![1, 2, 3]);
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_migration_is_rolled_back_and_reported_with_its_cause() {
+    let db = TestDb::migrated().await;
+    let pool = db.pool().await;
+    // Forget versions 2 and 3 while their objects stay: V2 now fails ("already exists").
+    sqlx::query("DELETE FROM carmy.refinery_schema_history WHERE version >= 2")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let error = migrate(&db.url).await.unwrap_err();
+    assert!(matches!(error, MigrateError::Migration(_)), "{error:?}");
+    let text = error.to_string();
+    assert!(
+        text.contains("V2__example_orders")
+            && text.contains("relation \"example_orders\" already exists"),
+        "{text}"
+    );
+    // Its transaction was rolled back (no history row), V3 was not tried, the lock is free.
+    let versions: Vec<i32> = applied_versions(&pool)
+        .await
+        .into_iter()
+        .map(|(v, _, _)| v)
+        .collect();
+    assert_eq!(versions, vec![1]);
+    let locks: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+         AND classid = 1667330669 AND objid = 2037213543",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(locks, 0);
+
+    // A changed file (another checksum) is a diverging history.
+    sqlx::query("UPDATE carmy.refinery_schema_history SET checksum = '1' WHERE version = 1")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let error = migrate(&db.url).await.unwrap_err();
+    assert!(matches!(error, MigrateError::Migration(_)), "{error:?}");
+    assert!(error.to_string().contains("V1__reservations"), "{error}");
     pool.close().await;
 }
 
@@ -195,14 +244,14 @@ async fn schema_is_documented_and_constrained() {
     let db = TestDb::migrated().await;
     let pool = db.pool().await;
 
-    // Every table, view and column of the carmy schema (except refinery's own columns) has a
+    // Every table, view and column of the carmy schema, refinery's history table included, has a
     // comment.
     let undocumented: Vec<String> = sqlx::query_scalar(
         "SELECT c.relname || coalesce('.' || a.attname, '') \
          FROM pg_class c \
          JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'carmy' \
          LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
-         WHERE c.relkind IN ('r', 'v') AND c.relname <> 'refinery_schema_history' \
+         WHERE c.relkind IN ('r', 'v') \
            AND (col_description(c.oid, 0) IS NULL \
                 OR (a.attnum IS NOT NULL AND col_description(c.oid, a.attnum) IS NULL)) \
          ORDER BY 1",
@@ -211,6 +260,20 @@ async fn schema_is_documented_and_constrained() {
     .await
     .unwrap();
     assert_eq!(undocumented, Vec::<String>::new());
+    let history_columns: Vec<String> = sqlx::query_scalar(
+        "SELECT a.attname::text FROM pg_attribute a \
+         WHERE a.attrelid = 'carmy.refinery_schema_history'::regclass \
+           AND a.attnum > 0 AND NOT a.attisdropped \
+           AND col_description(a.attrelid, a.attnum) IS NOT NULL \
+         ORDER BY a.attnum",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        history_columns,
+        vec!["version", "name", "applied_on", "checksum"]
+    );
     let relations: Vec<String> = sqlx::query_scalar(
         "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
          WHERE n.nspname = 'carmy' AND c.relkind IN ('r', 'v') \
@@ -293,6 +356,31 @@ async fn migrate_reports_an_unreachable_server() {
         .await
         .unwrap_err();
     assert!(matches!(error, MigrateError::Connect(_)), "{error:?}");
+    let text = error.to_string();
+    assert!(
+        text.starts_with("cannot connect to PostgreSQL for migrations: ")
+            && text.to_lowercase().contains("connection refused"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_missing_database_is_named_in_the_errors() {
+    let name = format!("carmy_missing_{}", uuid::Uuid::new_v4().simple());
+    let url = with_database(&common::server_url(), &name);
+    let expected = format!("database \"{name}\" does not exist");
+
+    let error = migrate(&url).await.unwrap_err();
+    assert!(matches!(error, MigrateError::Connect(_)), "{error:?}");
+    assert!(error.to_string().contains(&expected), "{error}");
+
+    let mut options = PostgresStoreOptions::new(&url);
+    options.acquire_timeout = Duration::from_millis(500);
+    let reason = assert_unavailable(PostgresStore::connect(options).await);
+    assert!(
+        reason.starts_with("cannot connect to PostgreSQL: ") && reason.contains(&expected),
+        "{reason}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -925,7 +1013,13 @@ async fn check_ready_after_migrate_and_not_before() {
     let db = TestDb::empty().await;
     let store = db.store().await;
     let reason = assert_unavailable(store.check_ready().await);
-    assert!(reason.contains("migrations not readable"), "{reason}");
+    assert_eq!(
+        reason,
+        format!(
+            "migrations not applied (found no table carmy.refinery_schema_history, need version {})",
+            latest_migration_version()
+        )
+    );
     assert_unavailable(
         store
             .reserve(&key("alice", "default", "early"), &fp('a'), &intent("echo"))
@@ -953,14 +1047,28 @@ async fn check_ready_after_migrate_and_not_before() {
     );
 
     // A history behind this build is not ready.
-    sqlx::query("DELETE FROM carmy.refinery_schema_history WHERE version = 2")
+    let latest = latest_migration_version();
+    sqlx::query("DELETE FROM carmy.refinery_schema_history WHERE version = $1")
+        .bind(latest)
         .execute(&pool)
         .await
         .unwrap();
     let reason = assert_unavailable(store.check_ready().await);
     assert_eq!(
         reason,
-        "database schema is at migration 1, this build needs 2"
+        format!(
+            "migrations not applied (found version {}, need {latest})",
+            latest - 1
+        )
+    );
+    sqlx::query("DELETE FROM carmy.refinery_schema_history")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let reason = assert_unavailable(store.check_ready().await);
+    assert_eq!(
+        reason,
+        format!("migrations not applied (found none, need {latest})")
     );
 
     store.shutdown().await.unwrap();
@@ -999,8 +1107,170 @@ async fn an_unreachable_server_is_unavailable() {
     let mut options = PostgresStoreOptions::new("postgres://postgres@127.0.0.1:1/postgres");
     options.acquire_timeout = Duration::from_millis(500);
     let started = Instant::now();
-    assert_unavailable(PostgresStore::connect(options).await);
+    let reason = assert_unavailable(PostgresStore::connect(options).await);
     assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        reason.starts_with("cannot connect to PostgreSQL: ")
+            && reason.to_lowercase().contains("connection refused"),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readiness_tells_an_unreachable_database_from_missing_migrations() {
+    // Nothing listens: the pool times out; the reason says why.
+    let options = PostgresStoreOptions::new("postgres://postgres@127.0.0.1:1/postgres");
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_millis(300))
+        .connect_lazy(&options.database_url)
+        .unwrap();
+    let store = PostgresStore::from_pool(pool, options).await.unwrap();
+    let reason = assert_unavailable(store.check_ready().await);
+    assert!(
+        reason.starts_with("database unreachable: ")
+            && reason.to_lowercase().contains("connection refused"),
+        "{reason}"
+    );
+    let reason = assert_unavailable(
+        store
+            .reserve(&key("alice", "default", "down"), &fp('a'), &intent("echo"))
+            .await,
+    );
+    assert!(
+        reason.to_lowercase().contains("connection refused"),
+        "{reason}"
+    );
+    drop(store);
+
+    // A missing database: the server's own message.
+    let name = format!("carmy_missing_{}", uuid::Uuid::new_v4().simple());
+    let options = PostgresStoreOptions::new(with_database(&common::server_url(), &name));
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_millis(300))
+        .connect_lazy(&options.database_url)
+        .unwrap();
+    let store = PostgresStore::from_pool(pool, options).await.unwrap();
+    let reason = assert_unavailable(store.check_ready().await);
+    assert!(
+        reason.starts_with("database unreachable: ")
+            && reason.contains(&format!("database \"{name}\" does not exist")),
+        "{reason}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS (sslmode)
+// ---------------------------------------------------------------------------------------------
+
+/// `url` with the query parameter `sslmode=<mode>` added.
+fn with_sslmode(url: &str, mode: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}sslmode={mode}")
+}
+
+/// Whether the session of a pooled connection of `pool` uses TLS.
+async fn uses_tls(pool: &PgPool) -> bool {
+    sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Whether the test server accepts TLS (`SHOW ssl`).
+async fn server_has_tls(db: &TestDb) -> bool {
+    let pool = db.pool().await;
+    let ssl: String = sqlx::query_scalar("SHOW ssl")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    ssl == "on"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sslmode_require_encrypts_migrations_and_the_store() {
+    let db = TestDb::empty().await;
+    let url = with_sslmode(&db.url, "require");
+    if !server_has_tls(&db).await {
+        // Never a silent downgrade: without TLS on the server, `require` fails.
+        eprintln!("the test server has ssl = off: checking that sslmode=require fails");
+        let error = migrate(&url).await.unwrap_err();
+        assert!(matches!(error, MigrateError::Connect(_)), "{error:?}");
+        let mut options = PostgresStoreOptions::new(&url);
+        options.acquire_timeout = Duration::from_millis(500);
+        let reason = assert_unavailable(PostgresStore::connect(options).await);
+        assert!(
+            reason.starts_with("cannot connect to PostgreSQL: "),
+            "{reason}"
+        );
+        return;
+    }
+
+    migrate(&url).await.unwrap();
+    let mut options = db.options();
+    options.database_url = url;
+    let store = PostgresStore::connect(options).await.unwrap();
+    assert!(uses_tls(store.pool()).await);
+    store.check_ready().await.unwrap();
+    let key = key("alice", "default", "over-tls");
+    let intent = intent("echo");
+    assert_eq!(
+        store.reserve(&key, &fp('a'), &intent).await.unwrap(),
+        Reservation::Reserved
+    );
+    store
+        .complete(
+            &key,
+            &fp('a'),
+            &result(&key, &intent, ExecutionStatus::Completed, order(7)),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.lookup(&key).await.unwrap().unwrap().state,
+        RecordState::Finished(_)
+    ));
+    store.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sslmode_disable_stays_in_plain_text() {
+    let db = TestDb::empty().await;
+    let url = with_sslmode(&db.url, "disable");
+    migrate(&url).await.unwrap();
+    let mut options = db.options();
+    options.database_url = url;
+    let store = PostgresStore::connect(options).await.unwrap();
+    assert!(!uses_tls(store.pool()).await);
+    store.check_ready().await.unwrap();
+    assert_eq!(
+        store
+            .reserve(&key("alice", "default", "plain"), &fp('a'), &intent("echo"))
+            .await
+            .unwrap(),
+        Reservation::Reserved
+    );
+    store.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sslmode_verify_full_refuses_an_untrusted_certificate() {
+    let db = TestDb::empty().await;
+    if !server_has_tls(&db).await {
+        eprintln!("the test server has ssl = off: nothing to verify");
+        return;
+    }
+    // The test server's certificate (Debian's self-signed snakeoil) chains to no webpki root.
+    let url = with_sslmode(&db.url, "verify-full");
+    let error = migrate(&url).await.unwrap_err();
+    assert!(matches!(error, MigrateError::Connect(_)), "{error:?}");
+    assert!(error.to_string().contains("certificate"), "{error}");
+    let mut options = PostgresStoreOptions::new(&url);
+    options.acquire_timeout = Duration::from_millis(500);
+    let reason = assert_unavailable(PostgresStore::connect(options).await);
+    assert!(reason.contains("certificate"), "{reason}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -2,7 +2,7 @@
 
 use crate::auth::ApiKeys;
 use crate::engine::{Engine, EngineConfig};
-use crate::http::{router, AppState, DEFAULT_MAX_BODY_BYTES};
+use crate::http::{router, AppState, DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
 use crate::memory::InMemoryIdempotencyStore;
 use crate::metrics::Metrics;
 use crate::runtime::IdempotencyStore;
@@ -20,6 +20,9 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// How long, after the drain period, shutdown waits for cancelled executions to be recorded.
 const RECORD_GRACE: Duration = Duration::from_secs(10);
+
+/// How long, after that, shutdown waits for open connections before dropping them.
+const CONNECTION_GRACE: Duration = Duration::from_secs(2);
 
 /// Starts building an application with the in-memory store, no tools and no API keys.
 pub fn app() -> AppBuilder {
@@ -49,6 +52,7 @@ pub struct AppBuilder {
     listen: SocketAddr,
     allow_anonymous_network: bool,
     max_body_bytes: usize,
+    body_timeout: Duration,
 }
 
 impl Default for AppBuilder {
@@ -61,6 +65,7 @@ impl Default for AppBuilder {
             listen: DEFAULT_LISTEN.parse().expect("the default address parses"),
             allow_anonymous_network: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
         }
     }
 }
@@ -121,6 +126,14 @@ impl AppBuilder {
         self
     }
 
+    /// Sets how long a request body may take to arrive once its headers did (default 30 s);
+    /// slower bodies get 408.
+    #[must_use]
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout;
+        self
+    }
+
     /// Builds the application without serving it.
     ///
     /// # Errors
@@ -147,6 +160,7 @@ impl AppBuilder {
             engine: Arc::clone(&engine),
             keys: Arc::new(self.keys),
             max_body_bytes: self.max_body_bytes,
+            body_timeout: self.body_timeout,
         });
         Ok(App {
             engine,
@@ -222,13 +236,24 @@ impl App {
             })
         };
         tracing::info!(address = %listener.local_addr()?, "serving");
-        axum::serve(listener, self.router)
-            .with_graceful_shutdown(async move {
+        let server = axum::serve(listener, self.router).with_graceful_shutdown({
+            let stopping = stopping.clone();
+            async move {
                 shutdown.await;
                 tracing::info!("shutting down: no new connections; draining executions");
                 stopping.cancel();
-            })
-            .await?;
+            }
+        });
+        // A client that never finishes its request must not hold the process forever: once
+        // executions had their drain period and grace, open connections are dropped.
+        let give_up = self.engine.drain_period() + RECORD_GRACE + CONNECTION_GRACE;
+        tokio::select! {
+            served = server => served?,
+            () = async {
+                stopping.cancelled().await;
+                tokio::time::sleep(give_up).await;
+            } => tracing::warn!("connections still open after the drain; closing them"),
+        }
         if let Err(error) = drain.await {
             tracing::error!(%error, "drain task failed");
         }

@@ -253,6 +253,11 @@ impl Engine {
         self.tools.iter()
     }
 
+    /// How long shutdown lets running executions finish.
+    pub fn drain_period(&self) -> Duration {
+        self.config.drain_period
+    }
+
     /// The process metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
@@ -442,7 +447,7 @@ impl Engine {
         }
         let (status, data, error) = tokio::select! {
             outcome = tokio::time::timeout(deadline, run) => match outcome {
-                Ok(Ok(Ok(data))) => self.check_size(data),
+                Ok(Ok(Ok(data))) => self.check_recordable(data),
                 Ok(Ok(Err(tool_error))) => (
                     ExecutionStatus::Failed,
                     Value::Null,
@@ -495,22 +500,51 @@ impl Engine {
         }
     }
 
-    fn check_size(&self, data: Value) -> (ExecutionStatus, Value, Option<ExecutionError>) {
-        let size = serde_json::to_vec(&data).map_or(usize::MAX, |bytes| bytes.len());
-        if size > self.config.max_result_bytes {
-            return (
+    /// Admits a tool's value as a `completed` outcome only if it can be recorded and replayed
+    /// exactly (contract §4): at most [`EngineConfig::max_result_bytes`] of JSON
+    /// (`RESULT_TOO_LARGE` otherwise), and reading its stored text back gives the same value
+    /// (`RESULT_NOT_RECORDABLE` otherwise: serde_json gives a few member names a special meaning
+    /// and bounds nesting depth when reading, so such a value would replay differently or not at
+    /// all). Either failure is itself recorded as `failed` and replayed.
+    fn check_recordable(&self, data: Value) -> (ExecutionStatus, Value, Option<ExecutionError>) {
+        let failed = |code: &str, message: String| {
+            (
                 ExecutionStatus::Failed,
                 Value::Null,
                 Some(ExecutionError {
-                    code: "RESULT_TOO_LARGE".into(),
-                    message: format!(
-                        "the result is {size} bytes of JSON; the limit is {} bytes",
-                        self.config.max_result_bytes
-                    ),
+                    code: code.into(),
+                    message,
                 }),
+            )
+        };
+        let Ok(text) = serde_json::to_string(&data) else {
+            return failed(
+                "RESULT_NOT_RECORDABLE",
+                "the result cannot be written as JSON".into(),
+            );
+        };
+        if text.len() > self.config.max_result_bytes {
+            return failed(
+                "RESULT_TOO_LARGE",
+                format!(
+                    "the result is {} bytes of JSON; the limit is {} bytes",
+                    text.len(),
+                    self.config.max_result_bytes
+                ),
             );
         }
-        (ExecutionStatus::Completed, data, None)
+        // A record nests `data` one level down, as this probe does.
+        #[derive(serde::Deserialize)]
+        struct Probe {
+            data: Value,
+        }
+        match serde_json::from_str::<Probe>(&format!(r#"{{"data":{text}}}"#)) {
+            Ok(probe) if probe.data == data => (ExecutionStatus::Completed, data, None),
+            _ => failed(
+                "RESULT_NOT_RECORDABLE",
+                "the result would not read back unchanged (reserved member names or nesting deeper than 126 levels)".into(),
+            ),
+        }
     }
 
     /// Records the outcome, telling the waiting caller after the first attempt (`Some` when it

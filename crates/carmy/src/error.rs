@@ -34,6 +34,9 @@ pub enum ApiError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// 408 `REQUEST_TIMEOUT`: the body did not arrive within the body timeout.
+    #[error("the request body did not arrive in time")]
+    RequestTimeout,
     /// 415 `UNSUPPORTED_MEDIA_TYPE`: the body is not declared `application/json`.
     #[error("the request body must be sent with Content-Type: application/json")]
     UnsupportedMediaType,
@@ -101,6 +104,7 @@ impl ApiError {
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::IdempotencyConflict { .. }
             | Self::ExecutionUncertain { .. }
@@ -122,6 +126,7 @@ impl ApiError {
             Self::NotFound(_) => "NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
+            Self::RequestTimeout => "REQUEST_TIMEOUT",
             Self::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
             Self::IdempotencyConflict { .. } => "IDEMPOTENCY_CONFLICT",
             Self::ExecutionUncertain { .. } | Self::RecordingPending { .. } => {
@@ -143,6 +148,7 @@ impl ApiError {
             Self::NotFound(_) => "Not found",
             Self::MethodNotAllowed => "Method not allowed",
             Self::PayloadTooLarge { .. } => "Payload too large",
+            Self::RequestTimeout => "Request timeout",
             Self::UnsupportedMediaType => "Unsupported media type",
             Self::IdempotencyConflict { .. } => "Idempotency conflict",
             Self::ExecutionUncertain { .. } | Self::RecordingPending { .. } => {

@@ -140,27 +140,26 @@ impl ExactDecimal {
             Some(rest) => (true, rest),
             None => (false, text),
         };
-        let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
-            Some(at) => (
-                &unsigned[..at],
-                unsigned[at + 1..]
-                    .trim_start_matches('+')
-                    .parse::<i64>()
-                    .ok()?,
-            ),
-            None => (unsigned, 0),
+        let (mantissa, exponent_text) = match unsigned.find(['e', 'E']) {
+            Some(at) => (&unsigned[..at], Some(&unsigned[at + 1..])),
+            None => (unsigned, None),
         };
         let (integer, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
         let all_digits = format!("{integer}{fraction}");
-        let mut exponent = exponent.checked_sub(i64::try_from(fraction.len()).ok()?)?;
         let trimmed_leading = all_digits.trim_start_matches('0');
         if trimmed_leading.is_empty() {
+            // Zero, whatever its exponent (even one beyond 64 bits).
             return Some(Self {
                 negative: false,
                 digits: "0".to_owned(),
                 exponent: 0,
             });
         }
+        let exponent = match exponent_text {
+            Some(text) => text.trim_start_matches('+').parse::<i64>().ok()?,
+            None => 0,
+        };
+        let mut exponent = exponent.checked_sub(i64::try_from(fraction.len()).ok()?)?;
         let digits = trimmed_leading.trim_end_matches('0');
         exponent =
             exponent.checked_add(i64::try_from(trimmed_leading.len() - digits.len()).ok()?)?;
@@ -204,6 +203,18 @@ mod tests {
         assert_eq!(ExactDecimal::parse("1200").unwrap().to_string(), "12e2");
         assert_eq!(ExactDecimal::parse("0.0012").unwrap().to_string(), "12e-4");
         assert_eq!(ExactDecimal::parse("1e99999999999999999999"), None);
+        assert_eq!(
+            ExactDecimal::parse("0e99999999999999999999")
+                .unwrap()
+                .to_string(),
+            "0e0"
+        );
+        assert_eq!(
+            ExactDecimal::parse("-0.0E-99999999999999999999")
+                .unwrap()
+                .to_string(),
+            "0e0"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::outcome::ExecutionId;
 use crate::runtime::RecordState;
 use crate::strict_json;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -21,10 +21,15 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 /// Default limit of a request body, in bytes (2 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
+/// Default limit on receiving a request body once its headers arrived (30 s): a client that
+/// trickles or stalls its body gets 408 instead of holding a connection (and shutdown) forever.
+pub const DEFAULT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Shared state of every handler.
 #[derive(Clone)]
@@ -32,11 +37,13 @@ pub(crate) struct AppState {
     pub(crate) engine: Arc<Engine>,
     pub(crate) keys: Arc<ApiKeys>,
     pub(crate) max_body_bytes: usize,
+    pub(crate) body_timeout: std::time::Duration,
 }
 
 /// Builds the router of contract §7 over `state`.
 pub(crate) fn router(state: AppState) -> Router {
     let max_body_bytes = state.max_body_bytes;
+    let body_timeout = state.body_timeout;
     Router::new()
         .route("/v1/executions", post(create_execution))
         .route("/v1/executions/{execution_id}", get(get_execution))
@@ -51,6 +58,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .layer(CatchPanicLayer::custom(
             |_panic: Box<dyn std::any::Any + Send>| {
                 tracing::error!("a request handler panicked");
@@ -68,10 +76,12 @@ impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let authorization = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .map(HeaderValue::as_bytes);
+        let mut values = parts.headers.get_all(header::AUTHORIZATION).iter();
+        let authorization = values.next().map(HeaderValue::as_bytes);
+        if values.next().is_some() {
+            // Two credentials are ambiguous: refuse rather than pick one.
+            return Err(ApiError::Unauthorized);
+        }
         state
             .keys
             .authenticate(authorization)
@@ -87,13 +97,24 @@ impl FromRequestParts<AppState> for Principal {
 struct ExecutionRequest {
     tool: String,
     arguments: Box<RawValue>,
-    #[serde(default)]
+    /// Absent means no replay protection; `null` is refused like any non-string (contract §2).
+    #[serde(default, deserialize_with = "present_string")]
     request_id: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present_string")]
     session_id: Option<String>,
     #[serde(default)]
     metadata: Option<Box<RawValue>>,
 }
+
+/// A member that, when present, must be a string (`null` included in what is refused).
+fn present_string<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    String::deserialize(deserializer).map(Some)
+}
+
+/// Longest tool name accepted, in bytes.
+const MAX_TOOL_NAME_BYTES: usize = 255;
 
 /// Longest part of a parser message echoed back, in bytes.
 const MAX_DETAIL_BYTES: usize = 300;
@@ -132,8 +153,8 @@ fn is_json_content_type(headers: &HeaderMap) -> bool {
 /// nothing (contract §3).
 fn validate_call(principal: String, body: &[u8]) -> Result<ValidatedCall, ApiError> {
     let request: ExecutionRequest = serde_json::from_slice(body).map_err(invalid)?;
-    if request.tool.is_empty() {
-        return Err(invalid("tool must not be empty"));
+    if request.tool.is_empty() || request.tool.len() > MAX_TOOL_NAME_BYTES {
+        return Err(invalid("tool must be 1 to 255 bytes long"));
     }
     if let Some(request_id) = &request.request_id {
         validate_identifier("request_id", request_id).map_err(invalid)?;
@@ -169,6 +190,18 @@ fn validate_call(principal: String, body: &[u8]) -> Result<ValidatedCall, ApiErr
     })
 }
 
+/// Whether reading the body failed because [`RequestBodyTimeoutLayer`] cut it off.
+fn is_body_timeout(rejection: &BytesRejection) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(rejection);
+    while let Some(error) = source {
+        if error.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
 fn json_response(status: StatusCode, body: String) -> Response {
     (
         status,
@@ -192,6 +225,8 @@ async fn create_execution(
             ApiError::PayloadTooLarge {
                 limit: state.max_body_bytes,
             }
+        } else if is_body_timeout(&rejection) {
+            ApiError::RequestTimeout
         } else {
             invalid(rejection.body_text())
         }
@@ -207,10 +242,22 @@ async fn create_execution(
     ))
 }
 
-/// An execution id from a path; anything longer than an id could be is simply not found.
-fn execution_id_from_path(text: String) -> Result<ExecutionId, ApiError> {
-    if text.len() > 64 {
-        return Err(ApiError::NotFound("no such execution".into()));
+/// An execution id from a path. Ids are ASCII letters, digits, `_` and `-`, at most 64 bytes;
+/// anything else (including text that is not UTF-8) cannot name an execution: 404.
+fn execution_id_from_path(
+    path: Result<Path<String>, PathRejection>,
+) -> Result<ExecutionId, ApiError> {
+    let not_found = || ApiError::NotFound("no such execution".into());
+    let Ok(Path(text)) = path else {
+        return Err(not_found());
+    };
+    let plausible = !text.is_empty()
+        && text.len() <= 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !plausible {
+        return Err(not_found());
     }
     Ok(ExecutionId::from_stored(text))
 }
@@ -231,7 +278,7 @@ struct InFlightBody<'a> {
 async fn get_execution(
     State(state): State<AppState>,
     Principal(principal): Principal,
-    Path(execution_id): Path<String>,
+    execution_id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let execution_id = execution_id_from_path(execution_id)?;
     let found = state
@@ -263,7 +310,7 @@ async fn get_execution(
 async fn cancel_execution(
     State(state): State<AppState>,
     Principal(principal): Principal,
-    Path(execution_id): Path<String>,
+    execution_id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let execution_id = execution_id_from_path(execution_id)?;
     match state.engine.cancel(&principal, &execution_id).await? {

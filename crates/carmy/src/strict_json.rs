@@ -16,6 +16,10 @@ use std::fmt;
 /// feature); a caller's object may not use it.
 const RESERVED_NUMBER_MEMBER: &str = "$serde_json::private::Number";
 
+/// The member name `serde_json` uses internally for raw JSON text (its `raw_value` feature): a
+/// stored value holding it would read back as the parsed text, so a caller's object may not use it.
+const RESERVED_RAW_MEMBER: &str = "$serde_json::private::RawValue";
+
 /// Why a value was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum StrictJsonError {
@@ -147,6 +151,11 @@ impl<'de> Visitor<'de> for StrictVisitor {
                 return Ok(Value::Number(number));
             }
             first = false;
+            if name == RESERVED_RAW_MEMBER {
+                return Err(de::Error::custom(format!(
+                    "member name {RESERVED_RAW_MEMBER:?} is reserved"
+                )));
+            }
             if object.contains_key(&name) {
                 return Err(de::Error::custom(format!(
                     "duplicate member name {name:?} in an object"
@@ -224,6 +233,8 @@ mod tests {
         assert!(parse(r#"{"\u0024serde_json::private::Number":"5"}"#).is_err());
         assert!(parse(r#"{"$serde_json::private::Number":5}"#).is_err());
         assert!(parse(r#"{"a":1,"$serde_json::private::Number":"5"}"#).is_err());
+        assert!(parse(r#"{"$serde_json::private::RawValue":"[1,2]"}"#).is_err());
+        assert!(parse(r#"{"a":{"\u0024serde_json::private::RawValue":"{}"}}"#).is_err());
     }
 
     #[test]

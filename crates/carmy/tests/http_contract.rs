@@ -130,6 +130,14 @@ fn harness(capacity: usize) -> Harness {
             json!({"type": "object"}),
             |_c, _a| async move { Err(ToolError::new("TOOL_ERROR", "boom")) },
         ))
+        .tool(FnTool::new(
+            "reserved",
+            json!({"type": "object"}),
+            |_c, _a| async move {
+                // A value serde_json would read back as the parsed text `[1]`.
+                Ok(json!({"$serde_json::private::RawValue": "[1]"}))
+            },
+        ))
         .build()
         .unwrap();
     Harness {
@@ -413,4 +421,36 @@ async fn cancel_records_cancelled_and_leaves_finished_records_alone() {
         (StatusCode::NOT_FOUND, json!("NOT_FOUND"))
     );
     assert_eq!(h.app.engine().metrics().tool_runs("wait"), 1);
+}
+
+#[tokio::test]
+async fn results_that_would_not_read_back_unchanged_are_recorded_as_failed() {
+    let h = harness(10);
+    let (status, first) = post(&h.router, call("reserved", json!({}), "unrecordable")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(first["status"], "failed");
+    assert_eq!(first["error"]["code"], "RESULT_NOT_RECORDABLE");
+    assert_eq!(first["data"], Value::Null);
+    let (status, replay) = post(&h.router, call("reserved", json!({}), "unrecordable")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(replay["replayed"], true);
+    assert_eq!(replay["error"], first["error"]);
+    assert_eq!(h.app.engine().metrics().tool_runs("reserved"), 1);
+
+    // 126 levels of nesting read back; 127 (one more inside the record) would not.
+    let nest = |depth: usize| -> Value {
+        let text = format!("{}1{}", r#"{"a":"#.repeat(depth), "}".repeat(depth));
+        serde_json::from_str(&text).unwrap()
+    };
+    let (status, fits) = post(&h.router, call("echo", nest(126), "deep-126")).await;
+    assert_eq!(
+        (status, fits["status"].clone()),
+        (StatusCode::OK, json!("completed")),
+        "{fits}"
+    );
+    let (status, too_deep) = post(&h.router, call("echo", nest(127), "deep-127")).await;
+    assert_eq!(
+        (status, too_deep["error"]["code"].clone()),
+        (StatusCode::OK, json!("RESULT_NOT_RECORDABLE"))
+    );
 }

@@ -145,6 +145,11 @@ impl Replica {
         self.child = Some(child);
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// SIGKILL: the process dies without draining or ending its lease.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
