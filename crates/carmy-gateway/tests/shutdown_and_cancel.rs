@@ -146,3 +146,38 @@ async fn cancel_reaches_the_replica_that_runs_the_execution() {
     drop((a, b));
     db.drop_db().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stalled_clients_neither_hang_requests_nor_shutdown() {
+    use std::io::Write;
+    let mut gateway = Replica::start(
+        "stalled",
+        &[("CARMY_BODY_TIMEOUT_MS", "300"), ("CARMY_DRAIN_MS", "200")],
+    );
+    let address = gateway.base.trim_start_matches("http://").to_owned();
+
+    // A body that never completes gets 408 once the body timeout passes.
+    let mut slow = std::net::TcpStream::connect(&address).unwrap();
+    slow.write_all(b"POST /v1/executions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"tool\"")
+        .unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut answer = vec![0u8; 4096];
+    let read = std::io::Read::read(&mut slow, &mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]).to_string();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("application/problem+json"), "{answer}");
+    assert!(answer.contains("REQUEST_TIMEOUT"), "{answer}");
+
+    // A client stuck in its headers does not keep the process alive after SIGTERM.
+    let mut stuck = std::net::TcpStream::connect(&address).unwrap();
+    stuck
+        .write_all(b"POST /v1/executions HTTP/1.1\r\nAuthor")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        gateway.terminate(),
+        "exits (cleanly) despite the stuck connection"
+    );
+    drop(stuck);
+}
