@@ -163,7 +163,8 @@ async fn migrate_twice_is_a_noop() {
     // The advisory lock is released after migrating.
     let locks: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
-         AND classid = 1667330669 AND objid = 2037213543",
+         AND classid = 1667330669 AND objid = 2037213543 \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
     )
     .fetch_one(&pool)
     .await
@@ -221,7 +222,8 @@ async fn a_failing_migration_is_rolled_back_and_reported_with_its_cause() {
     assert_eq!(versions, vec![1]);
     let locks: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
-         AND classid = 1667330669 AND objid = 2037213543",
+         AND classid = 1667330669 AND objid = 2037213543 \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
     )
     .fetch_one(&pool)
     .await
