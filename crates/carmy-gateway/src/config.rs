@@ -98,6 +98,21 @@ pub struct Config {
     )]
     pub lease_ttl_ms: u64,
 
+    /// Finished records kept in this process's replay cache (PostgreSQL only; 0 disables it).
+    /// Replays and conflicts of cached records need no database round trip.
+    #[arg(long, env = "CARMY_REPLAY_CACHE_ENTRIES", default_value_t = carmy::cache::DEFAULT_CACHE_ENTRIES, global = true)]
+    pub replay_cache_entries: u64,
+
+    /// How long a cached record is served (ms) before the database is asked again; bounds how
+    /// long an operator's SQL change to a finished row can go unseen by this process.
+    #[arg(
+        long,
+        env = "CARMY_REPLAY_CACHE_TTL_MS",
+        default_value_t = 60_000,
+        global = true
+    )]
+    pub replay_cache_ttl_ms: u64,
+
     /// Log format.
     #[arg(long, env = "CARMY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,

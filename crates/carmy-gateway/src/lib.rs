@@ -11,6 +11,7 @@ pub mod orders;
 pub mod tools;
 
 use carmy::auth::ApiKeys;
+use carmy::cache::ReplayCache;
 use carmy::engine::EngineConfig;
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::runtime::IdempotencyStore;
@@ -97,8 +98,17 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
                         .map_err(|error| GatewayError::Database(error.to_string()))?,
                 );
                 tracing::info!(instance_id = store.instance_id(), "using PostgreSQL");
+                let shared: Arc<dyn IdempotencyStore> = if config.replay_cache_entries > 0 {
+                    Arc::new(ReplayCache::new(
+                        Arc::clone(&store) as Arc<dyn IdempotencyStore>,
+                        config.replay_cache_entries,
+                        Duration::from_millis(config.replay_cache_ttl_ms),
+                    ))
+                } else {
+                    Arc::clone(&store) as Arc<dyn IdempotencyStore>
+                };
                 (
-                    Arc::clone(&store) as Arc<dyn IdempotencyStore>,
+                    shared,
                     Arc::new(PostgresOrderBook::new(pool)) as Arc<dyn OrderBook>,
                     Some(store),
                 )

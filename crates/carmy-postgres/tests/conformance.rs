@@ -63,3 +63,21 @@ async fn fresh_store() -> Arc<dyn IdempotencyStore> {
 }
 
 carmy::store_conformance_tests!(fresh_store);
+
+/// The same suite through the replay cache the gateway puts in front of `PostgresStore`.
+mod through_the_replay_cache {
+    use carmy::cache::ReplayCache;
+    use carmy::runtime::IdempotencyStore;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    async fn fresh_cached_store() -> Arc<dyn IdempotencyStore> {
+        Arc::new(ReplayCache::new(
+            super::fresh_store().await,
+            100,
+            Duration::from_secs(60),
+        ))
+    }
+
+    carmy::store_conformance_tests!(fresh_cached_store);
+}

@@ -31,6 +31,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod cache;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod engine;

@@ -43,3 +43,139 @@ async fn full_store_refuses_new_identities_only_and_never_evicts() {
     assert_eq!(store.len(), 2);
     assert_eq!(store.capacity(), 2);
 }
+
+/// The conformance suite again, through the replay cache.
+mod through_the_replay_cache {
+    use carmy::cache::ReplayCache;
+    use carmy::memory::InMemoryIdempotencyStore;
+    use carmy::runtime::IdempotencyStore;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    async fn fresh_store() -> Arc<dyn IdempotencyStore> {
+        Arc::new(ReplayCache::new(
+            Arc::new(InMemoryIdempotencyStore::default()),
+            100,
+            Duration::from_secs(60),
+        ))
+    }
+
+    carmy::store_conformance_tests!(fresh_store);
+}
+
+/// A store that counts the reservations that reach it.
+struct Counting {
+    inner: InMemoryIdempotencyStore,
+    reserves: std::sync::atomic::AtomicUsize,
+}
+
+impl IdempotencyStore for Counting {
+    fn reserve<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a carmy::fingerprint::Fingerprint,
+        intent: &'a ExecutionIntent,
+    ) -> carmy::runtime::StoreFuture<'a, Reservation> {
+        self.reserves
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.reserve(key, fingerprint, intent)
+    }
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a carmy::fingerprint::Fingerprint,
+        result: &'a carmy::ExecutionResult,
+    ) -> carmy::runtime::StoreFuture<'a, ()> {
+        self.inner.complete(key, fingerprint, result)
+    }
+    fn lookup<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+    ) -> carmy::runtime::StoreFuture<'a, Option<carmy::runtime::StoredRecord>> {
+        self.inner.lookup(key)
+    }
+    fn find_execution<'a>(
+        &'a self,
+        principal: &'a str,
+        execution_id: &'a ExecutionId,
+    ) -> carmy::runtime::StoreFuture<'a, Option<carmy::runtime::ExecutionLookup>> {
+        self.inner.find_execution(principal, execution_id)
+    }
+    fn check_ready(&self) -> carmy::runtime::StoreFuture<'_, ()> {
+        self.inner.check_ready()
+    }
+}
+
+#[tokio::test]
+async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
+    use carmy::cache::ReplayCache;
+    use carmy::{ExecutionResult, ExecutionStatus};
+    use std::sync::atomic::Ordering;
+    let counting = Arc::new(Counting {
+        inner: InMemoryIdempotencyStore::default(),
+        reserves: 0.into(),
+    });
+    let cache = ReplayCache::new(counting.clone(), 100, std::time::Duration::from_secs(60));
+    let key = IdempotencyKey::new("p", "s", "cached");
+    let f = fingerprint("echo", &json!({"a": 1}), None).unwrap();
+    let other = fingerprint("echo", &json!({"a": 2}), None).unwrap();
+    let intent = ExecutionIntent {
+        execution_id: ExecutionId::generate(),
+        tool: "echo".into(),
+    };
+    let fresh = || ExecutionIntent {
+        execution_id: ExecutionId::generate(),
+        tool: "echo".into(),
+    };
+    assert_eq!(
+        cache.reserve(&key, &f, &intent).await.unwrap(),
+        Reservation::Reserved
+    );
+    // running: not cached, every attempt reaches the store
+    assert!(matches!(
+        cache.reserve(&key, &f, &fresh()).await.unwrap(),
+        Reservation::Uncertain { .. }
+    ));
+    assert!(matches!(
+        cache.reserve(&key, &f, &fresh()).await.unwrap(),
+        Reservation::Uncertain { .. }
+    ));
+    assert_eq!(counting.reserves.load(Ordering::SeqCst), 3);
+    let now = chrono::Utc::now();
+    let result = ExecutionResult {
+        execution_id: intent.execution_id.clone(),
+        status: ExecutionStatus::Completed,
+        data: json!({"a": 1}),
+        error: None,
+        tool: "echo".into(),
+        request_id: Some("cached".into()),
+        session_id: "s".into(),
+        started_at: now,
+        finished_at: now,
+    };
+    cache.complete(&key, &f, &result).await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(
+            cache.reserve(&key, &f, &fresh()).await.unwrap(),
+            Reservation::Replay(result.clone())
+        );
+        assert_eq!(
+            cache.reserve(&key, &other, &fresh()).await.unwrap(),
+            Reservation::Conflict {
+                execution_id: intent.execution_id.clone()
+            }
+        );
+    }
+    assert_eq!(
+        counting.reserves.load(Ordering::SeqCst),
+        3,
+        "finished answers came from the cache"
+    );
+    // another principal's identical request_id is not served from this entry
+    let stranger = IdempotencyKey::new("q", "s", "cached");
+    assert_eq!(
+        cache.reserve(&stranger, &f, &fresh()).await.unwrap(),
+        Reservation::Reserved
+    );
+    assert_eq!(counting.reserves.load(Ordering::SeqCst), 4);
+}

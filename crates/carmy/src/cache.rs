@@ -1,0 +1,145 @@
+//! A bounded in-process cache of finished records in front of another store.
+//!
+//! A finished record never changes (contract §4), so a replica may answer replays and conflicts
+//! for it without a database round trip. Only finished records are cached: an identity that is
+//! vacant, running or interrupted always goes to the store, and the fingerprint is compared on
+//! every cached answer exactly as the store would (contract §3).
+//!
+//! An operator who deletes or rewrites a finished row with SQL sees the change on a replica only
+//! after the entry expires (the time to live), or at once with the cache disabled.
+
+use crate::fingerprint::Fingerprint;
+use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::runtime::{
+    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, RecordState, Reservation,
+    StoreFuture, StoredRecord,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Records whose stored JSON is larger than this (bytes) are not cached, so the cache's memory
+/// stays within `entries × 8 KiB`.
+pub const MAX_CACHED_RECORD_BYTES: usize = 8 * 1024;
+
+/// Default number of cached records.
+pub const DEFAULT_CACHE_ENTRIES: u64 = 10_000;
+
+/// Default time a cached record is served before the store is asked again.
+pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(60);
+
+struct CachedRecord {
+    fingerprint: Fingerprint,
+    result: ExecutionResult,
+}
+
+/// An [`IdempotencyStore`] that serves finished records from memory and delegates the rest.
+pub struct ReplayCache {
+    inner: Arc<dyn IdempotencyStore>,
+    records: moka::sync::Cache<IdempotencyKey, Arc<CachedRecord>>,
+}
+
+impl ReplayCache {
+    /// Caches at most `entries` finished records of `inner`, each for at most `ttl`.
+    pub fn new(inner: Arc<dyn IdempotencyStore>, entries: u64, ttl: Duration) -> Self {
+        Self {
+            inner,
+            records: moka::sync::Cache::builder()
+                .max_capacity(entries)
+                .time_to_live(ttl)
+                .build(),
+        }
+    }
+
+    /// How many records are cached now (approximate while inserts are pending).
+    pub fn len(&self) -> u64 {
+        self.records.entry_count()
+    }
+
+    /// True when nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn remember(&self, key: &IdempotencyKey, fingerprint: &Fingerprint, result: &ExecutionResult) {
+        if result.to_record_json().len() <= MAX_CACHED_RECORD_BYTES {
+            self.records.insert(
+                key.clone(),
+                Arc::new(CachedRecord {
+                    fingerprint: fingerprint.clone(),
+                    result: result.clone(),
+                }),
+            );
+        }
+    }
+
+    fn cached(&self, key: &IdempotencyKey) -> Option<StoredRecord> {
+        self.records.get(key).map(|cached| StoredRecord {
+            execution_id: cached.result.execution_id.clone(),
+            fingerprint: cached.fingerprint.clone(),
+            tool: cached.result.tool.clone(),
+            state: RecordState::Finished(cached.result.clone()),
+        })
+    }
+}
+
+impl IdempotencyStore for ReplayCache {
+    fn reserve<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        intent: &'a ExecutionIntent,
+    ) -> StoreFuture<'a, Reservation> {
+        Box::pin(async move {
+            if let Some(record) = self.cached(key) {
+                return Ok(Reservation::for_existing(record, fingerprint));
+            }
+            let reservation = self.inner.reserve(key, fingerprint, intent).await?;
+            if let Reservation::Replay(result) = &reservation {
+                self.remember(key, fingerprint, result);
+            }
+            Ok(reservation)
+        })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        result: &'a ExecutionResult,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.inner.complete(key, fingerprint, result).await?;
+            self.remember(key, fingerprint, result);
+            Ok(())
+        })
+    }
+
+    fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
+        Box::pin(async move {
+            if let Some(record) = self.cached(key) {
+                return Ok(Some(record));
+            }
+            self.inner.lookup(key).await
+        })
+    }
+
+    fn find_execution<'a>(
+        &'a self,
+        principal: &'a str,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<ExecutionLookup>> {
+        self.inner.find_execution(principal, execution_id)
+    }
+
+    fn check_ready(&self) -> StoreFuture<'_, ()> {
+        self.inner.check_ready()
+    }
+
+    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
+        self.inner.request_cancel(execution_id)
+    }
+
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
+        self.inner.cancel_requests()
+    }
+}
