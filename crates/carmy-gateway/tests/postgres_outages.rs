@@ -5,7 +5,7 @@ mod support;
 
 use serde_json::{json, Value};
 use std::time::Duration;
-use support::{call, client, eventually, post, tool_runs, Cluster, Replica, TestDb};
+use support::{call, client, eventually, post, spawn_post, tool_runs, Cluster, Replica, TestDb};
 
 /// Texts that would reveal database internals in a response body.
 const DATABASE_WORDS: [&str; 6] = ["sqlx", "postgres", "connection", "refused", "pool", "SQL"];
@@ -91,26 +91,7 @@ async fn database_restarted_while_tools_run_records_every_outcome() {
         .collect();
     let running: Vec<_> = calls
         .iter()
-        .map(|body| {
-            let (http, url, body) = (
-                http.clone(),
-                gateway.url("/v1/executions"),
-                body.to_string(),
-            );
-            tokio::spawn(async move {
-                let response = http
-                    .post(url)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await
-                    .unwrap();
-                (
-                    response.status().as_u16(),
-                    response.json::<Value>().await.unwrap(),
-                )
-            })
-        })
+        .map(|body| spawn_post(&http, &gateway, body))
         .collect();
     eventually(
         Duration::from_secs(10),
@@ -177,22 +158,11 @@ async fn exhausted_pool_answers_503_after_a_bounded_wait() {
         .execute(&mut locker)
         .await
         .unwrap();
-    let holder = {
-        let (http, url) = (http.clone(), gateway.url("/v1/executions"));
-        tokio::spawn(async move {
-            let response = http
-                .post(url)
-                .header("content-type", "application/json")
-                .body(call("create_order", json!({"sku": "pool"}), "holder").to_string())
-                .send()
-                .await
-                .unwrap();
-            (
-                response.status().as_u16(),
-                response.json::<Value>().await.unwrap(),
-            )
-        })
-    };
+    let holder = spawn_post(
+        &http,
+        &gateway,
+        &call("create_order", json!({"sku": "pool"}), "holder"),
+    );
     eventually(
         Duration::from_secs(10),
         "create_order holds the connection",

@@ -6,7 +6,10 @@ mod support;
 use serde_json::{json, Value};
 use sqlx::Row;
 use std::time::Duration;
-use support::{call, client, eventually, post, post_text, tool_runs, Replica, TestDb};
+use support::{
+    call, client, eventually, post, post_text, spawn_post, spawn_post_unanswered, tool_runs,
+    Replica, TestDb,
+};
 
 /// Two replicas on one fresh database, with `extra` settings.
 async fn two_replicas(db: &TestDb, extra: &[(&str, &str)]) -> (Replica, Replica) {
@@ -77,19 +80,7 @@ async fn k06_conflict_on_every_path() {
     check(status, &body);
 
     // while running: r6b is a sleep still running on A, the changed call goes to B
-    let running = {
-        let (http, url) = (http.clone(), a.url("/v1/executions"));
-        tokio::spawn(async move {
-            http.post(url)
-                .header("content-type", "application/json")
-                .body(call("sleep", json!({"ms": 1500}), "r6b").to_string())
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        })
-    };
+    let running = spawn_post(&http, &a, &call("sleep", json!({"ms": 1500}), "r6b"));
     eventually(Duration::from_secs(10), "sleep started on A", || async {
         tool_runs(&http, &a, "sleep").await == 1
     })
@@ -99,7 +90,7 @@ async fn k06_conflict_on_every_path() {
         (status, body["code"].clone()),
         (409, json!("IDEMPOTENCY_CONFLICT"))
     );
-    assert_eq!(running.await.unwrap(), 200);
+    assert_eq!(running.await.unwrap().0, 200);
     assert_eq!(orders_for(&db, "A").await, 1);
     assert_eq!(orders_for(&db, "B").await, 0);
     drop((a, b));
@@ -224,23 +215,7 @@ async fn k10_losing_the_insert_race_waits_and_never_500s() {
     // The first "replica" holds its reservation's transaction open; B's identical call waits on
     // it, then answers UNCERTAIN once it commits.
     let held = begin_foreign_reservation(&db, "r10", &arguments).await;
-    let waiting = {
-        let (http, url) = (http.clone(), b.url("/v1/executions"));
-        let body = call("create_order", arguments.clone(), "r10").to_string();
-        tokio::spawn(async move {
-            let response = http
-                .post(url)
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await
-                .unwrap();
-            (
-                response.status().as_u16(),
-                response.json::<Value>().await.unwrap(),
-            )
-        })
-    };
+    let waiting = spawn_post(&http, &b, &call("create_order", arguments.clone(), "r10"));
     let mut observer = db.connect().await;
     wait_until_one_statement_blocks(&mut observer).await;
     held.commit().await.unwrap();
@@ -255,23 +230,7 @@ async fn k10_losing_the_insert_race_waits_and_never_500s() {
 
     // Variant: the first transaction rolls back; B then reserves and runs exactly once.
     let held = begin_foreign_reservation(&db, "r10b", &arguments).await;
-    let waiting = {
-        let (http, url) = (http.clone(), b.url("/v1/executions"));
-        let body = call("create_order", arguments.clone(), "r10b").to_string();
-        tokio::spawn(async move {
-            let response = http
-                .post(url)
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await
-                .unwrap();
-            (
-                response.status().as_u16(),
-                response.json::<Value>().await.unwrap(),
-            )
-        })
-    };
+    let waiting = spawn_post(&http, &b, &call("create_order", arguments.clone(), "r10b"));
     wait_until_one_statement_blocks(&mut observer).await;
     held.rollback().await.unwrap();
     let (status, body) = waiting.await.unwrap();
@@ -295,17 +254,7 @@ async fn k11_process_death_is_uncertain_forever_and_never_reruns() {
     let (mut a, b) = two_replicas(&db, &settings).await;
     let http = client();
     let body = call("sleep", json!({"ms": 10000}), "r11");
-    {
-        let (http, url, body) = (http.clone(), a.url("/v1/executions"), body.to_string());
-        tokio::spawn(async move {
-            let _ = http
-                .post(url)
-                .header("content-type", "application/json")
-                .body(body)
-                .send()
-                .await;
-        });
-    }
+    spawn_post_unanswered(&http, &a, &body);
     eventually(Duration::from_secs(10), "sleep started on A", || async {
         tool_runs(&http, &a, "sleep").await == 1
     })

@@ -5,32 +5,7 @@ mod support;
 
 use serde_json::{json, Value};
 use std::time::Duration;
-use support::{call, client, eventually, post, tool_runs, Replica, TestDb};
-
-fn spawn_call(
-    http: &reqwest::Client,
-    replica: &Replica,
-    body: &Value,
-) -> tokio::task::JoinHandle<(u16, Value)> {
-    let (http, url, body) = (
-        http.clone(),
-        replica.url("/v1/executions"),
-        body.to_string(),
-    );
-    tokio::spawn(async move {
-        let response = http
-            .post(url)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        (
-            response.status().as_u16(),
-            response.json::<Value>().await.unwrap(),
-        )
-    })
-}
+use support::{call, client, eventually, post, spawn_post, tool_runs, Replica, TestDb};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_drains_then_records_cancelled() {
@@ -43,8 +18,8 @@ async fn sigterm_drains_then_records_cancelled() {
     let http = client();
     let long = call("sleep", json!({"ms": 30000}), "drain-long");
     let short = call("sleep", json!({"ms": 500}), "drain-short");
-    let long_call = spawn_call(&http, &a, &long);
-    let short_call = spawn_call(&http, &a, &short);
+    let long_call = spawn_post(&http, &a, &long);
+    let short_call = spawn_post(&http, &a, &short);
     eventually(Duration::from_secs(10), "both sleeps started", || async {
         tool_runs(&http, &a, "sleep").await == 2
     })
@@ -100,7 +75,7 @@ async fn cancel_reaches_the_replica_that_runs_the_execution() {
     let b = Replica::start("cancel-b", &env);
     let http = client();
     let body = call("sleep", json!({"ms": 30000}), "cancel-me");
-    let running = spawn_call(&http, &a, &body);
+    let running = spawn_post(&http, &a, &body);
     eventually(Duration::from_secs(10), "sleep started on A", || async {
         tool_runs(&http, &a, "sleep").await == 1
     })

@@ -212,6 +212,51 @@ pub async fn post(client: &reqwest::Client, replica: &Replica, body: &Value) -> 
     (status, value)
 }
 
+/// POSTs `body` to `replica` on a task of its own (so the test can act while the call runs);
+/// the handle yields the status and JSON body, and panics on a transport error.
+pub fn spawn_post(
+    client: &reqwest::Client,
+    replica: &Replica,
+    body: &Value,
+) -> tokio::task::JoinHandle<(u16, Value)> {
+    let (client, url, body) = (
+        client.clone(),
+        replica.url("/v1/executions"),
+        body.to_string(),
+    );
+    tokio::spawn(async move {
+        let response = client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("request");
+        let status = response.status().as_u16();
+        (
+            status,
+            response.json::<Value>().await.expect("a JSON answer"),
+        )
+    })
+}
+
+/// POSTs `body` on a task of its own whose answer nobody waits for (the replica may die).
+pub fn spawn_post_unanswered(client: &reqwest::Client, replica: &Replica, body: &Value) {
+    let (client, url, body) = (
+        client.clone(),
+        replica.url("/v1/executions"),
+        body.to_string(),
+    );
+    tokio::spawn(async move {
+        let _ = client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await;
+    });
+}
+
 /// POSTs raw text; returns the status and the raw body text.
 pub async fn post_text(client: &reqwest::Client, replica: &Replica, body: &str) -> (u16, String) {
     let response = client
