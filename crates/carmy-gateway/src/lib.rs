@@ -20,7 +20,6 @@ use carmy_postgres::{PostgresStore, PostgresStoreOptions};
 use clap::Parser;
 use config::{Command, Config, LogFormat};
 use orders::{MemoryOrderBook, OrderBook, PostgresOrderBook};
-use sqlx::postgres::PgPoolOptions;
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -84,12 +83,13 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
             ),
             Some(url) => {
                 carmy_postgres::migrate(url).await?;
-                let pool = PgPoolOptions::new()
-                    .max_connections(config.db_pool_size.max(1))
-                    .acquire_timeout(Duration::from_millis(config.db_acquire_timeout_ms))
-                    .connect(url)
-                    .await
-                    .map_err(|error| GatewayError::Database(error.to_string()))?;
+                let pool = carmy_postgres::pool_options(
+                    config.db_pool_size.max(1),
+                    Duration::from_millis(config.db_acquire_timeout_ms),
+                )
+                .connect(url)
+                .await
+                .map_err(|error| GatewayError::Database(error.to_string()))?;
                 let mut options = PostgresStoreOptions::new(url.clone());
                 options.lease_ttl = Duration::from_millis(config.lease_ttl_ms.max(1));
                 let store = Arc::new(

@@ -41,6 +41,6 @@ pub use migrate::{
     latest_migration_version, migrate, MigrateError, MIGRATION_LOCK_KEY, MIGRATION_TABLE,
 };
 pub use store::{
-    PostgresStore, PostgresStoreOptions, CANCEL_CHANNEL, DEFAULT_ACQUIRE_TIMEOUT,
-    DEFAULT_LEASE_TTL, DEFAULT_MAX_CONNECTIONS,
+    pool_options, PostgresStore, PostgresStoreOptions, CANCEL_CHANNEL, DEFAULT_ACQUIRE_TIMEOUT,
+    DEFAULT_LEASE_TTL, DEFAULT_MAX_CONNECTIONS, PING_IF_IDLE_FOR,
 };

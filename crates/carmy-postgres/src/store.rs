@@ -20,6 +20,32 @@ use tokio::task::JoinHandle;
 /// is the execution id.
 pub const CANCEL_CHANNEL: &str = "carmy_cancel";
 
+/// A pooled connection idle for at least this long is pinged before it is handed out.
+pub const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+
+/// Pool settings for a store (or a gateway that shares its pool): at most `max_connections`,
+/// waiting at most `acquire_timeout` for one.
+///
+/// A connection is checked with a ping only when it sat idle for [`PING_IF_IDLE_FOR`], not on
+/// every acquire (sqlx's default): the happy path then costs exactly one round trip per
+/// statement (one for `reserve`, one for `complete`), while connections left broken by a database
+/// restart are still found and replaced before use once the pool goes quiet. A connection that
+/// fails in use is discarded by sqlx.
+pub fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .test_before_acquire(false)
+        .before_acquire(|connection, metadata| {
+            Box::pin(async move {
+                if metadata.idle_for >= PING_IF_IDLE_FOR {
+                    sqlx::Connection::ping(connection).await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
 /// Default pool size of [`PostgresStoreOptions::max_connections`].
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 /// Default of [`PostgresStoreOptions::acquire_timeout`]: 5 seconds.
@@ -240,9 +266,7 @@ impl PostgresStore {
             .database_url
             .parse()
             .map_err(|error| StoreError::Unavailable(format!("invalid database URL: {error}")))?;
-        let pool = match PgPoolOptions::new()
-            .max_connections(options.max_connections)
-            .acquire_timeout(options.acquire_timeout)
+        let pool = match pool_options(options.max_connections, options.acquire_timeout)
             .connect_with(connect.clone())
             .await
         {
@@ -558,7 +582,17 @@ impl PostgresStore {
             Ok(value) => Ok(value),
             Err(Failure::Store(error)) => Err(error),
             Err(Failure::Database(error)) => {
-                Err(StoreError::Unavailable(self.diagnosis.explain(error).await))
+                // Lost in transit: the statement may have been applied (autocommit) or not.
+                let indeterminate = matches!(
+                    error,
+                    sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed
+                );
+                let text = self.diagnosis.explain(error).await;
+                Err(if indeterminate {
+                    StoreError::Indeterminate(text)
+                } else {
+                    StoreError::Unavailable(text)
+                })
             }
         }
     }
@@ -573,7 +607,38 @@ impl Drop for PostgresStore {
     }
 }
 
+/// Deletes a running reservation held by one execution (see [`IdempotencyStore::release`]).
+/// Binds: `$1` principal, `$2` session id, `$3` request id, `$4` execution id.
+const RELEASE_RESERVATION_SQL: &str = "DELETE FROM carmy.reservations \
+     WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
+       AND execution_id = $4 AND state = 'running'";
+
 impl IdempotencyStore for PostgresStore {
+    /// One autocommitted `DELETE` of the row, only while it is `running` and held by
+    /// `execution_id`.
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let deleted = sqlx::query(RELEASE_RESERVATION_SQL)
+                .bind(&key.principal)
+                .bind(&key.session_id)
+                .bind(&key.request_id)
+                .bind(execution_id.as_str())
+                .execute(&self.pool)
+                .await
+                .map(|done| done.rows_affected())
+                .map_err(Failure::from);
+            let deleted = self.finish(deleted).await?;
+            if deleted > 0 {
+                tracing::info!(%execution_id, "freed a reservation whose tool never ran");
+            }
+            Ok(())
+        })
+    }
+
     fn reserve<'a>(
         &'a self,
         key: &'a IdempotencyKey,

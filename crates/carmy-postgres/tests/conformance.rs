@@ -39,6 +39,14 @@ impl IdempotencyStore for OwnedStore {
         self.store.complete(key, fingerprint, result)
     }
 
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, ()> {
+        self.store.release(key, execution_id)
+    }
+
     fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
         self.store.lookup(key)
     }

@@ -114,6 +114,15 @@ impl IdempotencyStore for ReplayCache {
         })
     }
 
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, ()> {
+        // Only running records are released, and those are never cached.
+        self.inner.release(key, execution_id)
+    }
+
     fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
         Box::pin(async move {
             if let Some(record) = self.cached(key) {

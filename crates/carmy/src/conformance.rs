@@ -35,6 +35,7 @@ macro_rules! store_conformance_tests {
             outcomes_are_lossless,
             lookups_are_scoped_to_the_principal,
             concurrent_reserves_have_one_winner,
+            release_frees_only_an_unused_reservation,
             ready_when_reachable,
         );
     };
@@ -373,4 +374,56 @@ pub async fn concurrent_reserves_have_one_winner(store: Arc<dyn IdempotencyStore
 /// A reachable, migrated store is ready.
 pub async fn ready_when_reachable(store: Arc<dyn IdempotencyStore>) {
     store.check_ready().await.expect("ready");
+}
+
+/// `release` removes a running reservation of the named execution, and nothing else: not another
+/// execution's, not a finished record, not a vacant identity.
+pub async fn release_frees_only_an_unused_reservation(store: Arc<dyn IdempotencyStore>) {
+    let k = key("p", "s", "r-release");
+    let f = fp(&json!({}));
+    let unused = intent();
+    assert_eq!(
+        reserve(&*store, &k, &f, &unused).await,
+        Reservation::Reserved
+    );
+    store
+        .release(&k, &ExecutionId::generate())
+        .await
+        .expect("release of a stranger is a no-op");
+    assert!(matches!(
+        reserve(&*store, &k, &f, &intent()).await,
+        Reservation::Uncertain { .. }
+    ));
+    store
+        .release(&k, &unused.execution_id)
+        .await
+        .expect("release");
+    assert_eq!(store.lookup(&k).await.unwrap(), None);
+    assert_eq!(
+        store
+            .find_execution("p", &unused.execution_id)
+            .await
+            .unwrap(),
+        None
+    );
+    let next = intent();
+    assert_eq!(
+        reserve(&*store, &k, &f, &next).await,
+        Reservation::Reserved,
+        "the identity is free again"
+    );
+    let recorded = result_for(&next, &k, ExecutionStatus::Completed, json!(1));
+    store.complete(&k, &f, &recorded).await.expect("complete");
+    store
+        .release(&k, &next.execution_id)
+        .await
+        .expect("release of a finished record is a no-op");
+    assert_eq!(
+        reserve(&*store, &k, &f, &intent()).await,
+        Reservation::Replay(recorded)
+    );
+    store
+        .release(&key("p", "s", "r-vacant"), &ExecutionId::generate())
+        .await
+        .expect("release of a vacant identity is a no-op");
 }

@@ -305,11 +305,15 @@ impl Engine {
             execution_id: ExecutionId::generate(),
             tool: call.tool.clone(),
         };
-        let reservation = self
-            .store
-            .reserve(&key, &call.fingerprint, &intent)
-            .await
-            .map_err(store_failure)?;
+        let reservation = match self.store.reserve(&key, &call.fingerprint, &intent).await {
+            Ok(reservation) => reservation,
+            Err(error) => {
+                if matches!(error, StoreError::Indeterminate(_)) {
+                    self.release_in_background(key.clone(), intent.execution_id.clone());
+                }
+                return Err(store_failure(error));
+            }
+        };
         if reservation != Reservation::Reserved {
             return answer(reservation);
         }
@@ -547,6 +551,25 @@ impl Engine {
         }
     }
 
+    /// Frees a reservation that may have been made for an execution that will never run (the
+    /// store failed mid-`reserve`), retrying until the store answers.
+    fn release_in_background(self: &Arc<Self>, key: IdempotencyKey, execution_id: ExecutionId) {
+        let engine = Arc::clone(self);
+        self.executions.spawn(async move {
+            let mut pause = engine.config.complete_retry_initial;
+            loop {
+                match engine.store.release(&key, &execution_id).await {
+                    Ok(()) => return,
+                    Err(error) => {
+                        tracing::warn!(%execution_id, %error, "freeing an unused reservation failed; retrying");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(engine.config.complete_retry_max);
+                    }
+                }
+            }
+        });
+    }
+
     /// Records the outcome, telling the waiting caller after the first attempt (`Some` when it
     /// succeeded) and retrying failures in the background until the store accepts it.
     async fn record(
@@ -599,7 +622,7 @@ fn now_millis() -> DateTime<Utc> {
 fn store_failure(error: StoreError) -> ApiError {
     match error {
         StoreError::Capacity => ApiError::Capacity,
-        StoreError::Unavailable(reason) => {
+        StoreError::Unavailable(reason) | StoreError::Indeterminate(reason) => {
             tracing::warn!(%reason, "idempotency store unavailable");
             ApiError::StoreUnavailable
         }

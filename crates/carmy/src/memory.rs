@@ -137,6 +137,23 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         Box::pin(async move { answer })
     }
 
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, ()> {
+        let mut inner = self.lock();
+        let unused = inner.by_key.get(key).is_some_and(|record| {
+            record.execution_id == *execution_id && matches!(record.state, RecordState::InFlight(_))
+        });
+        if unused {
+            inner.by_key.remove(key);
+            inner.by_execution.remove(execution_id);
+        }
+        drop(inner);
+        Box::pin(async { Ok(()) })
+    }
+
     fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
         let answer = self.lock().by_key.get(key).cloned();
         Box::pin(async move { Ok(answer) })

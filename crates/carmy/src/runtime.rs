@@ -159,6 +159,13 @@ pub enum StoreError {
     /// `EXECUTION_UNCERTAIN` (503) after. The text is for logs only, never for callers.
     #[error("idempotency store unavailable: {0}")]
     Unavailable(String),
+    /// The store failed after the request may have reached it: it may or may not have taken
+    /// effect (a connection lost mid-statement). Callers treat it as
+    /// [`StoreError::Unavailable`], and after a `reserve` the engine also frees the reservation
+    /// that may have been made, with [`IdempotencyStore::release`], so that the identity is not
+    /// held by an execution that never runs. The text is for logs only.
+    #[error("idempotency store failed mid-request: {0}")]
+    Indeterminate(String),
     /// `complete` named an execution that does not hold the identity (a stale executor), or the
     /// identity is already finished with another outcome. Nothing was written.
     #[error("execution {execution_id} does not hold this reservation")]
@@ -202,6 +209,20 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         key: &'a IdempotencyKey,
         fingerprint: &'a Fingerprint,
         result: &'a ExecutionResult,
+    ) -> StoreFuture<'a, ()>;
+
+    /// Frees a reservation that `execution_id` made but never used (its tool did not start):
+    /// removes the identity's record only if it is still running and held by `execution_id`.
+    /// `Ok` when there is nothing to free. Used after [`StoreError::Indeterminate`] from
+    /// `reserve`.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] or [`StoreError::Indeterminate`] when the store fails (the
+    /// engine retries).
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, ()>;
 
     /// Reads an identity's record without reserving anything; `None` when vacant.

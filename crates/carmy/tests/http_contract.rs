@@ -24,6 +24,8 @@ use tower::ServiceExt;
 struct FaultyStore {
     inner: InMemoryIdempotencyStore,
     reserve_fails: AtomicBool,
+    /// Reserve in the inner store, then answer as if the connection broke before the answer.
+    reserve_indeterminate: AtomicBool,
     complete_failures_left: AtomicUsize,
     report_interrupted: AtomicBool,
 }
@@ -40,6 +42,9 @@ impl IdempotencyStore for FaultyStore {
                 return Err(StoreError::Unavailable("switched off".into()));
             }
             let answer = self.inner.reserve(key, fingerprint, intent).await?;
+            if self.reserve_indeterminate.load(Ordering::SeqCst) {
+                return Err(StoreError::Indeterminate("connection lost".into()));
+            }
             Ok(match answer {
                 Reservation::Uncertain { execution_id, .. }
                     if self.report_interrupted.load(Ordering::SeqCst) =>
@@ -69,6 +74,14 @@ impl IdempotencyStore for FaultyStore {
             }
             self.inner.complete(key, fingerprint, result).await
         })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.release(key, execution_id)
     }
 
     fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
@@ -453,4 +466,29 @@ async fn results_that_would_not_read_back_unchanged_are_recorded_as_failed() {
         (status, too_deep["error"]["code"].clone()),
         (StatusCode::OK, json!("RESULT_NOT_RECORDABLE"))
     );
+}
+
+#[tokio::test]
+async fn a_reservation_whose_answer_was_lost_is_freed_not_stuck() {
+    let h = harness(10);
+    h.store.reserve_indeterminate.store(true, Ordering::SeqCst);
+    let (status, problem) = post(&h.router, call("echo", json!({"n": 1}), "lost-ack")).await;
+    h.store.reserve_indeterminate.store(false, Ordering::SeqCst);
+    assert_eq!(
+        (status, problem["code"].clone()),
+        (StatusCode::SERVICE_UNAVAILABLE, json!("STORE_UNAVAILABLE"))
+    );
+    assert_eq!(h.app.engine().metrics().tool_runs("echo"), 0, "nothing ran");
+    // The reservation the store did make is freed in the background; the retry then runs once.
+    let ran = loop {
+        let (status, answer) = post(&h.router, call("echo", json!({"n": 1}), "lost-ack")).await;
+        if status == StatusCode::OK {
+            break answer;
+        }
+        assert_eq!(answer["state"], "running", "{answer}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(ran["replayed"], false);
+    assert_eq!(h.app.engine().metrics().tool_runs("echo"), 1);
+    assert_eq!(h.store.inner.len(), 1);
 }

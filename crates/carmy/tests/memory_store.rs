@@ -88,6 +88,13 @@ impl IdempotencyStore for Counting {
     ) -> carmy::runtime::StoreFuture<'a, ()> {
         self.inner.complete(key, fingerprint, result)
     }
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+    ) -> carmy::runtime::StoreFuture<'a, ()> {
+        self.inner.release(key, execution_id)
+    }
     fn lookup<'a>(
         &'a self,
         key: &'a IdempotencyKey,
