@@ -21,12 +21,12 @@ use tokio::task::JoinHandle;
 pub const CANCEL_CHANNEL: &str = "carmy_cancel";
 
 /// A pooled connection idle for at least this long is pinged before it is handed out.
-pub const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+pub const PING_IF_IDLE_FOR: Duration = Duration::from_secs(10);
 
 /// Pool settings for a store (or a gateway that shares its pool): at most `max_connections`,
 /// waiting at most `acquire_timeout` for one.
 ///
-/// A connection is checked with a ping only when it sat idle for [`PING_IF_IDLE_FOR`], not on
+/// A connection is checked with a ping only when it sat idle for [`PING_IF_IDLE_FOR`] (10 s), not on
 /// every acquire (sqlx's default): the happy path then costs exactly one round trip per
 /// statement (one for `reserve`, one for `complete`), while connections left broken by a database
 /// restart are still found and replaced before use once the pool goes quiet. A connection that
