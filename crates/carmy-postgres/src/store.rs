@@ -26,11 +26,13 @@ pub const PING_IF_IDLE_FOR: Duration = Duration::from_secs(10);
 /// Pool settings for a store (or a gateway that shares its pool): at most `max_connections`,
 /// waiting at most `acquire_timeout` for one.
 ///
-/// A connection is checked with a ping only when it sat idle for [`PING_IF_IDLE_FOR`] (10 s), not on
-/// every acquire (sqlx's default): the happy path then costs exactly one round trip per
-/// statement (one for `reserve`, one for `complete`), while connections left broken by a database
-/// restart are still found and replaced before use once the pool goes quiet. A connection that
-/// fails in use is discarded by sqlx.
+/// A connection is checked with a ping before use only when it sat idle for
+/// [`PING_IF_IDLE_FOR`] (10 s), not on every acquire (sqlx's default), so a call does not wait
+/// for a ping; connections left broken by a database restart are still found and replaced before
+/// use once the pool went quiet, and a connection that fails in use is discarded by sqlx.
+/// sqlx 0.8 still pings every connection when it is returned to the pool (not configurable):
+/// that round trip is off the caller's path but costs the server (see the README,
+/// "Performance").
 pub fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(max_connections)

@@ -1,0 +1,52 @@
+-- The SQL work of one new idempotent call, as PostgresStore does it (crates/carmy-postgres/src/
+-- store.rs): the reserve statement (RESERVE_SQL) and the complete statement (COMPLETE_SQL), two
+-- statements in autocommit, each its own round trip and its own commit.
+--
+-- Run by carmy-bench as
+--   pgbench -n -M prepared -c 32 -j 2 -T <seconds> -D run=<unique> -D n=0 -f new_identity.sql
+-- Each client numbers its calls with :n (pgbench keeps a client's variables from one
+-- transaction to the next), so (:run, :client_id, :n) is a fresh identity every time.
+-- pgbench turns every colon followed by a name character into a parameter, even inside a
+-- string literal: the recorded outcome below (about the size of an echo record) therefore
+-- writes "error": null with a space and its timestamps in ISO 8601 basic format.
+\set n :n + 1
+WITH ins AS (
+    INSERT INTO carmy.reservations
+        (principal, session_id, request_id, tool, fingerprint, fingerprint_version,
+         state, execution_id, owner_instance, started_at)
+    VALUES ('pgbench', 'default', 'pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text,
+            'echo', '9b2c6f0de3f1a4c85e7d20b6a1c94f3e8d5b7a60c2e1f9d43b8a7c6e5d4f3a2b1', 'v1',
+            'running', 'exec_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text,
+            'inst_pgbench', now())
+    ON CONFLICT (principal, session_id, request_id) DO NOTHING
+    RETURNING execution_id
+)
+SELECT true AS inserted, NULL::text AS execution_id, NULL::text AS tool,
+       NULL::text AS fingerprint, NULL::text AS fingerprint_version, NULL::text AS state,
+       NULL::text AS outcome, NULL::text AS in_flight_state
+FROM ins
+UNION ALL
+SELECT false AS inserted, r.execution_id, r.tool, r.fingerprint, r.fingerprint_version, r.state,
+       r.outcome,
+       CASE
+           WHEN r.state <> 'running' THEN NULL
+           WHEN EXISTS (SELECT 1 FROM carmy.instances i
+                        WHERE i.instance_id = r.owner_instance
+                          AND i.lease_expires_at > now()) THEN 'running'
+           ELSE 'interrupted'
+       END AS in_flight_state
+FROM carmy.reservations r
+WHERE r.principal = 'pgbench' AND r.session_id = 'default'
+  AND r.request_id = 'pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text
+  AND NOT EXISTS (SELECT 1 FROM ins);
+UPDATE carmy.reservations
+SET state = 'completed',
+    outcome = '{"execution_id":"exec_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text || '","status":"completed","data":{},"error": null,"tool":"echo","request_id":"pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text || '","session_id":"default","started_at":"20260101T000000.000Z","finished_at":"20260101T000000.001Z"}',
+    error_code = NULL,
+    finished_at = now()
+WHERE principal = 'pgbench' AND session_id = 'default'
+  AND request_id = 'pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text
+  AND execution_id = 'exec_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text
+  AND fingerprint = '9b2c6f0de3f1a4c85e7d20b6a1c94f3e8d5b7a60c2e1f9d43b8a7c6e5d4f3a2b1'
+  AND fingerprint_version = 'v1'
+  AND state = 'running';

@@ -1,0 +1,130 @@
+//! Command-line settings of `carmy-bench`.
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `carmy-bench --database-url URL [OPTIONS]`: measures a release-built `carmy-gateway` over HTTP
+/// against pgbench on the same PostgreSQL server, prints the table and the targets, and writes
+/// `bench/results/latest.json` and `latest.png`.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "carmy-bench", version)]
+pub struct Args {
+    /// A PostgreSQL server where the user may CREATE DATABASE; the benchmark creates and drops
+    /// its own database `carmy_bench_<random>` there. The database named in the URL is only
+    /// used to create and drop it.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: String,
+
+    /// Seconds of each measurement (default 10; 2 with --quick). pgbench rounds up to whole
+    /// seconds.
+    #[arg(long)]
+    pub seconds: Option<f64>,
+
+    /// Seconds of load before each HTTP measurement that are not counted (default 1; 0.5 with
+    /// --quick).
+    #[arg(long)]
+    pub warmup: Option<f64>,
+
+    /// Short measurements for CI: 2 s each, 1 s for the in-memory store; well under two minutes
+    /// in all.
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Also measure new-identity latency with `--large-rows` existing reservations (takes
+    /// minutes: the rows are inserted first).
+    #[arg(long)]
+    pub large: bool,
+
+    /// Reservations present before the measurements (and for the small step of --large).
+    #[arg(long, default_value_t = 10_000)]
+    pub small_rows: u64,
+
+    /// Reservations for the large step of --large.
+    #[arg(long, default_value_t = 5_000_000)]
+    pub large_rows: u64,
+
+    /// Exit with status 1 when a target fails (by default the program only reports).
+    #[arg(long)]
+    pub strict: bool,
+
+    /// Concurrencies of the HTTP scenarios, comma separated; the targets use 32.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,64")]
+    pub concurrency: Vec<usize>,
+
+    /// `CARMY_DB_POOL_SIZE` of the gateway under test (default: as many connections as pgbench
+    /// has clients).
+    #[arg(long, default_value_t = 32)]
+    pub pool_size: u32,
+
+    /// `CARMY_REPLAY_CACHE_ENTRIES` of the gateway under test; unset leaves the gateway's
+    /// default. Ignored (with a note) by a gateway without a replay cache.
+    #[arg(long)]
+    pub replay_cache_entries: Option<u64>,
+
+    /// `CARMY_REPLAY_CACHE_TTL_MS` of the gateway under test (when it has the setting): long by
+    /// default, so that no cache entry expires in the middle of a replay or conflict measurement
+    /// (entries live this long from when they were cached, however often they are hit, and a
+    /// conflict answered by PostgreSQL does not cache its record).
+    #[arg(long, default_value_t = 3_600_000)]
+    pub replay_cache_ttl_ms: u64,
+
+    /// Completed identities the replay and conflict scenarios cycle through.
+    #[arg(long, default_value_t = 1_000)]
+    pub replay_identities: usize,
+
+    /// pgbench clients (`-c`); threads (`-j`) are the number of CPUs.
+    #[arg(long, default_value_t = 32)]
+    pub pgbench_clients: u32,
+
+    /// The `carmy-gateway` binary to run. Default: when run by cargo, `cargo build --release
+    /// -p carmy-gateway` first, then `<target dir>/release/carmy-gateway`; otherwise that path
+    /// as it is.
+    #[arg(long)]
+    pub gateway: Option<PathBuf>,
+
+    /// The pgbench binary. Default: `pgbench` on PATH, else the newest
+    /// `/usr/lib/postgresql/*/bin/pgbench`.
+    #[arg(long)]
+    pub pgbench: Option<PathBuf>,
+
+    /// Where `latest.json` and `latest.png` go (default: `bench/results` of the repository).
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
+
+    /// Keep the benchmark's database instead of dropping it at the end.
+    #[arg(long)]
+    pub keep_database: bool,
+}
+
+impl Args {
+    /// Length of each measurement.
+    pub fn measure(&self) -> Duration {
+        Duration::from_secs_f64(self.seconds.unwrap_or(if self.quick { 2.0 } else { 10.0 }))
+    }
+
+    /// Uncounted load before each HTTP measurement.
+    pub fn warmup(&self) -> Duration {
+        Duration::from_secs_f64(self.warmup.unwrap_or(if self.quick { 0.5 } else { 1.0 }))
+    }
+
+    /// Store time of the in-memory measurement.
+    pub fn memory_time(&self) -> Duration {
+        if self.quick {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_secs(2)
+        }
+    }
+
+    /// Where the results go.
+    pub fn out_dir(&self) -> PathBuf {
+        self.out_dir.clone().unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("..")
+                .join("bench")
+                .join("results")
+        })
+    }
+}

@@ -1,0 +1,250 @@
+//! The benchmark's own database: created on the given server, filled with existing
+//! reservations in SQL, dropped at the end.
+
+use serde::Serialize;
+use sqlx::{Connection, PgConnection};
+use std::time::Instant;
+
+/// A database `carmy_bench_<random>` on the server of the URL given on the command line.
+pub struct BenchDb {
+    /// The server URL the benchmark was given (its database is used to create and drop ours).
+    admin_url: String,
+    /// The URL of our database.
+    pub url: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// `url` with its database (path) replaced by `database`.
+pub fn with_database(url: &str, database: &str) -> Result<String, String> {
+    let mut parsed =
+        url::Url::parse(url).map_err(|error| format!("invalid database URL: {error}"))?;
+    parsed.set_path(&format!("/{database}"));
+    Ok(parsed.into())
+}
+
+/// `url` pointing at `127.0.0.1:<port>` instead of its host, with TLS off (`sslmode=disable`):
+/// the URL through the counting proxy of [`crate::wire`].
+pub fn through_proxy(url: &str, port: u16) -> Result<String, String> {
+    let mut parsed =
+        url::Url::parse(url).map_err(|error| format!("invalid database URL: {error}"))?;
+    parsed
+        .set_host(Some("127.0.0.1"))
+        .map_err(|error| format!("cannot set the host: {error}"))?;
+    parsed
+        .set_port(Some(port))
+        .map_err(|()| "cannot set the port".to_owned())?;
+    let query: Vec<(String, String)> = parsed
+        .query_pairs()
+        .filter(|(key, _)| key != "sslmode")
+        .map(|(key, value)| (key.into_owned(), value.into_owned()))
+        .collect();
+    parsed
+        .query_pairs_mut()
+        .clear()
+        .extend_pairs(query)
+        .append_pair("sslmode", "disable");
+    Ok(parsed.into())
+}
+
+/// The PostgreSQL server's host and port from a URL (for the proxy's upstream).
+pub fn server_address(url: &str) -> Result<String, String> {
+    let parsed = url::Url::parse(url).map_err(|error| format!("invalid database URL: {error}"))?;
+    let host = parsed.host_str().unwrap_or("127.0.0.1");
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = parsed.port().unwrap_or(5432);
+    Ok(if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    })
+}
+
+/// Server facts shown in the report.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ServerInfo {
+    /// `server_version`.
+    pub version: String,
+    /// `fsync`.
+    pub fsync: String,
+    /// `synchronous_commit`.
+    pub synchronous_commit: String,
+    /// `shared_buffers`.
+    pub shared_buffers: String,
+    /// `max_connections`.
+    pub max_connections: String,
+}
+
+impl BenchDb {
+    /// Creates `carmy_bench_<random>` on the server of `admin_url`.
+    pub async fn create(admin_url: &str) -> Result<Self, String> {
+        let name = format!("carmy_bench_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(admin_url)
+            .await
+            .map_err(|error| format!("cannot connect to {}: {error}", redact(admin_url)))?;
+        sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .map_err(|error| format!("cannot create database {name}: {error}"))?;
+        Ok(Self {
+            admin_url: admin_url.to_owned(),
+            url: with_database(admin_url, &name)?,
+            name,
+        })
+    }
+
+    /// A new connection to our database.
+    pub async fn connect(&self) -> Result<PgConnection, String> {
+        PgConnection::connect(&self.url)
+            .await
+            .map_err(|error| format!("cannot connect to {}: {error}", self.name))
+    }
+
+    /// Drops the database, ending leftover sessions.
+    pub async fn drop_db(&self) -> Result<(), String> {
+        let mut admin = PgConnection::connect(&self.admin_url)
+            .await
+            .map_err(|error| format!("cannot connect to drop {}: {error}", self.name))?;
+        sqlx::raw_sql(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.name
+        ))
+        .execute(&mut admin)
+        .await
+        .map(drop)
+        .map_err(|error| format!("cannot drop {}: {error}", self.name))
+    }
+
+    /// Server settings that matter for the figures.
+    pub async fn server_info(&self) -> Result<ServerInfo, String> {
+        let mut conn = self.connect().await?;
+        let mut info = ServerInfo::default();
+        for (field, name) in [
+            (&mut info.version, "server_version"),
+            (&mut info.fsync, "fsync"),
+            (&mut info.synchronous_commit, "synchronous_commit"),
+            (&mut info.shared_buffers, "shared_buffers"),
+            (&mut info.max_connections, "max_connections"),
+        ] {
+            let query = format!("SHOW {name}");
+            *field = sqlx::query_scalar::<_, String>(&query)
+                .fetch_one(&mut conn)
+                .await
+                .map_err(|error| format!("{query}: {error}"))?;
+        }
+        Ok(info)
+    }
+
+    /// Rows in `carmy.reservations` now.
+    pub async fn reservations(&self) -> Result<i64, String> {
+        let mut conn = self.connect().await?;
+        sqlx::query_scalar("SELECT count(*) FROM carmy.reservations")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|error| format!("cannot count reservations: {error}"))
+    }
+
+    /// Inserts completed reservations `first ..= last` of principal `anonymous` (random-looking
+    /// request and execution ids, an echo-sized outcome), in chunks of 500,000 rows, each one
+    /// `INSERT … SELECT generate_series` statement; then `VACUUM ANALYZE` and a `CHECKPOINT`
+    /// (when the role may), so the measurement after it starts from a settled table.
+    pub async fn preload(&self, first: u64, last: u64) -> Result<(), String> {
+        const CHUNK: u64 = 500_000;
+        const INSERT: &str = "INSERT INTO carmy.reservations \
+                 (principal, session_id, request_id, tool, fingerprint, fingerprint_version, \
+                  state, execution_id, outcome, error_code, owner_instance, created_at, \
+                  started_at, finished_at) \
+             SELECT 'anonymous', 'default', id.request_id, 'echo', \
+                    md5('fp-a' || g) || md5('fp-b' || g), 'v1', 'completed', id.execution_id, \
+                    '{\"execution_id\":\"' || id.execution_id || '\",\"status\":\"completed\",\
+                    \"data\":{},\"error\":null,\"tool\":\"echo\",\"request_id\":\"' || \
+                    id.request_id || '\",\"session_id\":\"default\",\"started_at\":\
+                    \"2026-01-01T00:00:00.000Z\",\"finished_at\":\"2026-01-01T00:00:00.001Z\"}', \
+                    NULL, 'inst_preload', now(), now(), now() \
+             FROM generate_series($1::bigint, $2::bigint) AS g, \
+                  LATERAL (SELECT md5('preload-' || g) AS request_id, \
+                                  'exec_' || md5('preload-exec-' || g) AS execution_id) AS id";
+        if last < first {
+            return Ok(());
+        }
+        let mut conn = self.connect().await?;
+        let started = Instant::now();
+        let mut from = first;
+        while from <= last {
+            let to = last.min(from + CHUNK - 1);
+            sqlx::query(INSERT)
+                .bind(i64::try_from(from).unwrap_or(i64::MAX))
+                .bind(i64::try_from(to).unwrap_or(i64::MAX))
+                .execute(&mut conn)
+                .await
+                .map_err(|error| format!("cannot preload reservations: {error}"))?;
+            if last - first >= CHUNK {
+                eprintln!(
+                    "  preloaded {} of {} rows ({:.0} s)",
+                    to - first + 1,
+                    last - first + 1,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            from = to + 1;
+        }
+        self.settle(&mut conn).await
+    }
+
+    /// Deletes every reservation, then settles the table.
+    pub async fn truncate(&self) -> Result<(), String> {
+        let mut conn = self.connect().await?;
+        sqlx::raw_sql("TRUNCATE carmy.reservations")
+            .execute(&mut conn)
+            .await
+            .map_err(|error| format!("cannot truncate: {error}"))?;
+        self.settle(&mut conn).await
+    }
+
+    async fn settle(&self, conn: &mut PgConnection) -> Result<(), String> {
+        sqlx::raw_sql("VACUUM (ANALYZE) carmy.reservations")
+            .execute(&mut *conn)
+            .await
+            .map_err(|error| format!("cannot vacuum: {error}"))?;
+        if let Err(error) = sqlx::raw_sql("CHECKPOINT").execute(&mut *conn).await {
+            eprintln!("  note: no CHECKPOINT before the measurement ({error})");
+        }
+        Ok(())
+    }
+}
+
+/// `url` without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
+            parsed.into()
+        }
+        Err(_) => "<invalid URL>".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn urls() {
+        assert_eq!(
+            super::with_database("postgres://u:p@h:5433/postgres?sslmode=require", "x").unwrap(),
+            "postgres://u:p@h:5433/x?sslmode=require"
+        );
+        assert_eq!(
+            super::through_proxy("postgres://u@h:5433/db?sslmode=require&a=b", 7000).unwrap(),
+            "postgres://u@127.0.0.1:7000/db?a=b&sslmode=disable"
+        );
+        assert_eq!(
+            super::server_address("postgres://u@h/db").unwrap(),
+            "h:5432"
+        );
+        assert_eq!(
+            super::redact("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
+    }
+}

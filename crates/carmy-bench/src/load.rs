@@ -1,0 +1,425 @@
+//! The HTTP load generator: `concurrency` workers, each with one kept-alive HTTP/1.1 connection
+//! to the gateway, sending `POST /v1/executions` of the `echo` tool back to back (closed loop).
+//! Only answers of the expected status and kind count as successes; everything else is counted
+//! by kind.
+
+use crate::cpu;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// What the calls of a measurement are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scenario {
+    /// A fresh `request_id` every call: the tool runs; expect 200 with `"replayed":false`.
+    NewIdentity,
+    /// The request ids of completed calls, same arguments: expect 200 with `"replayed":true`.
+    Replay,
+    /// The request ids of completed calls, other arguments: expect 409
+    /// `IDEMPOTENCY_CONFLICT`.
+    Conflict,
+}
+
+impl Scenario {
+    /// The name in the table.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::NewIdentity => "new identity",
+            Self::Replay => "replay",
+            Self::Conflict => "conflict",
+        }
+    }
+}
+
+/// The request id of the `index`-th (1-based) completed identity the replay and conflict
+/// scenarios use; `bench/pgbench/read_one.sql` reads the same rows.
+pub fn replay_request_id(index: usize) -> String {
+    format!("replay-{index}")
+}
+
+/// The body of a call of `echo`.
+pub fn call_body(request_id: &str, conflicting: bool) -> String {
+    let arguments = if conflicting {
+        r#"{"conflict":true}"#
+    } else {
+        "{}"
+    };
+    format!(r#"{{"tool":"echo","arguments":{arguments},"request_id":"{request_id}"}}"#)
+}
+
+/// One measurement's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    /// What was called.
+    pub scenario: Scenario,
+    /// Workers (connections) calling at once.
+    pub concurrency: usize,
+    /// Length of the counted window (s).
+    pub seconds: f64,
+    /// Answers as expected, started in the window.
+    pub successes: u64,
+    /// Successes per second.
+    pub calls_per_second: f64,
+    /// Median latency of the successes (ms).
+    pub p50_ms: Option<f64>,
+    /// 99th percentile latency (ms).
+    pub p99_ms: Option<f64>,
+    /// Unexpected answers and failures, by kind (e.g. `503 STORE_UNAVAILABLE`).
+    pub errors: BTreeMap<String, u64>,
+    /// Reservations in the table when the measurement started, where known.
+    pub rows_before: Option<i64>,
+    /// False when the gateway ran with its replay cache off (`CARMY_REPLAY_CACHE_ENTRIES=0`)
+    /// for this measurement only, to show the PostgreSQL path of replays and conflicts.
+    pub replay_cache: bool,
+    /// Where the CPUs went during the window.
+    pub cpu: Option<cpu::Split>,
+}
+
+impl RunResult {
+    /// The scenario's name, with `, cache off` for a measurement without the replay cache.
+    pub fn label(&self) -> String {
+        if self.replay_cache {
+            self.scenario.label().to_owned()
+        } else {
+            format!("{}, cache off", self.scenario.label())
+        }
+    }
+
+    /// All errors.
+    pub fn error_count(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+/// The timing of one measurement, shared by its workers.
+struct Window {
+    /// Calls started before this are warm-up.
+    counted_from: Instant,
+    /// No call starts after this.
+    end: Instant,
+}
+
+/// What one worker saw.
+#[derive(Default)]
+struct WorkerTally {
+    latencies_us: Vec<u32>,
+    errors: BTreeMap<String, u64>,
+}
+
+/// One kept-alive connection to the gateway.
+struct Connection {
+    sender: http1::SendRequest<Full<Bytes>>,
+}
+
+impl Connection {
+    async fn open(address: SocketAddr) -> Result<Self, String> {
+        let stream = TcpStream::connect(address)
+            .await
+            .map_err(|error| format!("connect: {}", error.kind()))?;
+        let _ = stream.set_nodelay(true);
+        let (sender, connection) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|error| format!("handshake: {error}"))?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(Self { sender })
+    }
+
+    /// POSTs `body` to `/v1/executions`; returns the status and the body.
+    async fn post(&mut self, host: &str, body: String) -> Result<(u16, Bytes), String> {
+        self.sender
+            .ready()
+            .await
+            .map_err(|error| format!("connection: {error}"))?;
+        let request = hyper::Request::post("/v1/executions")
+            .header(hyper::header::HOST, host)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|error| format!("request: {error}"))?;
+        let response = self
+            .sender
+            .send_request(request)
+            .await
+            .map_err(|error| format!("send: {error}"))?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|error| format!("body: {error}"))?
+            .to_bytes();
+        Ok((status, body))
+    }
+}
+
+/// Whether `needle` occurs in `haystack`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
+
+/// Classifies an answer: `Ok(())` when it is the scenario's expected one, else the error kind.
+fn check(scenario: Scenario, status: u16, body: &[u8]) -> Result<(), String> {
+    let expected = match scenario {
+        Scenario::NewIdentity => status == 200 && contains(body, br#""replayed":false"#),
+        Scenario::Replay => status == 200 && contains(body, br#""replayed":true"#),
+        Scenario::Conflict => status == 409 && contains(body, br#""IDEMPOTENCY_CONFLICT""#),
+    };
+    if expected {
+        return Ok(());
+    }
+    if status == 200 {
+        return Err(if contains(body, br#""replayed":true"#) {
+            "200 replayed".to_owned()
+        } else {
+            "200 not replayed".to_owned()
+        });
+    }
+    let code = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|problem| problem["code"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    Err(format!("{status} {code}").trim_end().to_owned())
+}
+
+/// Makes the next call body of a worker.
+struct Bodies {
+    scenario: Scenario,
+    worker: usize,
+    concurrency: usize,
+    identities: usize,
+    sent: usize,
+}
+
+impl Bodies {
+    fn next(&mut self) -> String {
+        let body = match self.scenario {
+            Scenario::NewIdentity => {
+                call_body(&format!("new-{}", uuid::Uuid::new_v4().simple()), false)
+            }
+            Scenario::Replay | Scenario::Conflict => {
+                // Workers walk the identities in interleaved strides: all are used, none twice in
+                // a row.
+                let index = (self.worker + self.sent * self.concurrency) % self.identities + 1;
+                call_body(
+                    &replay_request_id(index),
+                    self.scenario == Scenario::Conflict,
+                )
+            }
+        };
+        self.sent += 1;
+        body
+    }
+}
+
+async fn worker(
+    address: SocketAddr,
+    scenario: Scenario,
+    worker: usize,
+    concurrency: usize,
+    identities: usize,
+    window: Arc<Window>,
+) -> WorkerTally {
+    let host = address.to_string();
+    let mut tally = WorkerTally::default();
+    let mut bodies = Bodies {
+        scenario,
+        worker,
+        concurrency,
+        identities: identities.max(1),
+        sent: 0,
+    };
+    let mut connection: Option<Connection> = None;
+    loop {
+        let started = Instant::now();
+        if started >= window.end {
+            break;
+        }
+        let counted = started >= window.counted_from;
+        let conn = match connection.as_mut() {
+            Some(conn) => conn,
+            None => match Connection::open(address).await {
+                Ok(conn) => connection.insert(conn),
+                Err(error) => {
+                    if counted {
+                        *tally.errors.entry(error).or_insert(0) += 1;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let answer = conn.post(&host, bodies.next()).await;
+        let latency = started.elapsed();
+        let outcome = match answer {
+            Ok((status, body)) => check(scenario, status, &body),
+            Err(error) => {
+                connection = None;
+                Err(error)
+            }
+        };
+        if !counted {
+            continue;
+        }
+        match outcome {
+            Ok(()) => tally
+                .latencies_us
+                .push(u32::try_from(latency.as_micros()).unwrap_or(u32::MAX)),
+            Err(kind) => *tally.errors.entry(kind).or_insert(0) += 1,
+        }
+    }
+    tally
+}
+
+/// Runs `scenario` at `concurrency` against the gateway at `address`: `warmup` of uncounted
+/// calls, then `measure` of counted ones. `gateway_pid` is for the CPU split.
+pub async fn run(
+    address: SocketAddr,
+    gateway_pid: Option<u32>,
+    scenario: Scenario,
+    concurrency: usize,
+    identities: usize,
+    warmup: Duration,
+    measure: Duration,
+) -> RunResult {
+    let start = Instant::now();
+    let window = Arc::new(Window {
+        counted_from: start + warmup,
+        end: start + warmup + measure,
+    });
+    let workers: Vec<_> = (0..concurrency)
+        .map(|index| {
+            tokio::spawn(worker(
+                address,
+                scenario,
+                index,
+                concurrency,
+                identities,
+                Arc::clone(&window),
+            ))
+        })
+        .collect();
+    tokio::time::sleep_until(window.counted_from).await;
+    let before = cpu::snapshot(gateway_pid);
+    tokio::time::sleep_until(window.end).await;
+    let cpu = cpu::split(&before, &cpu::snapshot(gateway_pid));
+    let mut latencies = Vec::new();
+    let mut errors = BTreeMap::new();
+    for handle in workers {
+        match handle.await {
+            Ok(tally) => {
+                latencies.extend(tally.latencies_us);
+                for (kind, count) in tally.errors {
+                    *errors.entry(kind).or_insert(0) += count;
+                }
+            }
+            Err(error) => *errors.entry(format!("worker: {error}")).or_insert(0) += 1,
+        }
+    }
+    latencies.sort_unstable();
+    let ms = |q| carmy_bench::percentile(&latencies, q).map(|us| f64::from(us) / 1000.0);
+    let seconds = measure.as_secs_f64();
+    RunResult {
+        scenario,
+        concurrency,
+        seconds,
+        successes: latencies.len() as u64,
+        calls_per_second: latencies.len() as f64 / seconds,
+        p50_ms: ms(0.50),
+        p99_ms: ms(0.99),
+        errors,
+        rows_before: None,
+        replay_cache: true,
+        cpu,
+    }
+}
+
+/// Calls `echo {}` with `replay-1` … `replay-<count>` (32 at a time): completes them the first
+/// time, for the replay and conflict scenarios and `read_one.sql`; replays them later, which puts
+/// them back into the gateway's replay cache (its entries expire after a time to live, and a
+/// conflict answered by PostgreSQL does not refill it).
+pub async fn call_replay_identities(address: SocketAddr, count: usize) -> Result<(), String> {
+    let workers = 32.min(count.max(1));
+    let host = address.to_string();
+    let mut handles = Vec::new();
+    for worker in 0..workers {
+        let host = host.clone();
+        handles.push(tokio::spawn(async move {
+            let mut conn = Connection::open(address).await?;
+            let mut index = worker + 1;
+            while index <= count {
+                let (status, body) = conn
+                    .post(&host, call_body(&replay_request_id(index), false))
+                    .await?;
+                if status != 200 {
+                    return Err(format!(
+                        "creating {}: {status} {}",
+                        replay_request_id(index),
+                        String::from_utf8_lossy(&body)
+                    ));
+                }
+                index += workers;
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    for handle in handles {
+        handle
+            .await
+            .map_err(|error| format!("creating identities: {error}"))??;
+    }
+    Ok(())
+}
+
+/// Sends `bodies` one after the other on one connection and checks each answer against
+/// `scenario` (for the round-trip count).
+pub async fn sequential(
+    address: SocketAddr,
+    scenario: Scenario,
+    bodies: &[String],
+) -> Result<(), String> {
+    let host = address.to_string();
+    let mut conn = Connection::open(address).await?;
+    for body in bodies {
+        let (status, answer) = conn.post(&host, body.clone()).await?;
+        check(scenario, status, &answer).map_err(|kind| format!("{body}: {kind}"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check, Scenario};
+
+    #[test]
+    fn classifies_answers() {
+        assert!(check(Scenario::NewIdentity, 200, br#"{"replayed":false}"#).is_ok());
+        assert_eq!(
+            check(Scenario::NewIdentity, 200, br#"{"replayed":true}"#),
+            Err("200 replayed".to_owned())
+        );
+        assert!(check(Scenario::Replay, 200, br#"{"replayed":true}"#).is_ok());
+        assert!(check(
+            Scenario::Conflict,
+            409,
+            br#"{"code":"IDEMPOTENCY_CONFLICT"}"#
+        )
+        .is_ok());
+        assert_eq!(
+            check(Scenario::Conflict, 503, br#"{"code":"STORE_UNAVAILABLE"}"#),
+            Err("503 STORE_UNAVAILABLE".to_owned())
+        );
+        assert_eq!(check(Scenario::Replay, 502, b"oops"), Err("502".to_owned()));
+    }
+}
