@@ -75,7 +75,8 @@ pub struct Config {
     #[arg(long, env = "CARMY_DRAIN_MS", default_value_t = 30_000, global = true)]
     pub drain_ms: u64,
 
-    /// PostgreSQL connections in the pool.
+    /// PostgreSQL connections in the pool; the store opens as many again for its hot path
+    /// (reserve and complete), so a replica uses up to twice this many.
     #[arg(long, env = "CARMY_DB_POOL_SIZE", default_value_t = 10, global = true)]
     pub db_pool_size: u32,
 

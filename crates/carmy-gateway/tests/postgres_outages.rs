@@ -152,23 +152,32 @@ async fn exhausted_pool_answers_503_after_a_bounded_wait() {
     let (status, _) = post(&http, &gateway, &call("echo", json!({}), "warm")).await;
     assert_eq!(status, 200);
 
-    // Lock the orders table: create_order then holds the pool's single connection.
+    // Lock the reservations table: the holder's reserve then waits on the lock while it holds
+    // the store's only hot-path connection.
     let mut locker = db.connect().await;
-    sqlx::raw_sql("BEGIN; LOCK TABLE carmy.example_orders IN ACCESS EXCLUSIVE MODE")
+    sqlx::raw_sql("BEGIN; LOCK TABLE carmy.reservations IN ACCESS EXCLUSIVE MODE")
         .execute(&mut locker)
         .await
         .unwrap();
-    let holder = spawn_post(
-        &http,
-        &gateway,
-        &call("create_order", json!({"sku": "pool"}), "holder"),
-    );
-    eventually(
-        Duration::from_secs(10),
-        "create_order holds the connection",
-        || async { tool_runs(&http, &gateway, "create_order").await == 1 },
-    )
-    .await;
+    let holder = spawn_post(&http, &gateway, &call("echo", json!({}), "holder"));
+    let mut observer = db.connect().await;
+    let start = std::time::Instant::now();
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut observer)
+        .await
+        .unwrap();
+        if waiting == 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the holder never waited on the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let bounded = client();
     let answer = bounded

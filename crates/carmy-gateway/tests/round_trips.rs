@@ -7,11 +7,9 @@
 //!   replay cache off is one statement.
 //! - `new_identity_is_two_round_trips_on_the_wire` counts every request/response exchange on the
 //!   gateway's PostgreSQL connections through a counting proxy, which also sees what
-//!   `pg_stat_statements` cannot: connection checks, a bare `Sync` with nothing before it. sqlx
-//!   0.8's pool sends one to every connection it takes back (`return_to_pool`; no pool setting
-//!   turns it off), so each statement costs a second round trip, off the caller's path but not
-//!   off PostgreSQL's. The test is ignored while that is so (see its `ignore` reason);
-//!   `cargo test -p carmy-gateway --test round_trips -- --ignored` shows the counts.
+//!   `pg_stat_statements` cannot: connection checks, a bare `Sync` with nothing before it (sqlx's
+//!   own pool sends one to every connection it takes back, which is why the store's `reserve`
+//!   and `complete` use connections of their own, see `carmy_postgres`'s `hot` module).
 
 mod support;
 
@@ -291,10 +289,6 @@ fn via_proxy(url: &str, port: u16) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails while sqlx 0.8's pool pings every connection it takes back (a bare Sync \
-            after each statement, which no pool setting turns off): a new identity then costs \
-            2 statements + 2 pings on the wire; passes once the store's statements skip that \
-            ping"]
 async fn new_identity_is_two_round_trips_on_the_wire() {
     let db = TestDb::create().await;
     let options: sqlx::postgres::PgConnectOptions = db.url.parse().unwrap();

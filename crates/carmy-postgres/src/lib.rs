@@ -34,6 +34,7 @@
 //! # }
 //! ```
 
+mod hot;
 mod migrate;
 mod store;
 

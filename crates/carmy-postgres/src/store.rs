@@ -1,6 +1,7 @@
 //! [`PostgresStore`]: the durable [`IdempotencyStore`] shared by all gateway replicas
 //! (contract §8).
 
+use crate::hot::{hot_pool, run_error, HotManager};
 use crate::migrate::latest_migration_version;
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
@@ -29,10 +30,9 @@ pub const PING_IF_IDLE_FOR: Duration = Duration::from_secs(10);
 /// A connection is checked with a ping before use only when it sat idle for
 /// [`PING_IF_IDLE_FOR`] (10 s), not on every acquire (sqlx's default), so a call does not wait
 /// for a ping; connections left broken by a database restart are still found and replaced before
-/// use once the pool went quiet, and a connection that fails in use is discarded by sqlx.
-/// sqlx 0.8 still pings every connection when it is returned to the pool (not configurable):
-/// that round trip is off the caller's path but costs the server (see the README,
-/// "Performance").
+/// use once the pool went quiet, and a connection that fails in use is discarded by sqlx. (sqlx
+/// also pings every connection it takes back, which is why the store runs `reserve` and
+/// `complete` on connections of its own; this pool serves everything else.)
 pub fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(max_connections)
@@ -170,7 +170,10 @@ pub struct PostgresStoreOptions {
     /// also checks the host name). Ignored by [`PostgresStore::from_pool`].
     pub database_url: String,
     /// Pool size: at most this many connections at once. Default
-    /// [`DEFAULT_MAX_CONNECTIONS`] (10). Ignored by [`PostgresStore::from_pool`].
+    /// [`DEFAULT_MAX_CONNECTIONS`] (10). Ignored by [`PostgresStore::from_pool`] (which takes the
+    /// given pool's size). The store opens as many again, on demand, for `reserve` and
+    /// `complete` (connections that sqlx's pool would ping on every return), so a process uses up
+    /// to twice this many.
     pub max_connections: u32,
     /// The longest wait for a pooled connection (or a new one) before a call fails with
     /// [`StoreError::Unavailable`]; bounds every store call when the pool is exhausted or the
@@ -240,6 +243,8 @@ pub struct PostgresStore {
     stop: watch::Sender<bool>,
     renewer: Mutex<Option<JoinHandle<()>>>,
     cancels: broadcast::Sender<ExecutionId>,
+    /// Connections for `reserve` and `complete` (see [`crate::hot`]).
+    hot: bb8::Pool<HotManager>,
 }
 
 impl PostgresStore {
@@ -339,6 +344,12 @@ impl PostgresStore {
         let (stop, stopped) = watch::channel(false);
         let interval = (options.lease_ttl / 3).max(Duration::from_millis(1));
         let renewer = tokio::spawn(Arc::clone(&lease).run(interval, stopped));
+        let hot = hot_pool(
+            (*pool.connect_options()).clone(),
+            pool.options().get_max_connections(),
+            pool.options().get_acquire_timeout(),
+            PING_IF_IDLE_FOR,
+        );
         let (cancels, _) = broadcast::channel(256);
         tokio::spawn(listen_for_cancels(
             (*pool.connect_options()).clone(),
@@ -353,6 +364,7 @@ impl PostgresStore {
             stop,
             renewer: Mutex::new(Some(renewer)),
             cancels,
+            hot,
         })
     }
 
@@ -410,7 +422,7 @@ impl PostgresStore {
             self.lease.renew().await?;
         }
         for _ in 0..RESERVE_ATTEMPTS {
-            let row = sqlx::query(RESERVE_SQL)
+            let query = sqlx::query(RESERVE_SQL)
                 .bind(&key.principal)
                 .bind(&key.session_id)
                 .bind(&key.request_id)
@@ -418,9 +430,13 @@ impl PostgresStore {
                 .bind(&fingerprint.digest)
                 .bind(&fingerprint.version)
                 .bind(intent.execution_id.as_str())
-                .bind(&self.instance_id)
-                .fetch_optional(&self.pool)
-                .await?;
+                .bind(&self.instance_id);
+            let row = {
+                let mut hot = self.hot.get().await.map_err(run_error)?;
+                let row = query.fetch_optional(&mut hot.connection).await;
+                hot.used(&row);
+                row?
+            };
             let existing = match row {
                 Some(row) => {
                     if row.try_get::<bool, _>("inserted")? {
@@ -456,7 +472,7 @@ impl PostgresStore {
     ) -> Result<(), Failure> {
         let outcome = result.to_record_json();
         let error_code = result.error.as_ref().map(|error| error.code.as_str());
-        let updated = sqlx::query(COMPLETE_SQL)
+        let query = sqlx::query(COMPLETE_SQL)
             .bind(&key.principal)
             .bind(&key.session_id)
             .bind(&key.request_id)
@@ -465,10 +481,13 @@ impl PostgresStore {
             .bind(&fingerprint.version)
             .bind(result.status.as_str())
             .bind(&outcome)
-            .bind(error_code)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+            .bind(error_code);
+        let updated = {
+            let mut hot = self.hot.get().await.map_err(run_error)?;
+            let done = query.execute(&mut hot.connection).await;
+            hot.used(&done);
+            done?.rows_affected()
+        };
         if updated == 1 {
             return Ok(());
         }

@@ -1083,8 +1083,39 @@ async fn an_exhausted_pool_fails_after_the_acquire_timeout() {
     let mut options = db.options();
     options.max_connections = 1;
     options.acquire_timeout = Duration::from_millis(300);
-    let store = PostgresStore::connect(options).await.unwrap();
-    let held = store.pool().acquire().await.unwrap();
+    let store = Arc::new(PostgresStore::connect(options).await.unwrap());
+    // A lock makes the first reserve hold the only hot-path connection while it waits.
+    let locker = db.pool().await;
+    let mut lock = locker.begin().await.unwrap();
+    sqlx::query("LOCK TABLE carmy.reservations IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let holder = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            store
+                .reserve(
+                    &key("alice", "default", "holder"),
+                    &fp('a'),
+                    &intent("echo"),
+                )
+                .await
+        })
+    };
+    // Wait until the holder's statement is queued behind the lock.
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&locker)
+        .await
+        .unwrap();
+        if waiting == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 
     let started = Instant::now();
     let outcome = store
@@ -1099,7 +1130,8 @@ async fn an_exhausted_pool_fails_after_the_acquire_timeout() {
     assert!(waited >= Duration::from_millis(250), "{waited:?}");
     assert!(waited < Duration::from_secs(5), "{waited:?}");
 
-    drop(held);
+    lock.commit().await.unwrap();
+    assert_eq!(holder.await.unwrap().unwrap(), Reservation::Reserved);
     store.check_ready().await.unwrap();
     store.shutdown().await.unwrap();
 }
