@@ -27,6 +27,7 @@ struct FaultyStore {
     /// Reserve in the inner store, then answer as if the connection broke before the answer.
     reserve_indeterminate: AtomicBool,
     complete_failures_left: AtomicUsize,
+    release_failures_left: AtomicUsize,
     report_interrupted: AtomicBool,
 }
 
@@ -81,7 +82,14 @@ impl IdempotencyStore for FaultyStore {
         key: &'a IdempotencyKey,
         execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, ()> {
-        self.inner.release(key, execution_id)
+        Box::pin(async move {
+            let left = self.release_failures_left.load(Ordering::SeqCst);
+            if left > 0 {
+                self.release_failures_left.store(left - 1, Ordering::SeqCst);
+                return Err(StoreError::Unavailable("switched off".into()));
+            }
+            self.inner.release(key, execution_id).await
+        })
     }
 
     fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
@@ -471,6 +479,8 @@ async fn results_that_would_not_read_back_unchanged_are_recorded_as_failed() {
 #[tokio::test]
 async fn a_reservation_whose_answer_was_lost_is_freed_not_stuck() {
     let h = harness(10);
+    // The first two attempts to free it fail too: the engine keeps retrying.
+    h.store.release_failures_left.store(2, Ordering::SeqCst);
     h.store.reserve_indeterminate.store(true, Ordering::SeqCst);
     let (status, problem) = post(&h.router, call("echo", json!({"n": 1}), "lost-ack")).await;
     h.store.reserve_indeterminate.store(false, Ordering::SeqCst);
@@ -489,6 +499,7 @@ async fn a_reservation_whose_answer_was_lost_is_freed_not_stuck() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     assert_eq!(ran["replayed"], false);
+    assert_eq!(h.store.release_failures_left.load(Ordering::SeqCst), 0);
     assert_eq!(h.app.engine().metrics().tool_runs("echo"), 1);
     assert_eq!(h.store.inner.len(), 1);
 }
