@@ -16,7 +16,7 @@ PYTHON="${PYTHON:-python3}"
 VENV="${CARMY_PYCLIENT_VENV:-${TMPDIR:-/tmp}/carmy-pyclient-venv}"
 
 if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)'; then
-  echo "run-tests.sh: $PYTHON is older than 3.10" >&2
+  echo "run-tests.sh: $PYTHON did not run, or is older than 3.10 (set PYTHON)" >&2
   exit 1
 fi
 

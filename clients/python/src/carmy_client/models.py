@@ -8,6 +8,7 @@ The shapes are those of the gateway's HTTP API (contract §4 and §7): every rec
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Mapping, cast
@@ -38,23 +39,26 @@ class ResponseFormatError(ValueError):
     """A 2xx body that does not have the documented shape (a proxy in the way, or a bug)."""
 
 
+_RFC3339 = re.compile(r"^(?P<main>[^.]+?)(?:\.(?P<fraction>\d+))?(?P<zone>[+-]\d\d:\d\d)?$")
+
+
 def _timestamp(value: Any) -> datetime | None:
-    """An RFC 3339 timestamp as an aware datetime; ``Z`` is accepted on Python 3.10 too."""
+    """An RFC 3339 timestamp as a datetime. ``Z`` and any number of fractional digits are
+    accepted (kept to microseconds) on every supported Python, whose ``fromisoformat`` differs.
+    """
     if value is None:
         return None
     if not isinstance(value, str):
         raise ResponseFormatError(f"timestamp is not a string: {value!r}")
     text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
+    parts = _RFC3339.match(text)
+    if parts is None:
+        raise ResponseFormatError(f"bad timestamp: {value!r}")
+    fraction = (parts["fraction"] or "").ljust(6, "0")[:6]
     try:
-        return datetime.fromisoformat(text)
+        return datetime.fromisoformat(f"{parts['main']}.{fraction}{parts['zone'] or ''}")
     except ValueError:
-        # Python 3.10 accepts at most 6 fractional digits in fromisoformat; keep 6.
-        head, sep, rest = text.partition(".")
-        if not sep:
-            raise ResponseFormatError(f"bad timestamp: {value!r}") from None
-        digits = "".join(ch for ch in rest if ch.isdigit())
-        zone = rest[len(digits) :]
-        return datetime.fromisoformat(f"{head}.{digits[:6].ljust(6, '0')}{zone}")
+        raise ResponseFormatError(f"bad timestamp: {value!r}") from None
 
 
 def _optional_str(body: Mapping[str, Any], name: str) -> str | None:
