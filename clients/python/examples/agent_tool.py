@@ -83,7 +83,9 @@ def call_carmy_tool(
 def make_create_order(client: CarmyClient) -> Callable[..., dict[str, Any]]:
     """The function an agent framework registers as its ``create_order`` tool."""
 
-    def create_order(sku: str, quantity: int = 1, tool_call_id: str | None = None) -> dict[str, Any]:
+    def create_order(
+        sku: str, quantity: int = 1, tool_call_id: str | None = None
+    ) -> dict[str, Any]:
         """Create an order for ``quantity`` items of ``sku``; returns ``{"order_id": int}`` in
         ``result``. Safe to call again with the same ``tool_call_id``: it never orders twice.
         """

@@ -45,7 +45,9 @@ class CarmyClient(ClientBase):
     ) -> None:
         super().__init__(base_url, api_key, retry, clock, rng)
         self._sleep = sleep
-        self._http = httpx.Client(base_url=self.base_url, headers=self._headers, transport=transport)
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=self._headers, transport=transport
+        )
 
     def execute(
         self,
