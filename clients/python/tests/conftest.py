@@ -68,6 +68,7 @@ class Gateway:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=10)
+        self.log_path.unlink(missing_ok=True)
 
 
 def start_gateway(**extra_env: str) -> Gateway:
