@@ -1,0 +1,63 @@
+"""Python client for the Carmy gateway: tool calls for AI agents whose retries are safe.
+
+``CarmyClient`` (blocking) and ``AsyncCarmyClient`` (async) send ``POST /v1/executions`` with
+a request_id that stays the same on every retry, back off with full jitter on transport errors
+and 503, wait out a running duplicate, honour ``Retry-After``, and never retry a conflict or an
+interrupted execution. Results are :class:`Execution` records; failures are
+:class:`CarmyError` subclasses.
+
+>>> from carmy_client import CarmyClient
+>>> with CarmyClient("http://127.0.0.1:8080") as carmy:  # doctest: +SKIP
+...     print(carmy.execute("create_order", {"sku": "book"}).data)
+{'order_id': 1}
+"""
+
+from ._version import __version__
+from .aio import AsyncCarmyClient
+from .client import CarmyClient
+from .errors import (
+    CapacityError,
+    CarmyError,
+    ConflictError,
+    ExecutionInterrupted,
+    ExecutionUncertainError,
+    InvalidRequestError,
+    NotFoundError,
+    UnauthorizedError,
+    UnavailableError,
+    UncertainRunningError,
+    UnknownToolError,
+)
+from .models import (
+    Execution,
+    ExecutionStatus,
+    PendingExecution,
+    PendingStatus,
+    ResponseFormatError,
+    Tool,
+)
+from .retry import RetryPolicy
+
+__all__ = [
+    "__version__",
+    "AsyncCarmyClient",
+    "CapacityError",
+    "CarmyClient",
+    "CarmyError",
+    "ConflictError",
+    "Execution",
+    "ExecutionInterrupted",
+    "ExecutionStatus",
+    "ExecutionUncertainError",
+    "InvalidRequestError",
+    "NotFoundError",
+    "PendingExecution",
+    "PendingStatus",
+    "ResponseFormatError",
+    "RetryPolicy",
+    "Tool",
+    "UnauthorizedError",
+    "UnavailableError",
+    "UncertainRunningError",
+    "UnknownToolError",
+]
