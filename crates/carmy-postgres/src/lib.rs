@@ -23,7 +23,7 @@
 //!
 //! Modules: `store` ([`PostgresStore`]), [`sql`] (every statement), `options`
 //! ([`PostgresStoreOptions`], [`OptionsError`]), `lease`, `cancel`, `diagnosis`, `failure`,
-//! `decode`, `hot`, `migrate`.
+//! `decode`, `hot`, `ready`, `migrate`.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -48,6 +48,7 @@ mod hot;
 mod lease;
 mod migrate;
 mod options;
+mod ready;
 pub mod sql;
 mod store;
 

@@ -6,14 +6,14 @@
 use crate::cancel::{listen_for_cancels, CANCEL_BACKLOG, CANCEL_CHANNEL};
 use crate::decode::{decode_key, decode_record};
 use crate::diagnosis::{explain_connect, Diagnosis};
-use crate::failure::{lost_in_transit, Failure, ReadFailure};
+use crate::failure::{lost_in_transit, Failure};
 use crate::hot::{hot_pool, run_error, HotManager};
 use crate::lease::{renewal_interval, Lease};
-use crate::migrate::latest_migration_version;
 use crate::options::{pool_options, ConnectError, PostgresStoreOptions};
+use crate::ready::check_ready;
 use crate::sql::{
     COMPLETE_RECHECK_SQL, COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, NOTIFY_CANCEL_SQL,
-    READY_SQL, RELEASE_RESERVATION_SQL, RESERVE_SQL,
+    RELEASE_RESERVATION_SQL, RESERVE_SQL,
 };
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult};
@@ -373,47 +373,9 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// Whether this store can serve calls (see [`crate::ready`]).
     async fn check_ready_impl(&self) -> Result<(), StoreError> {
-        let needed = latest_migration_version();
-        let applied: Option<i32> = match sqlx::query_scalar(READY_SQL).fetch_one(&self.pool).await {
-            Ok(applied) => applied,
-            Err(error) => return Err(self.history_unreadable(error, needed).await),
-        };
-        match applied {
-            Some(version) if version >= needed => {}
-            Some(version) => {
-                return Err(StoreError::Unavailable(format!(
-                    "migrations not applied (found version {version}, need {needed})"
-                )))
-            }
-            None => {
-                return Err(StoreError::Unavailable(format!(
-                    "migrations not applied (found none, need {needed})"
-                )))
-            }
-        }
-        if let Err(error) = self.lease.ensure_registered().await {
-            return Err(StoreError::Unavailable(format!(
-                "cannot register the instance lease: {}",
-                self.diagnosis.explain(error).await
-            )));
-        }
-        Ok(())
-    }
-
-    /// Why [`READY_SQL`] failed, as `check_ready` reports it (see [`ReadFailure`]).
-    async fn history_unreadable(&self, error: sqlx::Error, needed: i32) -> StoreError {
-        StoreError::Unavailable(match ReadFailure::of(&error) {
-            ReadFailure::NoTable => format!(
-                "migrations not applied (found no table {}, need version {needed})",
-                crate::MIGRATION_TABLE
-            ),
-            ReadFailure::Unreachable => format!(
-                "database unreachable: {}",
-                self.diagnosis.explain(error).await
-            ),
-            ReadFailure::Refused => format!("cannot read {}: {error}", crate::MIGRATION_TABLE),
-        })
+        check_ready(&self.pool, &self.lease, &self.diagnosis).await
     }
 
     /// Turns the outcome of a `*_impl` method into the trait's: a database error becomes
