@@ -1,5 +1,5 @@
 -- The SQL work of one new idempotent call, as PostgresStore does it (crates/carmy-postgres/src/
--- store.rs): the reserve statement (RESERVE_SQL) and the complete statement (COMPLETE_SQL), two
+-- sql.rs): the reserve statement (RESERVE_SQL) and the complete statement (COMPLETE_SQL), two
 -- statements in autocommit, each its own round trip and its own commit.
 --
 -- Run by carmy-bench as
@@ -28,12 +28,8 @@ FROM ins
 UNION ALL
 SELECT false AS inserted, r.execution_id, r.tool, r.fingerprint, r.fingerprint_version, r.state,
        r.outcome,
-       CASE
-           WHEN r.state <> 'running' THEN NULL
-           WHEN EXISTS (SELECT 1 FROM carmy.instances i
-                        WHERE i.instance_id = r.owner_instance
-                          AND i.lease_expires_at > now()) THEN 'running'
-           ELSE 'interrupted'
+       CASE WHEN r.state <> 'running' THEN NULL
+            ELSE carmy.in_flight_state(r.owner_instance)
        END AS in_flight_state
 FROM carmy.reservations r
 WHERE r.principal = 'pgbench' AND r.session_id = 'default'

@@ -1,5 +1,5 @@
 -- The ceiling for replays: one read of one completed reservation by primary key, the record
--- columns PostgresStore reads (LOOKUP_SQL in crates/carmy-postgres/src/store.rs), one statement
+-- columns PostgresStore reads (LOOKUP_SQL in crates/carmy-postgres/src/sql.rs), one statement
 -- in autocommit.
 --
 -- Run by carmy-bench as
@@ -8,12 +8,8 @@
 -- default) through the gateway, the same identities its replay scenario cycles through.
 \set i random(1, :nrows)
 SELECT r.execution_id, r.tool, r.fingerprint, r.fingerprint_version, r.state, r.outcome,
-       CASE
-           WHEN r.state <> 'running' THEN NULL
-           WHEN EXISTS (SELECT 1 FROM carmy.instances i
-                        WHERE i.instance_id = r.owner_instance
-                          AND i.lease_expires_at > now()) THEN 'running'
-           ELSE 'interrupted'
+       CASE WHEN r.state <> 'running' THEN NULL
+            ELSE carmy.in_flight_state(r.owner_instance)
        END AS in_flight_state
 FROM carmy.reservations r
 WHERE r.principal = 'anonymous' AND r.session_id = 'default'

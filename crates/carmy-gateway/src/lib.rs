@@ -67,8 +67,10 @@ pub fn load_api_keys(config: &Config) -> Result<ApiKeys, GatewayError> {
     ApiKeys::parse(&text).map_err(|error| GatewayError::ApiKeys(error.to_string()))
 }
 
-/// Builds the gateway for `config`: with `DATABASE_URL`, migrates (under the migration lock) and
-/// uses `PostgresStore` and `carmy.example_orders`; without, the in-memory store and orders.
+/// Builds the gateway for `config`: with `DATABASE_URL`, migrates (under the migration lock),
+/// creates `carmy.example_orders` for the example tools if it is missing
+/// ([`PostgresOrderBook::prepare`]) and uses `PostgresStore` and that table; without, the
+/// in-memory store and orders.
 ///
 /// # Errors
 /// [`GatewayError`] when keys, migrations or the database fail.
@@ -90,6 +92,9 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
                 .connect(url)
                 .await
                 .map_err(|error| GatewayError::Database(error.to_string()))?;
+                PostgresOrderBook::prepare(&pool)
+                    .await
+                    .map_err(GatewayError::Database)?;
                 let mut options = PostgresStoreOptions::new(url.clone());
                 options.lease_ttl = Duration::from_millis(config.lease_ttl_ms.max(1));
                 let store = Arc::new(

@@ -1,8 +1,10 @@
 //! Orders of the example tools, kept where the reservations are: in process memory, or in
-//! `carmy.example_orders` shared by every replica (contract §9).
+//! `carmy.example_orders` shared by every replica (contract §9). That table is the example
+//! tools' own, not the product's: [`PostgresOrderBook::prepare`] creates it
+//! (`sql/example_orders.sql`) where it is missing.
 
 use serde_json::{json, Value};
-use sqlx::PgPool;
+use sqlx::{Executor, PgPool, Row};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
@@ -90,15 +92,60 @@ impl OrderBook for MemoryOrderBook {
     }
 }
 
-/// Orders in `carmy.example_orders` (migration `V2`), shared by all replicas.
+/// The table of the example tools, its index and its comments
+/// (`crates/carmy-gateway/sql/example_orders.sql`); every statement is `IF NOT EXISTS` or a
+/// comment.
+pub const EXAMPLE_ORDERS_SQL: &str = include_str!("../sql/example_orders.sql");
+
+/// Orders in `carmy.example_orders`, shared by all replicas.
 pub struct PostgresOrderBook {
     pool: PgPool,
 }
 
 impl PostgresOrderBook {
-    /// Uses `pool` (the store's pool: one pool per process).
+    /// Uses `pool` (the store's pool: one pool per process). Call [`PostgresOrderBook::prepare`]
+    /// once first.
     pub fn new(pool: PgPool) -> Self {
         Self { pool }
+    }
+
+    /// Creates `carmy.example_orders` (with [`EXAMPLE_ORDERS_SQL`]) when it does not exist, in
+    /// one transaction holding the migration lock
+    /// (`pg_advisory_xact_lock(`[`carmy_postgres::MIGRATION_LOCK_KEY`]`)`), so replicas starting
+    /// together and a concurrent migration never race. A database that has the table (created
+    /// by an earlier build's migration `V2__example_orders`, or by an earlier start) is left
+    /// untouched. Needs the schema `carmy` ([`carmy_postgres::migrate`] first).
+    ///
+    /// # Errors
+    /// The database's error text when a statement fails.
+    pub async fn prepare(pool: &PgPool) -> Result<(), String> {
+        // `Executor` methods (boxed `Send` futures): the opaque futures of `Query::execute` trip
+        // rustc's higher-ranked `Send` check, and callers may spawn this future.
+        let prepared = async {
+            let mut transaction = pool.begin().await?;
+            transaction
+                .execute(
+                    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                        .bind(carmy_postgres::MIGRATION_LOCK_KEY),
+                )
+                .await?;
+            let missing: bool = transaction
+                .fetch_one(sqlx::query(
+                    "SELECT to_regclass('carmy.example_orders') IS NULL",
+                ))
+                .await?
+                .try_get(0)?;
+            if missing {
+                transaction
+                    .execute(sqlx::raw_sql(EXAMPLE_ORDERS_SQL))
+                    .await?;
+                tracing::info!("created carmy.example_orders for the example tools");
+            }
+            transaction.commit().await
+        };
+        prepared
+            .await
+            .map_err(|error: sqlx::Error| format!("cannot create carmy.example_orders: {error}"))
     }
 }
 

@@ -3,9 +3,12 @@
 //!
 //! sqlx's own pool pings every connection when it is returned (not configurable), which doubles
 //! the round trips of a call. Here a connection is pinged only before use after it sat idle for
-//! [`PING_IF_IDLE_FOR`](crate::PING_IF_IDLE_FOR), and one that failed mid-statement is marked
-//! broken and discarded instead of being returned.
+//! [`PING_IF_IDLE_FOR`](crate::PING_IF_IDLE_FOR) (the rule of both pools, `needs_ping`), and one
+//! whose statement was lost in transit (`lost_in_transit`) is marked broken and discarded instead
+//! of being returned.
 
+use crate::failure::lost_in_transit;
+use crate::options::needs_ping;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 use std::time::{Duration, Instant};
@@ -23,10 +26,7 @@ impl HotConnection {
     pub(crate) fn used<T>(&mut self, outcome: &Result<T, sqlx::Error>) {
         self.last_used = Instant::now();
         if let Err(error) = outcome {
-            self.broken |= matches!(
-                error,
-                sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed
-            );
+            self.broken |= lost_in_transit(error);
         }
     }
 }
@@ -34,7 +34,6 @@ impl HotConnection {
 /// Opens connections with the store's connect options.
 pub(crate) struct HotManager {
     connect: PgConnectOptions,
-    ping_if_idle_for: Duration,
 }
 
 impl bb8::ManageConnection for HotManager {
@@ -50,7 +49,7 @@ impl bb8::ManageConnection for HotManager {
     }
 
     async fn is_valid(&self, hot: &mut HotConnection) -> Result<(), sqlx::Error> {
-        if hot.last_used.elapsed() >= self.ping_if_idle_for {
+        if needs_ping(hot.last_used.elapsed()) {
             hot.connection.ping().await?;
             hot.last_used = Instant::now();
         }
@@ -68,16 +67,12 @@ pub(crate) fn hot_pool(
     connect: PgConnectOptions,
     max_size: u32,
     timeout: Duration,
-    ping_if_idle_for: Duration,
 ) -> bb8::Pool<HotManager> {
     bb8::Pool::builder()
         .max_size(max_size.max(1))
         .connection_timeout(timeout.max(Duration::from_millis(1)))
         .test_on_check_out(true)
-        .build_unchecked(HotManager {
-            connect,
-            ping_if_idle_for,
-        })
+        .build_unchecked(HotManager { connect })
 }
 
 /// A bb8 failure as the sqlx error the rest of the store reports (a wait that timed out is

@@ -16,8 +16,14 @@
 //! the webpki (Mozilla) roots plus `sslrootcert`; `require` never downgrades to plain text.
 //!
 //! The schema is meant to be read by a DBA without this code: text states with CHECK
-//! constraints, a comment on every table, column and view, and the view
-//! `carmy.uncertain_executions` listing executions whose outcome is not known.
+//! constraints, a comment on every table, column, view and function, the function
+//! `carmy.in_flight_state(owner_instance)` (the one definition of `running` vs `interrupted`,
+//! used by the store's statements in [`sql`]) and the view `carmy.uncertain_executions` listing
+//! executions whose outcome is not known.
+//!
+//! Modules: `store` ([`PostgresStore`]), [`sql`] (every statement), `options`
+//! ([`PostgresStoreOptions`], [`OptionsError`]), `lease`, `cancel`, `diagnosis`, `failure`,
+//! `decode`, `hot`, `ready`, `migrate`.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -34,14 +40,25 @@
 //! # }
 //! ```
 
+mod cancel;
+mod decode;
+mod diagnosis;
+mod failure;
 mod hot;
+mod lease;
 mod migrate;
+mod options;
+mod ready;
+pub mod sql;
 mod store;
 
+pub use cancel::CANCEL_CHANNEL;
 pub use migrate::{
     latest_migration_version, migrate, MigrateError, MIGRATION_LOCK_KEY, MIGRATION_TABLE,
+    RETIRED_MIGRATIONS,
 };
-pub use store::{
-    pool_options, PostgresStore, PostgresStoreOptions, CANCEL_CHANNEL, DEFAULT_ACQUIRE_TIMEOUT,
-    DEFAULT_LEASE_TTL, DEFAULT_MAX_CONNECTIONS, PING_IF_IDLE_FOR,
+pub use options::{
+    pool_options, ConnectError, OptionsError, PostgresStoreOptions, DEFAULT_ACQUIRE_TIMEOUT,
+    DEFAULT_LEASE_TTL, DEFAULT_MAX_CONNECTIONS, MAX_LEASE_TTL, MIN_LEASE_TTL, PING_IF_IDLE_FOR,
 };
+pub use store::PostgresStore;

@@ -24,6 +24,13 @@ pub const MIGRATION_LOCK_KEY: i64 = 0x6361_726d_796d_6967;
 /// its `version` (`int4`), `name`, `applied_on` (RFC 3339 text) and `checksum` (decimal text).
 pub const MIGRATION_TABLE: &str = "carmy.refinery_schema_history";
 
+/// Versions that earlier builds applied and this build no longer embeds: `2`
+/// (`V2__example_orders`, the example tools' table `carmy.example_orders`, which the gateway's
+/// example tools now create themselves). A database with one of them in its history migrates as
+/// any other; every other applied version this build does not embed is refused
+/// ([`MigrateError::History`]).
+pub const RETIRED_MIGRATIONS: &[i32] = &[2];
+
 /// Why [`migrate`] failed. The texts (`{error}`) carry the cause, including the server's own
 /// message (e.g. `database "x" does not exist`) or the system's (e.g. `Connection refused`):
 /// for logs, not for callers.
@@ -41,6 +48,12 @@ pub enum MigrateError {
     /// transaction was rolled back. The text names the migration and the database's message.
     #[error("migration failed: {0}")]
     Migration(#[source] refinery::Error),
+    /// The applied history does not fit this build: it holds a version this build does not
+    /// embed and that is not [retired](RETIRED_MIGRATIONS) (a newer build migrated the
+    /// database?), or it lacks an embedded version older than its newest one. Nothing was
+    /// applied.
+    #[error("migration history does not fit this build: {0}")]
+    History(String),
     /// Releasing the advisory lock failed after a successful migration (the lock is released
     /// anyway when the connection closes, which happens right after).
     #[error("cannot release the migration lock: {0}")]
@@ -48,8 +61,9 @@ pub enum MigrateError {
 }
 
 /// The highest version among the migrations embedded in this build (`migrations/V<n>__*.sql`),
-/// e.g. `3`. A database is ready for this build when `max(version)` in [`MIGRATION_TABLE`] is at
-/// least this (contract §7 `/readyz`).
+/// e.g. `4`. A database is ready for this build when `max(version)` in [`MIGRATION_TABLE`] is at
+/// least this (contract §7 `/readyz`); versions need not be contiguous (see
+/// [`RETIRED_MIGRATIONS`]).
 pub fn latest_migration_version() -> i32 {
     embedded::migrations::runner()
         .get_migrations()
@@ -77,7 +91,8 @@ pub fn latest_migration_version() -> i32 {
 /// # Errors
 /// [`MigrateError`] when the database cannot be reached or TLS cannot be set up
 /// ([`MigrateError::Connect`]), a statement fails, or the applied history diverges from the
-/// embedded migrations (a changed or missing file). Its text carries the cause.
+/// embedded migrations (a changed file, or a missing one other than the
+/// [retired](RETIRED_MIGRATIONS) ones). Its text carries the cause.
 pub async fn migrate(database_url: &str) -> Result<(), MigrateError> {
     let options: PgConnectOptions = database_url.parse().map_err(MigrateError::Connect)?;
     let connection = PgConnection::connect_with(&options)
@@ -129,7 +144,14 @@ async fn migrate_locked(
         .execute(sqlx::raw_sql("CREATE SCHEMA IF NOT EXISTS carmy"))
         .await
         .map_err(MigrateError::Prepare)?;
+    let applied = applied_versions(session)
+        .await
+        .map_err(MigrateError::Prepare)?;
+    check_history(&applied, &embedded_versions()).map_err(MigrateError::History)?;
+    // refinery refuses an applied version without its file unless told not to; the check above
+    // allows exactly the retired ones.
     let report = embedded::migrations::runner()
+        .set_abort_missing(false)
         .set_migration_table_name(MIGRATION_TABLE)
         .run_async(connection)
         .await
@@ -140,6 +162,62 @@ async fn migrate_locked(
             name = applied.name(),
             "applied migration"
         );
+    }
+    Ok(())
+}
+
+/// The versions of the embedded migrations, ascending.
+fn embedded_versions() -> Vec<i32> {
+    let mut versions: Vec<i32> = embedded::migrations::runner()
+        .get_migrations()
+        .iter()
+        .map(Migration::version)
+        .collect();
+    versions.sort_unstable();
+    versions
+}
+
+/// The versions in [`MIGRATION_TABLE`], ascending; none when the table does not exist yet.
+async fn applied_versions(session: &mut PgConnection) -> Result<Vec<i32>, sqlx::Error> {
+    let exists: bool = session
+        .fetch_one(sqlx::query("SELECT to_regclass($1) IS NOT NULL").bind(MIGRATION_TABLE))
+        .await?
+        .try_get(0)?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    let rows = session
+        .fetch_all(sqlx::raw_sql(
+            "SELECT version FROM carmy.refinery_schema_history ORDER BY version",
+        ))
+        .await?;
+    rows.iter().map(|row| row.try_get(0)).collect()
+}
+
+/// Checks that an applied history (`applied`) fits the `embedded` migrations: every applied
+/// version is embedded or [retired](RETIRED_MIGRATIONS), and every embedded version older than
+/// the newest applied one is applied (refinery would otherwise skip it). Both ascending.
+///
+/// # Errors
+/// The text of [`MigrateError::History`].
+fn check_history(applied: &[i32], embedded: &[i32]) -> Result<(), String> {
+    if let Some(unknown) = applied
+        .iter()
+        .find(|version| !embedded.contains(version) && !RETIRED_MIGRATIONS.contains(version))
+    {
+        return Err(format!(
+            "version {unknown} is applied but not part of this build (a newer build migrated \
+             this database?)"
+        ));
+    }
+    let newest = applied.last().copied().unwrap_or(0);
+    if let Some(skipped) = embedded
+        .iter()
+        .find(|version| **version < newest && !applied.contains(version))
+    {
+        return Err(format!(
+            "version {skipped} is not applied but version {newest} is"
+        ));
     }
     Ok(())
 }
@@ -211,16 +289,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn embedded_migrations_are_numbered_from_one() {
-        let runner = embedded::migrations::runner();
-        let mut versions: Vec<i32> = runner
-            .get_migrations()
-            .iter()
-            .map(Migration::version)
-            .collect();
-        versions.sort_unstable();
-        assert_eq!(versions, vec![1, 2, 3]);
-        assert_eq!(latest_migration_version(), 3);
+    fn embedded_migrations_skip_only_the_retired_ones() {
+        assert_eq!(embedded_versions(), vec![1, 3, 4]);
+        assert_eq!(latest_migration_version(), 4);
+        assert_eq!(RETIRED_MIGRATIONS, &[2]);
+    }
+
+    #[test]
+    fn histories_of_earlier_builds_fit() {
+        let embedded = [1, 3, 4];
+        assert_eq!(check_history(&[], &embedded), Ok(()));
+        assert_eq!(check_history(&[1, 2, 3], &embedded), Ok(()));
+        assert_eq!(check_history(&[1, 2], &embedded), Ok(()));
+        assert_eq!(check_history(&[1, 3, 4], &embedded), Ok(()));
+        assert_eq!(
+            check_history(&[1, 3, 4, 5], &embedded),
+            Err(
+                "version 5 is applied but not part of this build (a newer build migrated \
+                 this database?)"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            check_history(&[1, 4], &embedded),
+            Err("version 3 is not applied but version 4 is".to_owned())
+        );
     }
 
     #[test]

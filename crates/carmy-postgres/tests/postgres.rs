@@ -11,7 +11,8 @@ use carmy::runtime::{
     StoreError,
 };
 use carmy_postgres::{
-    latest_migration_version, migrate, MigrateError, PostgresStore, PostgresStoreOptions,
+    latest_migration_version, migrate, ConnectError, MigrateError, OptionsError, PostgresStore,
+    PostgresStoreOptions,
 };
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -134,6 +135,14 @@ fn assert_unavailable<T: std::fmt::Debug>(outcome: Result<T, StoreError>) -> Str
     }
 }
 
+/// The text of a [`ConnectError::Unavailable`]; panics on anything else.
+fn assert_cannot_connect<T: std::fmt::Debug>(outcome: Result<T, ConnectError>) -> String {
+    match outcome {
+        Err(ConnectError::Unavailable(reason)) => reason,
+        other => panic!("expected ConnectError::Unavailable, got {other:?}"),
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Migrations
 // ---------------------------------------------------------------------------------------------
@@ -151,11 +160,11 @@ async fn migrate_twice_is_a_noop() {
             .collect::<Vec<_>>(),
         vec![
             (1, "reservations"),
-            (2, "example_orders"),
-            (3, "document_history")
+            (3, "document_history"),
+            (4, "in_flight_state")
         ]
     );
-    assert_eq!(latest_migration_version(), 3);
+    assert_eq!(latest_migration_version(), 4);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -170,6 +179,24 @@ async fn migrate_twice_is_a_noop() {
     .await
     .unwrap();
     assert_eq!(locks, 0);
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrations_alone_create_no_example_orders() {
+    let db = TestDb::migrated().await;
+    let pool = db.pool().await;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = 'carmy' AND c.relkind = 'r' ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        tables,
+        vec!["instances", "refinery_schema_history", "reservations"]
+    );
     pool.close().await;
 }
 
@@ -192,7 +219,7 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 2, 3]);
+    assert_eq!(versions, vec![1, 3, 4]);
     pool.close().await;
 }
 
@@ -200,8 +227,8 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
 async fn a_failing_migration_is_rolled_back_and_reported_with_its_cause() {
     let db = TestDb::migrated().await;
     let pool = db.pool().await;
-    // Forget versions 2 and 3 while their objects stay: V2 now fails ("already exists").
-    sqlx::query("DELETE FROM carmy.refinery_schema_history WHERE version >= 2")
+    // Forget version 4 while its objects stay: V4 now fails ("already exists").
+    sqlx::query("DELETE FROM carmy.refinery_schema_history WHERE version >= 4")
         .execute(&pool)
         .await
         .unwrap();
@@ -209,17 +236,17 @@ async fn a_failing_migration_is_rolled_back_and_reported_with_its_cause() {
     assert!(matches!(error, MigrateError::Migration(_)), "{error:?}");
     let text = error.to_string();
     assert!(
-        text.contains("V2__example_orders")
-            && text.contains("relation \"example_orders\" already exists"),
+        text.contains("V4__in_flight_state")
+            && text.contains("function \"in_flight_state\" already exists"),
         "{text}"
     );
-    // Its transaction was rolled back (no history row), V3 was not tried, the lock is free.
+    // Its transaction was rolled back (no history row), the lock is free.
     let versions: Vec<i32> = applied_versions(&pool)
         .await
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1]);
+    assert_eq!(versions, vec![1, 3]);
     let locks: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
          AND classid = 1667330669 AND objid = 2037213543 \
@@ -287,7 +314,6 @@ async fn schema_is_documented_and_constrained() {
     assert_eq!(
         relations,
         vec![
-            "example_orders",
             "instances",
             "refinery_schema_history",
             "reservations",
@@ -337,18 +363,28 @@ async fn schema_is_documented_and_constrained() {
         "{finished_without_outcome}"
     );
 
-    // The example orders table takes rows with generated ids.
-    let order_id: i64 = sqlx::query_scalar(
-        "INSERT INTO carmy.example_orders (principal, sku, quantity) \
-         VALUES ($1, $2, $3) RETURNING order_id",
+    // The in-flight rule is one documented function, used by the operator view.
+    let functions: Vec<(String, String, bool)> = sqlx::query_as(
+        "SELECT p.proname::text, p.provolatile::text, obj_description(p.oid, 'pg_proc') IS NOT NULL \
+         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace AND n.nspname = 'carmy' \
+         ORDER BY 1",
     )
-    .bind("alice")
-    .bind("A-1")
-    .bind(2_i64)
-    .fetch_one(&pool)
+    .fetch_all(&pool)
     .await
     .unwrap();
-    assert_eq!(order_id, 1);
+    assert_eq!(
+        functions,
+        vec![("in_flight_state".to_owned(), "s".to_owned(), true)]
+    );
+    let view: String =
+        sqlx::query_scalar("SELECT pg_get_viewdef('carmy.uncertain_executions'::regclass)")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(
+        view.contains("carmy.in_flight_state(r.owner_instance) AS in_flight_state"),
+        "{view}"
+    );
     pool.close().await;
 }
 
@@ -378,7 +414,7 @@ async fn a_missing_database_is_named_in_the_errors() {
 
     let mut options = PostgresStoreOptions::new(&url);
     options.acquire_timeout = Duration::from_millis(500);
-    let reason = assert_unavailable(PostgresStore::connect(options).await);
+    let reason = assert_cannot_connect(PostgresStore::connect(options).await);
     assert!(
         reason.starts_with("cannot connect to PostgreSQL: ") && reason.contains(&expected),
         "{reason}"
@@ -1141,7 +1177,7 @@ async fn an_unreachable_server_is_unavailable() {
     let mut options = PostgresStoreOptions::new("postgres://postgres@127.0.0.1:1/postgres");
     options.acquire_timeout = Duration::from_millis(500);
     let started = Instant::now();
-    let reason = assert_unavailable(PostgresStore::connect(options).await);
+    let reason = assert_cannot_connect(PostgresStore::connect(options).await);
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(
         reason.starts_with("cannot connect to PostgreSQL: ")
@@ -1234,7 +1270,7 @@ async fn sslmode_require_encrypts_migrations_and_the_store() {
         assert!(matches!(error, MigrateError::Connect(_)), "{error:?}");
         let mut options = PostgresStoreOptions::new(&url);
         options.acquire_timeout = Duration::from_millis(500);
-        let reason = assert_unavailable(PostgresStore::connect(options).await);
+        let reason = assert_cannot_connect(PostgresStore::connect(options).await);
         assert!(
             reason.starts_with("cannot connect to PostgreSQL: "),
             "{reason}"
@@ -1303,25 +1339,48 @@ async fn sslmode_verify_full_refuses_an_untrusted_certificate() {
     assert!(error.to_string().contains("certificate"), "{error}");
     let mut options = PostgresStoreOptions::new(&url);
     options.acquire_timeout = Duration::from_millis(500);
-    let reason = assert_unavailable(PostgresStore::connect(options).await);
+    let reason = assert_cannot_connect(PostgresStore::connect(options).await);
     assert!(reason.contains("certificate"), "{reason}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn invalid_options_are_refused() {
     let db = TestDb::migrated().await;
+    let refused = |outcome: Result<PostgresStore, ConnectError>| match outcome {
+        Err(ConnectError::Options(error)) => error,
+        other => panic!("expected ConnectError::Options, got {other:?}"),
+    };
     let mut zero_pool = db.options();
     zero_pool.max_connections = 0;
-    assert_unavailable(PostgresStore::connect(zero_pool).await);
+    let error = refused(PostgresStore::connect(zero_pool).await);
+    assert!(matches!(error, OptionsError::MaxConnections), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "max_connections is 0; accepted: 1 or more"
+    );
     let mut zero_lease = db.options();
     zero_lease.lease_ttl = Duration::ZERO;
-    assert_unavailable(PostgresStore::connect(zero_lease).await);
+    let error = refused(PostgresStore::connect(zero_lease).await);
+    assert_eq!(
+        error.to_string(),
+        "lease_ttl is 0 ms; accepted: 1 ms to 86400000 ms (24 h)"
+    );
     let mut endless_lease = db.options();
     endless_lease.lease_ttl = Duration::from_secs(24 * 60 * 60 + 1);
-    assert_unavailable(PostgresStore::connect(endless_lease).await);
+    let error = refused(PostgresStore::connect(endless_lease).await);
+    assert!(matches!(error, OptionsError::LeaseTtl(_)), "{error:?}");
     let mut no_id = db.options();
     no_id.instance_id = String::new();
-    assert_unavailable(PostgresStore::connect(no_id).await);
+    let error = refused(PostgresStore::connect(no_id).await);
+    assert!(matches!(error, OptionsError::InstanceId), "{error:?}");
+    // A pool the caller made is checked too.
+    let mut no_id = db.options();
+    no_id.instance_id = String::new();
+    let error = refused(PostgresStore::from_pool(db.pool().await, no_id).await);
+    assert_eq!(
+        error.to_string(),
+        "instance_id is empty; accepted: any non-empty text"
+    );
 }
 
 #[test]

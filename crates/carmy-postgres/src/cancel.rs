@@ -1,0 +1,56 @@
+//! Cancel requests between replicas over PostgreSQL `LISTEN`/`NOTIFY` on [`CANCEL_CHANNEL`]:
+//! one dedicated listening connection per store forwards each request to a broadcast channel.
+
+use carmy::outcome::ExecutionId;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use std::time::Duration;
+use tokio::sync::{broadcast, watch};
+
+/// The `LISTEN`/`NOTIFY` channel on which cancel requests travel between replicas; the payload
+/// is the execution id.
+pub const CANCEL_CHANNEL: &str = "carmy_cancel";
+
+/// How many cancel requests a slow subscriber may fall behind before it misses some.
+pub(crate) const CANCEL_BACKLOG: usize = 256;
+
+/// How long the listener waits before it reconnects after a failure.
+const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+
+/// Listens on [`CANCEL_CHANNEL`] over a dedicated connection (not one of the pool's), forwarding
+/// each payload to `cancels`, until `stopped` turns true. Reconnects after a failure; requests
+/// sent while disconnected are lost (cancellation is best effort; the requester watches the
+/// record).
+pub(crate) async fn listen_for_cancels(
+    connect: PgConnectOptions,
+    cancels: broadcast::Sender<ExecutionId>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let listen = async {
+        loop {
+            let Err(error) = forward_cancels(&connect, &cancels).await;
+            tracing::warn!(%error, "cancel listener failed; reconnecting");
+            tokio::time::sleep(RECONNECT_AFTER).await;
+        }
+    };
+    tokio::select! {
+        () = listen => {}
+        _ = stopped.wait_for(|stop| *stop) => {}
+    }
+}
+
+/// One listening session: returns only with the error that ended it.
+async fn forward_cancels(
+    connect: &PgConnectOptions,
+    cancels: &broadcast::Sender<ExecutionId>,
+) -> Result<std::convert::Infallible, sqlx::Error> {
+    let connection = PgPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy_with(connect.clone());
+    let mut listener = PgListener::connect_with(&connection).await?;
+    listener.listen(CANCEL_CHANNEL).await?;
+    loop {
+        let notification = listener.recv().await?;
+        // No receiver is fine: then nothing runs here that could be cancelled.
+        let _ = cancels.send(ExecutionId::from_stored(notification.payload()));
+    }
+}

@@ -1,0 +1,69 @@
+//! Rows of `carmy.reservations` read back as the core's types: records
+//! ([`decode_record`]) and identities ([`decode_key`]).
+
+use crate::failure::unavailable;
+use carmy::fingerprint::Fingerprint;
+use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
+use carmy::runtime::{IdempotencyKey, InFlightState, RecordState, StoreError, StoredRecord};
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+
+/// Decodes the record columns of [`crate::sql`] (`execution_id`, `tool`, `fingerprint`,
+/// `fingerprint_version`, `state`, `outcome`, `in_flight_state`) of a row into a record.
+///
+/// # Errors
+/// [`StoreError::Unavailable`] for a damaged row: an unknown state, an outcome that is not a
+/// record, or an outcome whose status or execution id disagrees with its columns.
+pub(crate) fn decode_record(row: &PgRow) -> Result<StoredRecord, StoreError> {
+    let execution_id: String = row.try_get("execution_id").map_err(unavailable)?;
+    let tool: String = row.try_get("tool").map_err(unavailable)?;
+    let digest: String = row.try_get("fingerprint").map_err(unavailable)?;
+    let version: String = row.try_get("fingerprint_version").map_err(unavailable)?;
+    let state: String = row.try_get("state").map_err(unavailable)?;
+    let outcome: Option<String> = row.try_get("outcome").map_err(unavailable)?;
+    let in_flight: Option<String> = row.try_get("in_flight_state").map_err(unavailable)?;
+    let damaged = |why: &str| {
+        StoreError::Unavailable(format!("damaged reservation row {execution_id}: {why}"))
+    };
+
+    let state = if state == "running" {
+        RecordState::InFlight(match in_flight.as_deref() {
+            Some("running") => InFlightState::Running,
+            Some("interrupted") => InFlightState::Interrupted,
+            _ => return Err(damaged("no in-flight state")),
+        })
+    } else {
+        let status = ExecutionStatus::parse(&state)
+            .ok_or_else(|| damaged(&format!("unknown state {state:?}")))?;
+        let text = outcome.ok_or_else(|| damaged("finished without an outcome"))?;
+        let result = ExecutionResult::from_record_json(&text)
+            .map_err(|error| damaged(&format!("outcome is not a record: {error}")))?;
+        if result.status != status {
+            return Err(damaged("outcome status differs from the state column"));
+        }
+        if result.execution_id.as_str() != execution_id {
+            return Err(damaged("outcome execution_id differs from the column"));
+        }
+        RecordState::Finished(result)
+    };
+    Ok(StoredRecord {
+        execution_id: ExecutionId::from_stored(execution_id),
+        fingerprint: Fingerprint { version, digest },
+        tool,
+        state,
+    })
+}
+
+/// Decodes the identity columns (`principal`, `session_id`, `request_id`) of a row.
+///
+/// # Errors
+/// [`StoreError::Unavailable`] when a column is missing or not text.
+pub(crate) fn decode_key(row: &PgRow) -> Result<IdempotencyKey, StoreError> {
+    Ok(IdempotencyKey::new(
+        row.try_get::<String, _>("principal").map_err(unavailable)?,
+        row.try_get::<String, _>("session_id")
+            .map_err(unavailable)?,
+        row.try_get::<String, _>("request_id")
+            .map_err(unavailable)?,
+    ))
+}

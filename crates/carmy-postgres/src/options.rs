@@ -1,0 +1,232 @@
+//! The store's settings ([`PostgresStoreOptions`]), their defaults and accepted ranges
+//! ([`OptionsError`]), and the pool settings shared with the gateway ([`pool_options`]).
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use std::time::Duration;
+
+/// A pooled connection idle for at least this long is pinged before it is handed out.
+pub const PING_IF_IDLE_FOR: Duration = Duration::from_secs(10);
+
+/// Default pool size of [`PostgresStoreOptions::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+/// Default of [`PostgresStoreOptions::acquire_timeout`]: 5 seconds.
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default of [`PostgresStoreOptions::lease_ttl`]: 30 seconds.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+/// The shortest accepted [`PostgresStoreOptions::lease_ttl`]: 1 millisecond.
+pub const MIN_LEASE_TTL: Duration = Duration::from_millis(1);
+/// The longest accepted [`PostgresStoreOptions::lease_ttl`]: 24 hours.
+pub const MAX_LEASE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Whether a connection idle for `idle_for` must be pinged before use: when it sat idle for at
+/// least [`PING_IF_IDLE_FOR`]. The one rule of both pools (sqlx's and the hot path's).
+pub(crate) fn needs_ping(idle_for: Duration) -> bool {
+    idle_for >= PING_IF_IDLE_FOR
+}
+
+/// Pool settings for a store (or a gateway that shares its pool): at most `max_connections`,
+/// waiting at most `acquire_timeout` for one.
+///
+/// A connection is checked with a ping before use only when it sat idle for
+/// [`PING_IF_IDLE_FOR`] (10 s), not on every acquire (sqlx's default), so a call does not wait
+/// for a ping; connections left broken by a database restart are still found and replaced before
+/// use once the pool went quiet, and a connection that fails in use is discarded by sqlx. (sqlx
+/// also pings every connection it takes back, which is why the store runs `reserve` and
+/// `complete` on connections of its own; this pool serves everything else.)
+pub fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .test_before_acquire(false)
+        .before_acquire(|connection, metadata| {
+            Box::pin(async move {
+                if needs_ping(metadata.idle_for) {
+                    sqlx::Connection::ping(connection).await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
+/// A setting of [`PostgresStoreOptions`] outside its accepted range. The text names the setting,
+/// the value given and what is accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum OptionsError {
+    /// `database_url` is not a PostgreSQL URL sqlx can read (e.g. an unknown `sslmode`).
+    #[error(
+        "database_url is invalid ({0}); accepted: postgres://user[:password]@host[:port]/dbname[?params]"
+    )]
+    DatabaseUrl(String),
+    /// `max_connections` is 0.
+    #[error("max_connections is 0; accepted: 1 or more")]
+    MaxConnections,
+    /// `lease_ttl` is shorter than [`MIN_LEASE_TTL`] or longer than [`MAX_LEASE_TTL`].
+    #[error(
+        "lease_ttl is {} ms; accepted: 1 ms to 86400000 ms (24 h)",
+        .0.as_millis()
+    )]
+    LeaseTtl(Duration),
+    /// `instance_id` is empty.
+    #[error("instance_id is empty; accepted: any non-empty text")]
+    InstanceId,
+}
+
+/// Why [`PostgresStore::connect`](crate::PostgresStore::connect) or
+/// [`PostgresStore::from_pool`](crate::PostgresStore::from_pool) returned no store.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// A setting is out of its accepted range: the text names it, e.g. `invalid store options:
+    /// lease_ttl is 0 ms; accepted: 1 ms to 86400000 ms (24 h)`.
+    #[error("invalid store options: {0}")]
+    Options(#[from] OptionsError),
+    /// No session could be opened within `acquire_timeout`. The text carries the cause, e.g.
+    /// `cannot connect to PostgreSQL: database "x" does not exist`, `… Connection refused …`, or
+    /// a TLS failure.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Settings of a [`PostgresStore`](crate::PostgresStore).
+#[derive(Clone, Debug)]
+pub struct PostgresStoreOptions {
+    /// `postgres://user[:password]@host[:port]/dbname[?params]`, as sqlx understands it.
+    /// `sslmode` selects TLS (rustls): `disable`, `prefer` (the default: TLS when the server
+    /// offers it), `require` (TLS or fail; the certificate is not checked), `verify-ca` /
+    /// `verify-full` (the certificate must chain to `sslrootcert` or a webpki root; `verify-full`
+    /// also checks the host name). Ignored by
+    /// [`PostgresStore::from_pool`](crate::PostgresStore::from_pool).
+    pub database_url: String,
+    /// Pool size: at most this many connections at once; at least 1. Default
+    /// [`DEFAULT_MAX_CONNECTIONS`] (10). Ignored by
+    /// [`PostgresStore::from_pool`](crate::PostgresStore::from_pool) (which takes the given
+    /// pool's size). The store opens as many again, on demand, for `reserve` and `complete`
+    /// (connections that sqlx's pool would ping on every return), so a process uses up to twice
+    /// this many.
+    pub max_connections: u32,
+    /// The longest wait for a pooled connection (or a new one) before a call fails with
+    /// `StoreError::Unavailable`; bounds every store call when the pool is exhausted or the
+    /// server is unreachable. Default [`DEFAULT_ACQUIRE_TIMEOUT`] (5 s). Ignored by
+    /// [`PostgresStore::from_pool`](crate::PostgresStore::from_pool) (the pool's own setting
+    /// applies).
+    pub acquire_timeout: Duration,
+    /// How long this process's lease lasts without renewal (contract §4): the store renews it
+    /// every `lease_ttl / 3`; once it lapses, the running reservations this process owns read as
+    /// interrupted. Between [`MIN_LEASE_TTL`] (1 ms) and [`MAX_LEASE_TTL`] (24 h); default
+    /// [`DEFAULT_LEASE_TTL`] (30 s).
+    pub lease_ttl: Duration,
+    /// This process's id in `carmy.instances` and `carmy.reservations.owner_instance`; non-empty.
+    /// Default: a fresh `inst_` followed by 32 lowercase hex digits (a random UUID).
+    pub instance_id: String,
+}
+
+impl PostgresStoreOptions {
+    /// Options for `database_url` with every default: 10 connections, 5 s acquire timeout,
+    /// 30 s lease, a fresh random instance id.
+    pub fn new(database_url: impl Into<String>) -> Self {
+        Self {
+            database_url: database_url.into(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
+            lease_ttl: DEFAULT_LEASE_TTL,
+            instance_id: format!("inst_{}", uuid::Uuid::new_v4().simple()),
+        }
+    }
+
+    /// Checks the settings that apply to a pool the store opens itself (`database_url`,
+    /// `max_connections`) and returns the parsed connect options.
+    ///
+    /// # Errors
+    /// [`OptionsError::DatabaseUrl`] or [`OptionsError::MaxConnections`].
+    pub(crate) fn connect_options(&self) -> Result<PgConnectOptions, OptionsError> {
+        if self.max_connections == 0 {
+            return Err(OptionsError::MaxConnections);
+        }
+        self.database_url
+            .parse()
+            .map_err(|error: sqlx::Error| OptionsError::DatabaseUrl(error.to_string()))
+    }
+
+    /// Checks the settings every store uses (`lease_ttl`, `instance_id`) and returns the lease
+    /// TTL in milliseconds.
+    ///
+    /// # Errors
+    /// [`OptionsError::LeaseTtl`] or [`OptionsError::InstanceId`].
+    pub(crate) fn lease_ttl_millis(&self) -> Result<i64, OptionsError> {
+        if !(MIN_LEASE_TTL..=MAX_LEASE_TTL).contains(&self.lease_ttl) {
+            return Err(OptionsError::LeaseTtl(self.lease_ttl));
+        }
+        if self.instance_id.is_empty() {
+            return Err(OptionsError::InstanceId);
+        }
+        // At most 86,400,000: always fits.
+        Ok(i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_options() {
+        let options = PostgresStoreOptions::new("postgres://h/db");
+        assert_eq!(options.database_url, "postgres://h/db");
+        assert_eq!(options.max_connections, 10);
+        assert_eq!(options.acquire_timeout, Duration::from_secs(5));
+        assert_eq!(options.lease_ttl, Duration::from_secs(30));
+        let hex = options.instance_id.strip_prefix("inst_").unwrap();
+        assert_eq!(hex.len(), 32);
+        assert!(hex
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_ne!(
+            options.instance_id,
+            PostgresStoreOptions::new("postgres://h/db").instance_id
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_named_with_their_range() {
+        let mut options = PostgresStoreOptions::new("postgres://h/db");
+        options.lease_ttl = Duration::from_secs(24 * 60 * 60 + 1);
+        assert_eq!(
+            options.lease_ttl_millis().unwrap_err().to_string(),
+            "lease_ttl is 86401000 ms; accepted: 1 ms to 86400000 ms (24 h)"
+        );
+        options.lease_ttl = MAX_LEASE_TTL;
+        assert_eq!(options.lease_ttl_millis().unwrap(), 86_400_000);
+        options.lease_ttl = Duration::from_micros(999);
+        assert!(matches!(
+            options.lease_ttl_millis(),
+            Err(OptionsError::LeaseTtl(_))
+        ));
+        options.lease_ttl = MIN_LEASE_TTL;
+        assert_eq!(options.lease_ttl_millis().unwrap(), 1);
+        options.instance_id.clear();
+        assert!(matches!(
+            options.lease_ttl_millis(),
+            Err(OptionsError::InstanceId)
+        ));
+
+        options.max_connections = 0;
+        assert_eq!(
+            options.connect_options().unwrap_err().to_string(),
+            "max_connections is 0; accepted: 1 or more"
+        );
+        options.max_connections = 1;
+        options.database_url = "postgres://h/db?sslmode=sometimes".to_owned();
+        let error = options.connect_options().unwrap_err();
+        assert!(
+            error.to_string().starts_with("database_url is invalid (")
+                && error.to_string().contains("sometimes"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn only_idle_connections_are_pinged() {
+        assert!(!needs_ping(Duration::ZERO));
+        assert!(!needs_ping(PING_IF_IDLE_FOR - Duration::from_millis(1)));
+        assert!(needs_ping(PING_IF_IDLE_FOR));
+    }
+}

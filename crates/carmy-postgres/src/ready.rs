@@ -1,0 +1,60 @@
+//! Readiness of a store (contract §7 `/readyz`): the schema is migrated far enough for this
+//! build and the instance's lease is registered.
+
+use crate::diagnosis::Diagnosis;
+use crate::failure::ReadFailure;
+use crate::lease::Lease;
+use crate::migrate::latest_migration_version;
+use crate::sql::READY_SQL;
+use carmy::runtime::StoreError;
+use sqlx::postgres::PgPool;
+
+/// `Ok` when `max(version)` in [`crate::MIGRATION_TABLE`] is at least
+/// [`latest_migration_version`] and the lease row is written (registering it now if needed);
+/// otherwise [`StoreError::Unavailable`] with the reason (see
+/// [`PostgresStore`](crate::PostgresStore)).
+pub(crate) async fn check_ready(
+    pool: &PgPool,
+    lease: &Lease,
+    diagnosis: &Diagnosis,
+) -> Result<(), StoreError> {
+    let needed = latest_migration_version();
+    let applied: Option<i32> = match sqlx::query_scalar(READY_SQL).fetch_one(pool).await {
+        Ok(applied) => applied,
+        Err(error) => return Err(history_unreadable(diagnosis, error, needed).await),
+    };
+    match applied {
+        Some(version) if version >= needed => {}
+        Some(version) => {
+            return Err(StoreError::Unavailable(format!(
+                "migrations not applied (found version {version}, need {needed})"
+            )))
+        }
+        None => {
+            return Err(StoreError::Unavailable(format!(
+                "migrations not applied (found none, need {needed})"
+            )))
+        }
+    }
+    if let Err(error) = lease.ensure_registered().await {
+        return Err(StoreError::Unavailable(format!(
+            "cannot register the instance lease: {}",
+            diagnosis.explain(error).await
+        )));
+    }
+    Ok(())
+}
+
+/// Why [`READY_SQL`] failed, as `check_ready` reports it (see [`ReadFailure`]).
+async fn history_unreadable(diagnosis: &Diagnosis, error: sqlx::Error, needed: i32) -> StoreError {
+    StoreError::Unavailable(match ReadFailure::of(&error) {
+        ReadFailure::NoTable => format!(
+            "migrations not applied (found no table {}, need version {needed})",
+            crate::MIGRATION_TABLE
+        ),
+        ReadFailure::Unreachable => {
+            format!("database unreachable: {}", diagnosis.explain(error).await)
+        }
+        ReadFailure::Refused => format!("cannot read {}: {error}", crate::MIGRATION_TABLE),
+    })
+}

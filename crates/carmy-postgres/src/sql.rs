@@ -1,0 +1,128 @@
+//! Every SQL statement the store sends, as text, with its binds.
+//!
+//! Public so that the benchmark (`carmy-bench`) can check that its pgbench scripts
+//! (`bench/pgbench/*.sql`) run exactly these statements. The in-flight rule (`running` while the
+//! owner's lease in `carmy.instances` is live, `interrupted` otherwise) is not written here: the
+//! statements call the SQL function `carmy.in_flight_state(owner_instance)` (migration `V4`),
+//! which the operator view `carmy.uncertain_executions` uses too.
+
+/// The columns every record-reading statement returns, from `carmy.reservations r`.
+///
+/// `in_flight_state` is `NULL` for a finished row, else `carmy.in_flight_state(r.owner_instance)`
+/// (`running` or `interrupted`, computed with the database clock). The guard keeps replays of
+/// finished rows from calling the function at all.
+macro_rules! record_columns {
+    () => {
+        "r.execution_id, r.tool, r.fingerprint, r.fingerprint_version, r.state, r.outcome, \
+         CASE WHEN r.state <> 'running' THEN NULL \
+              ELSE carmy.in_flight_state(r.owner_instance) \
+         END AS in_flight_state"
+    };
+}
+
+/// The happy path of `reserve`, one statement: insert a running row, or read the existing one.
+///
+/// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` tool, `$5` fingerprint digest,
+/// `$6` fingerprint version, `$7` execution_id, `$8` owner instance. Returns one row with
+/// `inserted = true` (the other columns `NULL`), one row with `inserted = false` describing the
+/// existing reservation, or no row when the conflicting row was committed by a concurrent
+/// transaction after this statement's snapshot was taken (READ COMMITTED).
+pub const RESERVE_SQL: &str = concat!(
+    "WITH ins AS ( \
+         INSERT INTO carmy.reservations \
+             (principal, session_id, request_id, tool, fingerprint, fingerprint_version, \
+              state, execution_id, owner_instance, started_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, now()) \
+         ON CONFLICT (principal, session_id, request_id) DO NOTHING \
+         RETURNING execution_id \
+     ) \
+     SELECT true AS inserted, NULL::text AS execution_id, NULL::text AS tool, \
+            NULL::text AS fingerprint, NULL::text AS fingerprint_version, NULL::text AS state, \
+            NULL::text AS outcome, NULL::text AS in_flight_state \
+     FROM ins \
+     UNION ALL \
+     SELECT false AS inserted, ",
+    record_columns!(),
+    " FROM carmy.reservations r \
+     WHERE r.principal = $1 AND r.session_id = $2 AND r.request_id = $3 \
+       AND NOT EXISTS (SELECT 1 FROM ins)"
+);
+
+/// Reads one identity's record. Binds: `$1` principal, `$2` session_id, `$3` request_id.
+pub const LOOKUP_SQL: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM carmy.reservations r \
+     WHERE r.principal = $1 AND r.session_id = $2 AND r.request_id = $3"
+);
+
+/// Reads one execution of one principal, with its identity. Binds: `$1` execution_id,
+/// `$2` principal.
+pub const FIND_EXECUTION_SQL: &str = concat!(
+    "SELECT r.principal, r.session_id, r.request_id, ",
+    record_columns!(),
+    " FROM carmy.reservations r \
+     WHERE r.execution_id = $1 AND r.principal = $2"
+);
+
+/// Records an outcome, only for the execution holding a running reservation.
+///
+/// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` execution_id, `$5` fingerprint
+/// digest, `$6` fingerprint version, `$7` state, `$8` outcome text, `$9` error code.
+pub const COMPLETE_SQL: &str = "UPDATE carmy.reservations \
+     SET state = $7, outcome = $8, error_code = $9, finished_at = now() \
+     WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
+       AND execution_id = $4 AND fingerprint = $5 AND fingerprint_version = $6 \
+       AND state = 'running'";
+
+/// What `complete` reads back when its update matched nothing. Binds as [`LOOKUP_SQL`].
+pub const COMPLETE_RECHECK_SQL: &str =
+    "SELECT execution_id, state, outcome FROM carmy.reservations \
+     WHERE principal = $1 AND session_id = $2 AND request_id = $3";
+
+/// Deletes a running reservation held by one execution (`IdempotencyStore::release`).
+/// Binds: `$1` principal, `$2` session id, `$3` request id, `$4` execution id.
+pub const RELEASE_RESERVATION_SQL: &str = "DELETE FROM carmy.reservations \
+     WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
+       AND execution_id = $4 AND state = 'running'";
+
+/// The highest applied migration; `NULL` when none. Reads [`crate::MIGRATION_TABLE`].
+pub const READY_SQL: &str = "SELECT max(version) FROM carmy.refinery_schema_history";
+
+/// Registers or renews this process's lease. Binds: `$1` instance id, `$2` hostname, `$3` pid,
+/// `$4` lease TTL in milliseconds.
+pub const LEASE_SQL: &str =
+    "INSERT INTO carmy.instances (instance_id, hostname, pid, lease_expires_at) \
+     VALUES ($1, $2, $3, now() + $4::bigint * interval '1 millisecond') \
+     ON CONFLICT (instance_id) DO UPDATE \
+     SET lease_expires_at = EXCLUDED.lease_expires_at, \
+         hostname = EXCLUDED.hostname, pid = EXCLUDED.pid";
+
+/// Ends this process's lease now. Binds: `$1` instance id.
+pub const END_LEASE_SQL: &str =
+    "UPDATE carmy.instances SET lease_expires_at = now() WHERE instance_id = $1";
+
+/// Sends a cancel request to every replica. Binds: `$1` the channel
+/// ([`crate::CANCEL_CHANNEL`]), `$2` the execution id.
+pub const NOTIFY_CANCEL_SQL: &str = "SELECT pg_notify($1, $2)";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_query_reads_the_migration_table() {
+        assert!(READY_SQL.ends_with(&format!("FROM {}", crate::MIGRATION_TABLE)));
+    }
+
+    #[test]
+    fn every_record_read_uses_the_in_flight_function() {
+        for sql in [RESERVE_SQL, LOOKUP_SQL, FIND_EXECUTION_SQL] {
+            assert!(
+                sql.contains("carmy.in_flight_state(r.owner_instance)"),
+                "{sql}"
+            );
+            assert!(!sql.contains("lease_expires_at"), "{sql}");
+        }
+    }
+}
