@@ -84,14 +84,14 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
             Some(url) => {
                 carmy_postgres::migrate(url).await?;
                 let pool = carmy_postgres::pool_options(
-                    config.db_pool_size.max(1),
+                    config.db_pool_size,
                     Duration::from_millis(config.db_acquire_timeout_ms),
                 )
                 .connect(url)
                 .await
                 .map_err(|error| GatewayError::Database(error.to_string()))?;
                 let mut options = PostgresStoreOptions::new(url.clone());
-                options.lease_ttl = Duration::from_millis(config.lease_ttl_ms.max(1));
+                options.lease_ttl = Duration::from_millis(config.lease_ttl_ms);
                 let store = Arc::new(
                     PostgresStore::from_pool(pool.clone(), options)
                         .await

@@ -56,7 +56,7 @@ pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 
 /// The longest accepted [`PostgresStoreOptions::lease_ttl`], in milliseconds (24 h).
-const MAX_LEASE_TTL_MILLIS: i64 = 24 * 60 * 60 * 1000;
+pub const MAX_LEASE_TTL_MILLIS: i64 = 24 * 60 * 60 * 1000;
 
 /// How often `reserve` retries when the row it conflicted with vanished before it could be read
 /// (an operator deleted it in between).
