@@ -50,6 +50,15 @@ pub struct Gateway {
     /// The Carmy application with the example tools.
     pub app: App,
     postgres: Option<Arc<PostgresStore>>,
+    memory: Option<Arc<InMemoryIdempotencyStore>>,
+}
+
+impl Gateway {
+    /// The in-memory store, when the gateway runs without `DATABASE_URL` (tests count its
+    /// entries).
+    pub fn memory_store(&self) -> Option<&Arc<InMemoryIdempotencyStore>> {
+        self.memory.as_ref()
+    }
 }
 
 /// Reads the configured API keys: `--api-keys` plus the lines of `--api-keys-file`.
@@ -74,13 +83,14 @@ pub fn load_api_keys(config: &Config) -> Result<ApiKeys, GatewayError> {
 /// [`GatewayError`] when keys, migrations or the database fail.
 pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     let keys = load_api_keys(config)?;
+    let mut memory = None;
     let (store, orders, postgres): (Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>, _) =
         match &config.database_url {
-            None => (
-                Arc::new(InMemoryIdempotencyStore::new(config.memory_capacity)),
-                Arc::new(MemoryOrderBook::default()),
-                None,
-            ),
+            None => {
+                let store = Arc::new(InMemoryIdempotencyStore::new(config.memory_capacity));
+                memory = Some(Arc::clone(&store));
+                (store, Arc::new(MemoryOrderBook::default()), None)
+            }
             Some(url) => {
                 carmy_postgres::migrate(url).await?;
                 let pool = carmy_postgres::pool_options(
@@ -133,6 +143,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     Ok(Gateway {
         app: builder.build()?,
         postgres,
+        memory,
     })
 }
 
