@@ -15,14 +15,6 @@ pub struct BenchDb {
     pub name: String,
 }
 
-/// `url` with its database (path) replaced by `database`.
-pub fn with_database(url: &str, database: &str) -> Result<String, String> {
-    let mut parsed =
-        url::Url::parse(url).map_err(|error| format!("invalid database URL: {error}"))?;
-    parsed.set_path(&format!("/{database}"));
-    Ok(parsed.into())
-}
-
 /// `url` pointing at `127.0.0.1:<port>` instead of its host, with TLS off (`sslmode=disable`):
 /// the URL through the counting proxy of [`crate::wire`].
 pub fn through_proxy(url: &str, port: u16) -> Result<String, String> {
@@ -88,7 +80,8 @@ impl BenchDb {
             .map_err(|error| format!("cannot create database {name}: {error}"))?;
         Ok(Self {
             admin_url: admin_url.to_owned(),
-            url: with_database(admin_url, &name)?,
+            url: carmy_test_support::with_database(admin_url, &name)
+                .map_err(|error| format!("invalid database URL: {error}"))?,
             name,
         })
     }
@@ -230,10 +223,6 @@ pub fn redact(url: &str) -> String {
 mod tests {
     #[test]
     fn urls() {
-        assert_eq!(
-            super::with_database("postgres://u:p@h:5433/postgres?sslmode=require", "x").unwrap(),
-            "postgres://u:p@h:5433/x?sslmode=require"
-        );
         assert_eq!(
             super::through_proxy("postgres://u@h:5433/db?sslmode=require&a=b", 7000).unwrap(),
             "postgres://u@127.0.0.1:7000/db?a=b&sslmode=disable"

@@ -1,9 +1,20 @@
 //! Gateway configuration: command-line flags, each also read from its environment variable
 //! (contract §9).
+//!
+//! Defaults are the crates' own (`EngineConfig::default()`, `carmy_postgres::DEFAULT_*`,
+//! `carmy::http::DEFAULT_*`, …). A value outside its accepted range stops the gateway before it
+//! starts, with a message naming the environment variable, the flag and the range ([`InRange`]);
+//! nothing is clamped.
 
+use carmy::engine::EngineConfig;
+use clap::builder::{RangedU64ValueParser, TypedValueParser};
+use clap::error::ErrorKind;
 use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsStr;
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// `carmy-gateway [OPTIONS] [COMMAND]`. Every option can be given as a flag or through the
 /// environment variable shown in `--help`.
@@ -40,63 +51,52 @@ pub struct Config {
     pub allow_anonymous_network: bool,
 
     /// Entries of the in-memory store (used when `DATABASE_URL` is unset).
-    #[arg(long, env = "CARMY_MEMORY_CAPACITY", default_value_t = carmy::memory::DEFAULT_MEMORY_CAPACITY, global = true)]
+    #[arg(long, env = "CARMY_MEMORY_CAPACITY", default_value_t = carmy::memory::DEFAULT_MEMORY_CAPACITY,
+          value_parser = InRange::<usize>::at_least(1), global = true)]
     pub memory_capacity: usize,
 
     /// Default tool deadline in milliseconds; a tool still running then is recorded `timed_out`.
-    #[arg(
-        long,
-        env = "CARMY_TOOL_TIMEOUT_MS",
-        default_value_t = 30_000,
-        global = true
-    )]
+    #[arg(long, env = "CARMY_TOOL_TIMEOUT_MS", default_value_t = millis(EngineConfig::default().default_tool_timeout),
+          value_parser = InRange::<u64>::at_least(1), global = true)]
     pub tool_timeout_ms: u64,
 
     /// Largest recorded result in bytes of JSON; larger results are recorded as
     /// `RESULT_TOO_LARGE`.
-    #[arg(long, env = "CARMY_MAX_RESULT_BYTES", default_value_t = 1024 * 1024, global = true)]
+    #[arg(long, env = "CARMY_MAX_RESULT_BYTES", default_value_t = EngineConfig::default().max_result_bytes,
+          value_parser = InRange::<usize>::at_least(1), global = true)]
     pub max_result_bytes: usize,
 
     /// Largest request body in bytes; larger bodies get 413.
-    #[arg(long, env = "CARMY_MAX_BODY_BYTES", default_value_t = carmy::http::DEFAULT_MAX_BODY_BYTES, global = true)]
+    #[arg(long, env = "CARMY_MAX_BODY_BYTES", default_value_t = carmy::http::DEFAULT_MAX_BODY_BYTES,
+          value_parser = InRange::<usize>::at_least(1), global = true)]
     pub max_body_bytes: usize,
 
     /// How long a request body may take to arrive after its headers (ms); slower bodies get 408.
-    #[arg(
-        long,
-        env = "CARMY_BODY_TIMEOUT_MS",
-        default_value_t = 30_000,
-        global = true
-    )]
+    #[arg(long, env = "CARMY_BODY_TIMEOUT_MS", default_value_t = millis(carmy::http::DEFAULT_BODY_TIMEOUT),
+          value_parser = InRange::<u64>::at_least(1), global = true)]
     pub body_timeout_ms: u64,
 
     /// On shutdown, how long running executions may finish (ms) before they are recorded
-    /// `cancelled`.
-    #[arg(long, env = "CARMY_DRAIN_MS", default_value_t = 30_000, global = true)]
+    /// `cancelled` (0: at once).
+    #[arg(long, env = "CARMY_DRAIN_MS", default_value_t = millis(EngineConfig::default().drain_period), global = true)]
     pub drain_ms: u64,
 
     /// PostgreSQL connections in the pool; the store opens as many again for its hot path
     /// (reserve and complete), so a replica uses up to twice this many.
-    #[arg(long, env = "CARMY_DB_POOL_SIZE", default_value_t = 10, global = true)]
+    #[arg(long, env = "CARMY_DB_POOL_SIZE", default_value_t = carmy_postgres::DEFAULT_MAX_CONNECTIONS,
+          value_parser = InRange::<u32>::at_least(1), global = true)]
     pub db_pool_size: u32,
 
     /// Longest wait for a pooled connection (ms) before answering 503.
-    #[arg(
-        long,
-        env = "CARMY_DB_ACQUIRE_TIMEOUT_MS",
-        default_value_t = 5_000,
-        global = true
-    )]
+    #[arg(long, env = "CARMY_DB_ACQUIRE_TIMEOUT_MS", default_value_t = millis(carmy_postgres::DEFAULT_ACQUIRE_TIMEOUT),
+          value_parser = InRange::<u64>::at_least(1), global = true)]
     pub db_acquire_timeout_ms: u64,
 
     /// Lease of this process's executions (ms): another replica reports an execution
-    /// `interrupted` once its owner has not renewed for this long.
-    #[arg(
-        long,
-        env = "CARMY_LEASE_TTL_MS",
-        default_value_t = 30_000,
-        global = true
-    )]
+    /// `interrupted` once its owner has not renewed for this long. From 1 ms to 24 h (the
+    /// store's limit).
+    #[arg(long, env = "CARMY_LEASE_TTL_MS", default_value_t = millis(carmy_postgres::DEFAULT_LEASE_TTL),
+          value_parser = InRange::<u64>::new(1, MAX_LEASE_TTL_MS), global = true)]
     pub lease_ttl_ms: u64,
 
     /// Finished records kept in this process's replay cache (PostgreSQL only; 0 disables it).
@@ -106,12 +106,8 @@ pub struct Config {
 
     /// How long a cached record is served (ms) before the database is asked again; bounds how
     /// long an operator's SQL change to a finished row can go unseen by this process.
-    #[arg(
-        long,
-        env = "CARMY_REPLAY_CACHE_TTL_MS",
-        default_value_t = 60_000,
-        global = true
-    )]
+    #[arg(long, env = "CARMY_REPLAY_CACHE_TTL_MS", default_value_t = millis(carmy::cache::DEFAULT_CACHE_TTL),
+          value_parser = InRange::<u64>::at_least(1), global = true)]
     pub replay_cache_ttl_ms: u64,
 
     /// Log format.
@@ -135,4 +131,114 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+/// The store's longest lease, in milliseconds (`carmy_postgres::MAX_LEASE_TTL`, 24 h).
+const MAX_LEASE_TTL_MS: u64 = carmy_postgres::MAX_LEASE_TTL.as_millis() as u64;
+
+/// `duration` in whole milliseconds (saturating), the unit of the `*_MS` settings.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A clap value parser for an unsigned integer within `min..=max` whose error names the
+/// argument's environment variable, its flag and the accepted range, e.g.
+/// `CARMY_DB_POOL_SIZE (--db-pool-size) must be at least 1, got "0"`.
+pub struct InRange<T> {
+    min: u64,
+    max: u64,
+    target: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for InRange<T> {
+    fn clone(&self) -> Self {
+        Self::new(self.min, self.max)
+    }
+}
+
+impl<T> InRange<T> {
+    /// Values from `min` to `max`, both included.
+    pub fn new(min: u64, max: u64) -> Self {
+        Self {
+            min,
+            max,
+            target: PhantomData,
+        }
+    }
+
+    /// Values from `min` to the type's largest.
+    pub fn at_least(min: u64) -> Self
+    where
+        T: Bounded,
+    {
+        Self::new(min, T::MAX_U64)
+    }
+
+    fn describe(&self) -> String
+    where
+        T: Bounded,
+    {
+        if self.max == T::MAX_U64 {
+            format!("at least {}", self.min)
+        } else {
+            format!("between {} and {} (inclusive)", self.min, self.max)
+        }
+    }
+}
+
+/// Unsigned integer types with a largest value (the open end of [`InRange::at_least`]).
+pub trait Bounded {
+    /// The type's largest value, as a `u64`.
+    const MAX_U64: u64;
+}
+
+impl Bounded for u32 {
+    const MAX_U64: u64 = u32::MAX as u64;
+}
+
+impl Bounded for u64 {
+    const MAX_U64: u64 = u64::MAX;
+}
+
+impl Bounded for usize {
+    const MAX_U64: u64 = usize::MAX as u64;
+}
+
+impl<T> TypedValueParser for InRange<T>
+where
+    T: TryFrom<u64> + Bounded + Clone + Send + Sync + 'static,
+    <T as TryFrom<u64>>::Error: Send + Sync + 'static + std::error::Error + ToString,
+{
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<T, clap::Error> {
+        RangedU64ValueParser::<T>::new()
+            .range(self.min..=self.max)
+            .parse_ref(cmd, arg, value)
+            .map_err(|_| {
+                let name = match arg {
+                    Some(arg) => match (arg.get_env(), arg.get_long()) {
+                        (Some(env), Some(long)) => {
+                            format!("{} (--{long})", env.to_string_lossy())
+                        }
+                        (None, Some(long)) => format!("--{long}"),
+                        _ => arg.get_id().to_string(),
+                    },
+                    None => "the value".to_owned(),
+                };
+                cmd.clone().error(
+                    ErrorKind::ValueValidation,
+                    format!(
+                        "{name} must be {}, got {:?}",
+                        self.describe(),
+                        value.to_string_lossy()
+                    ),
+                )
+            })
+    }
 }

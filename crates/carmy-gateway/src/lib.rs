@@ -50,6 +50,15 @@ pub struct Gateway {
     /// The Carmy application with the example tools.
     pub app: App,
     postgres: Option<Arc<PostgresStore>>,
+    memory: Option<Arc<InMemoryIdempotencyStore>>,
+}
+
+impl Gateway {
+    /// The in-memory store, when the gateway runs without `DATABASE_URL` (tests count its
+    /// entries).
+    pub fn memory_store(&self) -> Option<&Arc<InMemoryIdempotencyStore>> {
+        self.memory.as_ref()
+    }
 }
 
 /// Reads the configured API keys: `--api-keys` plus the lines of `--api-keys-file`.
@@ -76,17 +85,18 @@ pub fn load_api_keys(config: &Config) -> Result<ApiKeys, GatewayError> {
 /// [`GatewayError`] when keys, migrations or the database fail.
 pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     let keys = load_api_keys(config)?;
+    let mut memory = None;
     let (store, orders, postgres): (Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>, _) =
         match &config.database_url {
-            None => (
-                Arc::new(InMemoryIdempotencyStore::new(config.memory_capacity)),
-                Arc::new(MemoryOrderBook::default()),
-                None,
-            ),
+            None => {
+                let store = Arc::new(InMemoryIdempotencyStore::new(config.memory_capacity));
+                memory = Some(Arc::clone(&store));
+                (store, Arc::new(MemoryOrderBook::default()), None)
+            }
             Some(url) => {
                 carmy_postgres::migrate(url).await?;
                 let pool = carmy_postgres::pool_options(
-                    config.db_pool_size.max(1),
+                    config.db_pool_size,
                     Duration::from_millis(config.db_acquire_timeout_ms),
                 )
                 .connect(url)
@@ -96,7 +106,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
                     .await
                     .map_err(GatewayError::Database)?;
                 let mut options = PostgresStoreOptions::new(url.clone());
-                options.lease_ttl = Duration::from_millis(config.lease_ttl_ms.max(1));
+                options.lease_ttl = Duration::from_millis(config.lease_ttl_ms);
                 let store = Arc::new(
                     PostgresStore::from_pool(pool.clone(), options)
                         .await
@@ -138,6 +148,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     Ok(Gateway {
         app: builder.build()?,
         postgres,
+        memory,
     })
 }
 

@@ -6,15 +6,13 @@
 //! Bounded in time (`CARMY_SOAK_SECONDS`, default 20) and loopback only. The long run:
 //! `CARMY_SOAK_SECONDS=600 scripts/test -p carmy-gateway --test soak -- --nocapture`.
 
-mod support;
-
+use carmy_test_support::{client, Cluster, Replica};
 use serde_json::{json, Value};
 use sqlx::Connection;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
-use support::{client, Cluster, Replica};
 
 const CLIENTS: usize = 8;
 

@@ -1,8 +1,6 @@
 //! The core crate's store conformance suite (`carmy::conformance`), run against
 //! `PostgresStore`: every check gets a fresh, migrated database of its own, dropped with the store.
 
-mod common;
-
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult};
 use carmy::runtime::{
@@ -10,7 +8,7 @@ use carmy::runtime::{
     StoredRecord,
 };
 use carmy_postgres::PostgresStore;
-use common::TestDb;
+use carmy_test_support::TestDb;
 use std::sync::Arc;
 
 /// A `PostgresStore` that owns its test database: dropping it drops the database.

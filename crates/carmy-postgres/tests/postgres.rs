@@ -21,9 +21,8 @@ use sqlx::{PgPool, Row};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-mod common;
-
-use common::{with_database, TestDb};
+use carmy_test_support::cluster::UNCERTIFIED_ADDRESS;
+use carmy_test_support::{eventually_eq, server_url, with_database, Cluster, TestDb};
 
 fn key(principal: &str, session: &str, request: &str) -> IdempotencyKey {
     IdempotencyKey::new(principal, session, request)
@@ -149,7 +148,7 @@ fn assert_cannot_connect<T: std::fmt::Debug>(outcome: Result<T, ConnectError>) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn migrate_twice_is_a_noop() {
-    let db = TestDb::empty().await;
+    let db = TestDb::create().await;
     migrate(&db.url).await.unwrap();
     let pool = db.pool().await;
     let first = applied_versions(&pool).await;
@@ -202,7 +201,7 @@ async fn migrations_alone_create_no_example_orders() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
-    let db = TestDb::empty().await;
+    let db = TestDb::create().await;
     let url = format!("{}?sslmode=prefer", db.url);
     let tasks: Vec<_> = (0..4)
         .map(|_| {
@@ -405,7 +404,7 @@ async fn migrate_reports_an_unreachable_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_missing_database_is_named_in_the_errors() {
     let name = format!("carmy_missing_{}", uuid::Uuid::new_v4().simple());
-    let url = with_database(&common::server_url(), &name);
+    let url = with_database(&server_url(), &name).unwrap();
     let expected = format!("database \"{name}\" does not exist");
 
     let error = migrate(&url).await.unwrap_err();
@@ -723,7 +722,13 @@ async fn a_lapsed_lease_reads_as_interrupted() {
     // The owner dies (its renewer stops with it): once the lease lapses the execution is
     // interrupted, for the same fingerprint; a different one still conflicts.
     drop(owner);
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    eventually_eq(
+        Duration::from_secs(10),
+        "the owner's lease to lapse",
+        RecordState::InFlight(InFlightState::Interrupted),
+        || async { observer.lookup(&k).await.unwrap().unwrap().state },
+    )
+    .await;
     let interrupted = Reservation::Uncertain {
         execution_id: holder.execution_id.clone(),
         state: InFlightState::Interrupted,
@@ -1048,7 +1053,7 @@ async fn find_execution_sees_only_the_principals_own_records() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn check_ready_after_migrate_and_not_before() {
     // Unmigrated: the store starts, but is not ready and reserves nothing.
-    let db = TestDb::empty().await;
+    let db = TestDb::create().await;
     let store = db.store().await;
     let reason = assert_unavailable(store.check_ready().await);
     assert_eq!(
@@ -1139,19 +1144,8 @@ async fn an_exhausted_pool_fails_after_the_acquire_timeout() {
                 .await
         })
     };
-    // Wait until the holder's statement is queued behind the lock.
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&locker)
-        .await
-        .unwrap();
-        if waiting == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    db.until_lock_waiters(1, "the holder queued behind the lock")
+        .await;
 
     let started = Instant::now();
     let outcome = store
@@ -1215,7 +1209,7 @@ async fn readiness_tells_an_unreachable_database_from_missing_migrations() {
 
     // A missing database: the server's own message.
     let name = format!("carmy_missing_{}", uuid::Uuid::new_v4().simple());
-    let options = PostgresStoreOptions::new(with_database(&common::server_url(), &name));
+    let options = PostgresStoreOptions::new(with_database(&server_url(), &name).unwrap());
     let pool = PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_millis(300))
@@ -1248,36 +1242,25 @@ async fn uses_tls(pool: &PgPool) -> bool {
         .unwrap()
 }
 
-/// Whether the test server accepts TLS (`SHOW ssl`).
-async fn server_has_tls(db: &TestDb) -> bool {
-    let pool = db.pool().await;
-    let ssl: String = sqlx::query_scalar("SHOW ssl")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    pool.close().await;
-    ssl == "on"
+/// A TLS cluster (`ssl = on`, a certificate for `localhost` and 127.0.0.1 made by a CA made
+/// now) and a database of its own on it.
+async fn tls_cluster() -> (Cluster, TestDb) {
+    let cluster = Cluster::start_with_tls();
+    let db = TestDb::create_on(&cluster.url()).await;
+    (cluster, db)
+}
+
+/// Store options for `url` that give up after 500 ms.
+fn quick_options(url: &str) -> PostgresStoreOptions {
+    let mut options = PostgresStoreOptions::new(url);
+    options.acquire_timeout = Duration::from_millis(500);
+    options
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sslmode_require_encrypts_migrations_and_the_store() {
-    let db = TestDb::empty().await;
+    let (_cluster, db) = tls_cluster().await;
     let url = with_sslmode(&db.url, "require");
-    if !server_has_tls(&db).await {
-        // Never a silent downgrade: without TLS on the server, `require` fails.
-        eprintln!("the test server has ssl = off: checking that sslmode=require fails");
-        let error = migrate(&url).await.unwrap_err();
-        assert!(matches!(error, MigrateError::Connect(_)), "{error:?}");
-        let mut options = PostgresStoreOptions::new(&url);
-        options.acquire_timeout = Duration::from_millis(500);
-        let reason = assert_cannot_connect(PostgresStore::connect(options).await);
-        assert!(
-            reason.starts_with("cannot connect to PostgreSQL: "),
-            "{reason}"
-        );
-        return;
-    }
-
     migrate(&url).await.unwrap();
     let mut options = db.options();
     options.database_url = url;
@@ -1306,8 +1289,24 @@ async fn sslmode_require_encrypts_migrations_and_the_store() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sslmode_require_fails_on_a_server_without_tls() {
+    // Never a silent downgrade: on a server with `ssl = off`, `require` fails.
+    let cluster = Cluster::start();
+    let db = TestDb::create_on(&cluster.url()).await;
+    let url = with_sslmode(&db.url, "require");
+    let error = migrate(&url).await.unwrap_err();
+    assert!(matches!(error, MigrateError::Connect(_)), "{error:?}");
+    let reason = assert_cannot_connect(PostgresStore::connect(quick_options(&url)).await);
+    assert!(
+        reason.starts_with("cannot connect to PostgreSQL: "),
+        "{reason}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sslmode_disable_stays_in_plain_text() {
-    let db = TestDb::empty().await;
+    // The server offers TLS; `disable` does not take it.
+    let (_cluster, db) = tls_cluster().await;
     let url = with_sslmode(&db.url, "disable");
     migrate(&url).await.unwrap();
     let mut options = db.options();
@@ -1327,20 +1326,50 @@ async fn sslmode_disable_stays_in_plain_text() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sslmode_verify_full_refuses_an_untrusted_certificate() {
-    let db = TestDb::empty().await;
-    if !server_has_tls(&db).await {
-        eprintln!("the test server has ssl = off: nothing to verify");
-        return;
-    }
-    // The test server's certificate (Debian's self-signed snakeoil) chains to no webpki root.
+    // Without `sslrootcert`, the test CA is no trusted root (only webpki's are).
+    let (_cluster, db) = tls_cluster().await;
     let url = with_sslmode(&db.url, "verify-full");
     let error = migrate(&url).await.unwrap_err();
     assert!(matches!(error, MigrateError::Connect(_)), "{error:?}");
     assert!(error.to_string().contains("certificate"), "{error}");
-    let mut options = PostgresStoreOptions::new(&url);
-    options.acquire_timeout = Duration::from_millis(500);
-    let reason = assert_cannot_connect(PostgresStore::connect(options).await);
+    let reason = assert_cannot_connect(PostgresStore::connect(quick_options(&url)).await);
     assert!(reason.contains("certificate"), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sslmode_verify_full_trusts_the_root_certificate_and_checks_the_host_name() {
+    let (cluster, db) = tls_cluster().await;
+    let verify = |host: &str| {
+        let url = with_database(&cluster.url_via(host), &db.name).unwrap();
+        format!(
+            "{}&sslrootcert={}",
+            with_sslmode(&url, "verify-full"),
+            cluster.ca_path().display()
+        )
+    };
+    // A name and an address the certificate names: verified, encrypted, working.
+    for host in ["localhost", "127.0.0.1"] {
+        let url = verify(host);
+        migrate(&url).await.unwrap();
+        let store = PostgresStore::connect(quick_options(&url)).await.unwrap();
+        assert!(uses_tls(store.pool()).await, "{host}");
+        assert_eq!(
+            store
+                .reserve(&key("alice", "default", host), &fp('a'), &intent("echo"))
+                .await
+                .unwrap(),
+            Reservation::Reserved,
+            "{host}"
+        );
+        store.shutdown().await.unwrap();
+    }
+    // The same server through an address the certificate does not name: refused.
+    let url = verify(UNCERTIFIED_ADDRESS);
+    let error = migrate(&url).await.unwrap_err();
+    assert!(matches!(error, MigrateError::Connect(_)), "{error:?}");
+    assert!(error.to_string().contains("not valid for name"), "{error}");
+    let reason = assert_cannot_connect(PostgresStore::connect(quick_options(&url)).await);
+    assert!(reason.contains("not valid for name"), "{reason}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1381,17 +1410,4 @@ async fn invalid_options_are_refused() {
         error.to_string(),
         "instance_id is empty; accepted: any non-empty text"
     );
-}
-
-#[test]
-fn database_urls_are_rewritten_per_test() {
-    assert_eq!(
-        with_database("postgres://postgres@127.0.0.1:5432/postgres", "x"),
-        "postgres://postgres@127.0.0.1:5432/x"
-    );
-    assert_eq!(
-        with_database("postgres://u:p@h/db?sslmode=disable", "x"),
-        "postgres://u:p@h/x?sslmode=disable"
-    );
-    assert_eq!(with_database("postgres://h", "x"), "postgres://h/x");
 }

@@ -12,8 +12,12 @@ use carmy::runtime::{
 };
 use carmy::tool::{FnTool, ToolError};
 use carmy::{ExecutionId, ExecutionResult};
+use carmy_test_support::{eventually, eventually_eq};
+use futures::FutureExt;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -202,8 +206,27 @@ fn call(tool: &str, arguments: Value, request_id: &str) -> Value {
 }
 
 async fn wait_for_runs(app: &carmy::App, tool: &str, runs: u64) {
-    while app.engine().metrics().tool_runs(tool) < runs {
-        tokio::task::yield_now().await;
+    eventually_eq(
+        Duration::from_secs(10),
+        "the tool to start",
+        runs,
+        || async { app.engine().metrics().tool_runs(tool) },
+    )
+    .await;
+}
+
+/// Runs the checks of one row of contract §3; a failure among them names the row.
+async fn row<T>(name: &str, checks: impl Future<Output = T>) -> T {
+    match AssertUnwindSafe(checks).catch_unwind().await {
+        Ok(value) => value,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            panic!("contract §3 row \"{name}\" failed: {message}");
+        }
     }
 }
 
@@ -212,137 +235,179 @@ async fn every_row_of_contract_section_3() {
     let h = harness(10);
     let r = &h.router;
 
-    // new identity → 200, the tool runs
-    let (status, first) = post(r, call("echo", json!({"a": 1}), "new")).await;
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(first["status"], "completed");
-    assert_eq!(first["data"], json!({"a": 1}));
-    assert_eq!(first["replayed"], false);
-    assert_eq!(first["request_id"], "new");
-    assert_eq!(first["session_id"], "default");
+    let first = row("new identity → 200, the tool runs", async {
+        let (status, first) = post(r, call("echo", json!({"a": 1}), "new")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(first["status"], "completed");
+        assert_eq!(first["data"], json!({"a": 1}));
+        assert_eq!(first["replayed"], false);
+        assert_eq!(first["request_id"], "new");
+        assert_eq!(first["session_id"], "default");
+        first
+    })
+    .await;
 
-    // same identity, same fingerprint, finished → replay
-    let (status, again) = post(r, call("echo", json!({"a": 1}), "new")).await;
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(again["execution_id"], first["execution_id"]);
-    assert_eq!(again["replayed"], true);
-    assert_eq!(h.app.engine().metrics().tool_runs("echo"), 1);
-
-    // same identity, different fingerprint (finished) → 409 IDEMPOTENCY_CONFLICT, no data leaked
-    let (status, conflict) = post(r, call("echo", json!({"a": 2}), "new")).await;
-    assert_eq!(status, StatusCode::CONFLICT);
-    assert_eq!(conflict["code"], "IDEMPOTENCY_CONFLICT");
-    assert_eq!(conflict["execution_id"], first["execution_id"]);
-    assert!(conflict.get("data").is_none());
-
-    // same identity, same fingerprint, running → 409 EXECUTION_UNCERTAIN state running
-    let waiting = {
-        let r = r.clone();
-        tokio::spawn(async move { post(&r, call("wait", json!({}), "slow")).await })
-    };
-    wait_for_runs(&h.app, "wait", 1).await;
-    let (status, running) = post(r, call("wait", json!({}), "slow")).await;
-    assert_eq!(status, StatusCode::CONFLICT);
-    assert_eq!(running["code"], "EXECUTION_UNCERTAIN");
-    assert_eq!(running["state"], "running");
-    // … and a different fingerprint while running → conflict
-    let (status, conflict) = post(r, call("wait", json!({"x": 1}), "slow")).await;
-    assert_eq!(status, StatusCode::CONFLICT);
-    assert_eq!(conflict["code"], "IDEMPOTENCY_CONFLICT");
-    h.release.notify_one();
-    let (status, finished) = waiting.await.unwrap();
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(finished["execution_id"], running["execution_id"]);
-
-    // same identity, same fingerprint, interrupted → 409 EXECUTION_UNCERTAIN state interrupted
-    let waiting = {
-        let r = r.clone();
-        tokio::spawn(async move { post(&r, call("wait", json!({}), "lost")).await })
-    };
-    wait_for_runs(&h.app, "wait", 2).await;
-    h.store.report_interrupted.store(true, Ordering::SeqCst);
-    let (status, interrupted) = post(r, call("wait", json!({}), "lost")).await;
-    h.store.report_interrupted.store(false, Ordering::SeqCst);
-    assert_eq!(status, StatusCode::CONFLICT);
-    assert_eq!(interrupted["code"], "EXECUTION_UNCERTAIN");
-    assert_eq!(interrupted["state"], "interrupted");
-    h.release.notify_one();
-    assert_eq!(waiting.await.unwrap().0, StatusCode::OK);
-
-    // a tool error is a recorded outcome: 200 with status failed, replayed alike
-    let (status, failed) = post(r, call("fail", json!({}), "f")).await;
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(failed["status"], "failed");
-    assert_eq!(
-        failed["error"],
-        json!({"code": "TOOL_ERROR", "message": "boom"})
-    );
-    let (status, failed_again) = post(r, call("fail", json!({}), "f")).await;
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(failed_again["replayed"], true);
-    assert_eq!(h.app.engine().metrics().tool_runs("fail"), 1);
-
-    // store failing before the tool ran → 503 STORE_UNAVAILABLE, the tool does not run
-    h.store.reserve_fails.store(true, Ordering::SeqCst);
-    let (status, unavailable) = post(r, call("echo", json!({}), "down")).await;
-    h.store.reserve_fails.store(false, Ordering::SeqCst);
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(unavailable["code"], "STORE_UNAVAILABLE");
-    assert_eq!(h.app.engine().metrics().tool_runs("echo"), 1);
-
-    // invalid request / unknown tool / schema rejection → 400 / 404, nothing reserved
-    let (status, invalid) = post(
-        r,
-        json!({"tool": "echo", "arguments": [], "request_id": "bad"}),
+    row(
+        "same identity, same fingerprint, finished → replay",
+        async {
+            let (status, again) = post(r, call("echo", json!({"a": 1}), "new")).await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(again["execution_id"], first["execution_id"]);
+            assert_eq!(again["replayed"], true);
+            assert_eq!(h.app.engine().metrics().tool_runs("echo"), 1);
+        },
     )
     .await;
-    assert_eq!(
-        (status, invalid["code"].clone()),
-        (StatusCode::BAD_REQUEST, json!("INVALID_REQUEST"))
-    );
-    let (status, unknown) = post(r, call("nope", json!({}), "bad")).await;
-    assert_eq!(
-        (status, unknown["code"].clone()),
-        (StatusCode::NOT_FOUND, json!("UNKNOWN_TOOL"))
-    );
-    let (status, schema) = post(r, call("typed", json!({"n": "x"}), "bad")).await;
-    assert_eq!(
-        (status, schema["code"].clone()),
-        (StatusCode::BAD_REQUEST, json!("INVALID_REQUEST"))
-    );
-    let (status, ok) = post(r, call("typed", json!({"n": 1}), "bad")).await;
-    assert_eq!(
-        (status, ok["replayed"].clone()),
-        (StatusCode::OK, json!(false))
-    );
 
-    // recording fails after the tool ran → 503 EXECUTION_UNCERTAIN; the background retry
-    // records it and a later retry replays it (contract §4)
-    h.store.complete_failures_left.store(1, Ordering::SeqCst);
-    let (status, pending) = post(r, call("echo", json!({"p": 1}), "rec")).await;
-    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(pending["code"], "EXECUTION_UNCERTAIN");
-    let execution_id = pending["execution_id"].clone();
-    let replay = loop {
-        let (status, body) = post(r, call("echo", json!({"p": 1}), "rec")).await;
-        if status == StatusCode::OK {
-            break body;
-        }
-        assert_eq!(body["code"], "EXECUTION_UNCERTAIN");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert_eq!(replay["execution_id"], execution_id);
-    assert_eq!(replay["replayed"], true);
-    assert_eq!(replay["data"], json!({"p": 1}));
-    assert_eq!(h.app.engine().metrics().tool_runs("echo"), 2);
+    row("same identity, different fingerprint (finished) → 409 IDEMPOTENCY_CONFLICT, no data leaked", async {
+        let (status, conflict) = post(r, call("echo", json!({"a": 2}), "new")).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert_eq!(conflict["code"], "IDEMPOTENCY_CONFLICT");
+        assert_eq!(conflict["execution_id"], first["execution_id"]);
+        assert!(conflict.get("data").is_none());
+    })
+    .await;
 
-    // without request_id: runs every time, never recorded
-    let (status, a) = post(r, json!({"tool": "echo", "arguments": {"z": 1}})).await;
-    let (_, b) = post(r, json!({"tool": "echo", "arguments": {"z": 1}})).await;
-    assert_eq!(status, StatusCode::OK);
-    assert_ne!(a["execution_id"], b["execution_id"]);
-    assert_eq!(a["request_id"], Value::Null);
-    assert_eq!(h.app.engine().metrics().tool_runs("echo"), 4);
+    row(
+        "same identity, same fingerprint, running → 409 EXECUTION_UNCERTAIN state running",
+        async {
+            let waiting = {
+                let r = r.clone();
+                tokio::spawn(async move { post(&r, call("wait", json!({}), "slow")).await })
+            };
+            wait_for_runs(&h.app, "wait", 1).await;
+            let (status, running) = post(r, call("wait", json!({}), "slow")).await;
+            assert_eq!(status, StatusCode::CONFLICT);
+            assert_eq!(running["code"], "EXECUTION_UNCERTAIN");
+            assert_eq!(running["state"], "running");
+            // … and a different fingerprint while running → conflict
+            let (status, conflict) = post(r, call("wait", json!({"x": 1}), "slow")).await;
+            assert_eq!(status, StatusCode::CONFLICT);
+            assert_eq!(conflict["code"], "IDEMPOTENCY_CONFLICT");
+            h.release.notify_one();
+            let (status, finished) = waiting.await.unwrap();
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(finished["execution_id"], running["execution_id"]);
+        },
+    )
+    .await;
+
+    row(
+        "same identity, same fingerprint, interrupted → 409 EXECUTION_UNCERTAIN state interrupted",
+        async {
+            let waiting = {
+                let r = r.clone();
+                tokio::spawn(async move { post(&r, call("wait", json!({}), "lost")).await })
+            };
+            wait_for_runs(&h.app, "wait", 2).await;
+            h.store.report_interrupted.store(true, Ordering::SeqCst);
+            let (status, interrupted) = post(r, call("wait", json!({}), "lost")).await;
+            h.store.report_interrupted.store(false, Ordering::SeqCst);
+            assert_eq!(status, StatusCode::CONFLICT);
+            assert_eq!(interrupted["code"], "EXECUTION_UNCERTAIN");
+            assert_eq!(interrupted["state"], "interrupted");
+            h.release.notify_one();
+            assert_eq!(waiting.await.unwrap().0, StatusCode::OK);
+        },
+    )
+    .await;
+
+    row(
+        "a tool error is a recorded outcome: 200 with status failed, replayed alike",
+        async {
+            let (status, failed) = post(r, call("fail", json!({}), "f")).await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(failed["status"], "failed");
+            assert_eq!(
+                failed["error"],
+                json!({"code": "TOOL_ERROR", "message": "boom"})
+            );
+            let (status, failed_again) = post(r, call("fail", json!({}), "f")).await;
+            assert_eq!(status, StatusCode::OK);
+            assert_eq!(failed_again["replayed"], true);
+            assert_eq!(h.app.engine().metrics().tool_runs("fail"), 1);
+        },
+    )
+    .await;
+
+    row(
+        "store failing before the tool ran → 503 STORE_UNAVAILABLE, the tool does not run",
+        async {
+            h.store.reserve_fails.store(true, Ordering::SeqCst);
+            let (status, unavailable) = post(r, call("echo", json!({}), "down")).await;
+            h.store.reserve_fails.store(false, Ordering::SeqCst);
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(unavailable["code"], "STORE_UNAVAILABLE");
+            assert_eq!(h.app.engine().metrics().tool_runs("echo"), 1);
+        },
+    )
+    .await;
+
+    row(
+        "invalid request / unknown tool / schema rejection → 400 / 404, nothing reserved",
+        async {
+            let (status, invalid) = post(
+                r,
+                json!({"tool": "echo", "arguments": [], "request_id": "bad"}),
+            )
+            .await;
+            assert_eq!(
+                (status, invalid["code"].clone()),
+                (StatusCode::BAD_REQUEST, json!("INVALID_REQUEST"))
+            );
+            let (status, unknown) = post(r, call("nope", json!({}), "bad")).await;
+            assert_eq!(
+                (status, unknown["code"].clone()),
+                (StatusCode::NOT_FOUND, json!("UNKNOWN_TOOL"))
+            );
+            let (status, schema) = post(r, call("typed", json!({"n": "x"}), "bad")).await;
+            assert_eq!(
+                (status, schema["code"].clone()),
+                (StatusCode::BAD_REQUEST, json!("INVALID_REQUEST"))
+            );
+            let (status, ok) = post(r, call("typed", json!({"n": 1}), "bad")).await;
+            assert_eq!(
+                (status, ok["replayed"].clone()),
+                (StatusCode::OK, json!(false))
+            );
+        },
+    )
+    .await;
+
+    row("recording fails after the tool ran → 503 EXECUTION_UNCERTAIN; the background retry records it and a later retry replays it (contract §4)", async {
+        h.store.complete_failures_left.store(1, Ordering::SeqCst);
+        let (status, pending) = post(r, call("echo", json!({"p": 1}), "rec")).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(pending["code"], "EXECUTION_UNCERTAIN");
+        let execution_id = pending["execution_id"].clone();
+        let replay = eventually(Duration::from_secs(10), "the outcome recorded", || async {
+            let (status, body) = post(r, call("echo", json!({"p": 1}), "rec")).await;
+            if status == StatusCode::OK {
+                return Ok(body);
+            }
+            assert_eq!(body["code"], "EXECUTION_UNCERTAIN");
+            Err((status, body))
+        })
+        .await;
+        assert_eq!(replay["execution_id"], execution_id);
+        assert_eq!(replay["replayed"], true);
+        assert_eq!(replay["data"], json!({"p": 1}));
+        assert_eq!(h.app.engine().metrics().tool_runs("echo"), 2);
+    })
+    .await;
+
+    row(
+        "without request_id: runs every time, never recorded",
+        async {
+            let (status, a) = post(r, json!({"tool": "echo", "arguments": {"z": 1}})).await;
+            let (_, b) = post(r, json!({"tool": "echo", "arguments": {"z": 1}})).await;
+            assert_eq!(status, StatusCode::OK);
+            assert_ne!(a["execution_id"], b["execution_id"]);
+            assert_eq!(a["request_id"], Value::Null);
+            assert_eq!(h.app.engine().metrics().tool_runs("echo"), 4);
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -490,14 +555,19 @@ async fn a_reservation_whose_answer_was_lost_is_freed_not_stuck() {
     );
     assert_eq!(h.app.engine().metrics().tool_runs("echo"), 0, "nothing ran");
     // The reservation the store did make is freed in the background; the retry then runs once.
-    let ran = loop {
-        let (status, answer) = post(&h.router, call("echo", json!({"n": 1}), "lost-ack")).await;
-        if status == StatusCode::OK {
-            break answer;
-        }
-        assert_eq!(answer["state"], "running", "{answer}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let ran = eventually(
+        Duration::from_secs(10),
+        "the lost reservation freed",
+        || async {
+            let (status, answer) = post(&h.router, call("echo", json!({"n": 1}), "lost-ack")).await;
+            if status == StatusCode::OK {
+                return Ok(answer);
+            }
+            assert_eq!(answer["state"], "running", "{answer}");
+            Err((status, answer))
+        },
+    )
+    .await;
     assert_eq!(ran["replayed"], false);
     assert_eq!(h.store.release_failures_left.load(Ordering::SeqCst), 0);
     assert_eq!(h.app.engine().metrics().tool_runs("echo"), 1);

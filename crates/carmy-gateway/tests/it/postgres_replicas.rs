@@ -1,15 +1,13 @@
 //! Real `carmy-gateway` processes sharing one PostgreSQL database: the field cases K06, K09,
 //! K10, K11, K12, K13, K14, K15 and K20, restarts, and four replicas migrating at once.
 
-mod support;
-
+use carmy_test_support::{
+    call, client, eventually, eventually_eq, post, post_text, spawn_post, spawn_post_unanswered,
+    tool_runs, Replica, TestDb,
+};
 use serde_json::{json, Value};
 use sqlx::Row;
 use std::time::Duration;
-use support::{
-    call, client, eventually, post, post_text, spawn_post, spawn_post_unanswered, tool_runs,
-    Replica, TestDb,
-};
 
 /// Two replicas on one fresh database, with `extra` settings.
 async fn two_replicas(db: &TestDb, extra: &[(&str, &str)]) -> (Replica, Replica) {
@@ -81,8 +79,8 @@ async fn k06_conflict_on_every_path() {
 
     // while running: r6b is a sleep still running on A, the changed call goes to B
     let running = spawn_post(&http, &a, &call("sleep", json!({"ms": 1500}), "r6b"));
-    eventually(Duration::from_secs(10), "sleep started on A", || async {
-        tool_runs(&http, &a, "sleep").await == 1
+    eventually_eq(Duration::from_secs(10), "sleep started on A", 1, || {
+        tool_runs(&http, &a, "sleep")
     })
     .await;
     let (status, body) = post(&http, &b, &call("sleep", json!({"ms": 1501}), "r6b")).await;
@@ -94,7 +92,6 @@ async fn k06_conflict_on_every_path() {
     assert_eq!(orders_for(&db, "A").await, 1);
     assert_eq!(orders_for(&db, "B").await, 0);
     drop((a, b));
-    db.drop_db().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -148,7 +145,6 @@ async fn k09_fifty_concurrent_duplicates_over_two_replicas_run_once() {
         assert_eq!((status, replay["replayed"].clone()), (200, json!(true)));
     }
     drop((a, b));
-    db.drop_db().await;
 }
 
 /// Inserts the reservation a replica would make, inside a transaction the test controls.
@@ -183,28 +179,6 @@ async fn begin_foreign_reservation(
     transaction
 }
 
-/// Waits until exactly one session of this database waits on a lock (B's insert behind the
-/// held row).
-async fn wait_until_one_statement_blocks(observer: &mut sqlx::PgConnection) {
-    let start = std::time::Instant::now();
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut *observer)
-        .await
-        .unwrap();
-        if waiting == 1 {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "B never blocked on the held row"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn k10_losing_the_insert_race_waits_and_never_500s() {
     let db = TestDb::create().await;
@@ -216,8 +190,7 @@ async fn k10_losing_the_insert_race_waits_and_never_500s() {
     // it, then answers UNCERTAIN once it commits.
     let held = begin_foreign_reservation(&db, "r10", &arguments).await;
     let waiting = spawn_post(&http, &b, &call("create_order", arguments.clone(), "r10"));
-    let mut observer = db.connect().await;
-    wait_until_one_statement_blocks(&mut observer).await;
+    db.until_lock_waiters(1, "B blocked on the held row").await;
     held.commit().await.unwrap();
     let (status, body) = waiting.await.unwrap();
     assert_eq!(
@@ -231,7 +204,7 @@ async fn k10_losing_the_insert_race_waits_and_never_500s() {
     // Variant: the first transaction rolls back; B then reserves and runs exactly once.
     let held = begin_foreign_reservation(&db, "r10b", &arguments).await;
     let waiting = spawn_post(&http, &b, &call("create_order", arguments.clone(), "r10b"));
-    wait_until_one_statement_blocks(&mut observer).await;
+    db.until_lock_waiters(1, "B blocked on the held row").await;
     held.rollback().await.unwrap();
     let (status, body) = waiting.await.unwrap();
     assert_eq!(
@@ -244,7 +217,6 @@ async fn k10_losing_the_insert_race_waits_and_never_500s() {
     assert_eq!((status, replay["replayed"].clone()), (200, json!(true)));
     assert_eq!(replay["execution_id"], body["execution_id"]);
     drop((a, b));
-    db.drop_db().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -255,8 +227,8 @@ async fn k11_process_death_is_uncertain_forever_and_never_reruns() {
     let http = client();
     let body = call("sleep", json!({"ms": 10000}), "r11");
     spawn_post_unanswered(&http, &a, &body);
-    eventually(Duration::from_secs(10), "sleep started on A", || async {
-        tool_runs(&http, &a, "sleep").await == 1
+    eventually_eq(Duration::from_secs(10), "sleep started on A", 1, || {
+        tool_runs(&http, &a, "sleep")
     })
     .await;
     a.kill9();
@@ -269,8 +241,12 @@ async fn k11_process_death_is_uncertain_forever_and_never_reruns() {
     assert_eq!(at_once["state"], "running", "A's lease has not lapsed yet");
 
     eventually(Duration::from_secs(15), "A's lease lapsed", || async {
-        let (_, body) = post(&http, &b, &body).await;
-        body["state"] == "interrupted"
+        let (status, answer) = post(&http, &b, &body).await;
+        if answer["state"] == "interrupted" {
+            Ok(())
+        } else {
+            Err((status, answer))
+        }
     })
     .await;
     let (status, later) = post(&http, &b, &body).await;
@@ -296,7 +272,6 @@ async fn k11_process_death_is_uncertain_forever_and_never_reruns() {
     .unwrap();
     assert_eq!(state, "interrupted");
     drop((a, b));
-    db.drop_db().await;
 }
 
 async fn client_disconnect_is_replayed(replica: &Replica) {
@@ -310,19 +285,19 @@ async fn client_disconnect_is_replayed(replica: &Replica) {
         .send()
         .await;
     assert!(aborted.is_err(), "the client gave up after 200 ms");
-    let start = std::time::Instant::now();
-    let replay = loop {
-        let (status, answer) = post(&http, replica, &body).await;
-        if status == 200 {
-            break answer;
-        }
-        assert_eq!((status, answer["state"].clone()), (409, json!("running")));
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the detached run was never recorded"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let replay = eventually(
+        Duration::from_secs(10),
+        "the detached run to be recorded",
+        || async {
+            let (status, answer) = post(&http, replica, &body).await;
+            if status == 200 {
+                return Ok(answer);
+            }
+            assert_eq!((status, answer["state"].clone()), (409, json!("running")));
+            Err((status, answer))
+        },
+    )
+    .await;
     assert_eq!(replay["status"], "completed");
     assert_eq!(replay["replayed"], true);
     assert_eq!(replay["data"], json!({"slept_ms": 2000}));
@@ -341,7 +316,6 @@ async fn k12_client_disconnect_does_not_drop_the_work() {
             .unwrap();
     assert_eq!(state, "completed");
     drop((a, _b));
-    db.drop_db().await;
 
     // The in-memory store, capacity 2: the slot is used once, not leaked.
     let memory = Replica::start("k12-memory", &[("CARMY_MEMORY_CAPACITY", "2")]);
@@ -382,7 +356,6 @@ async fn k13_nul_characters_and_big_numbers_are_stored_losslessly() {
             .unwrap();
     assert_eq!(state, "completed");
     drop((a, b));
-    db.drop_db().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -424,7 +397,6 @@ async fn k14_oversized_results_are_recorded_as_too_large_and_never_rerun() {
         2
     );
     drop((a, b));
-    db.drop_db().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -477,7 +449,6 @@ async fn k15_k20_replays_are_faithful_across_replicas_and_restarts() {
     expect_replays(&b).await;
     assert_eq!(orders_for(&db, "K20").await, 1);
     drop((a, b));
-    db.drop_db().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -510,13 +481,12 @@ async fn four_replicas_start_at_once_on_an_empty_database() {
         i64::from(carmy_postgres::latest_migration_version())
     );
     drop(replicas);
-    db.drop_db().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn migrate_command_and_readiness() {
     let db = TestDb::create().await;
-    let status = std::process::Command::new(support::gateway_binary())
+    let status = std::process::Command::new(carmy_test_support::replica::gateway_binary())
         .arg("migrate")
         .env("DATABASE_URL", &db.url)
         .env("RUST_LOG", "warn")
@@ -528,5 +498,4 @@ async fn migrate_command_and_readiness() {
         .await
         .unwrap();
     assert_eq!(applied, carmy_postgres::latest_migration_version());
-    db.drop_db().await;
 }

@@ -3,11 +3,9 @@
 //! A after its restart. The tool body never runs a second time; an unrecorded outcome is
 //! `EXECUTION_UNCERTAIN` (`interrupted` once the lease lapsed); a recorded one replays.
 
-mod support;
-
+use carmy_test_support::{call, client, eventually, post, tool_runs, Replica, TestDb};
 use serde_json::{json, Value};
 use std::time::Duration;
-use support::{call, client, eventually, post, tool_runs, Replica, TestDb};
 
 const LEASE_TTL_MS: &str = "1500";
 
@@ -91,8 +89,12 @@ async fn crash_at(point: &str, expect: Expect) {
     let first = assert_answer(&http, &b, &body, expect, "").await;
     if expect != Expect::Replay {
         eventually(Duration::from_secs(15), "A's lease lapsed", || async {
-            let (_, answer) = post(&http, &b, &body).await;
-            answer["state"] == "interrupted"
+            let (status, answer) = post(&http, &b, &body).await;
+            if answer["state"] == "interrupted" {
+                Ok(())
+            } else {
+                Err((status, answer))
+            }
         })
         .await;
         let later = assert_answer(&http, &b, &body, expect, "interrupted").await;
@@ -138,7 +140,6 @@ async fn crash_at(point: &str, expect: Expect) {
     assert_eq!(rows, 1);
     a.kill9();
     drop(b);
-    db.drop_db().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,10 +1,8 @@
 //! Security properties of a real gateway process: API keys never reach the logs, principals
 //! never see each other's executions, and anonymous mode stays on loopback.
 
-mod support;
-
+use carmy_test_support::{call, client, Replica};
 use serde_json::{json, Value};
-use support::{call, client, Replica};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_keys_are_never_logged_and_principals_are_isolated() {
@@ -111,7 +109,7 @@ async fn api_keys_are_never_logged_and_principals_are_isolated() {
 
 #[test]
 fn anonymous_mode_refuses_a_non_loopback_address() {
-    let output = std::process::Command::new(support::gateway_binary())
+    let output = std::process::Command::new(carmy_test_support::replica::gateway_binary())
         .env_remove("DATABASE_URL")
         .env_remove("CARMY_API_KEYS")
         .env("CARMY_LISTEN", "0.0.0.0:0")

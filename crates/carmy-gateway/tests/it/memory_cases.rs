@@ -4,51 +4,39 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use carmy::auth::ApiKeys;
-use carmy::engine::EngineConfig;
-use carmy::memory::InMemoryIdempotencyStore;
-use carmy_gateway::orders::MemoryOrderBook;
-use carmy_gateway::tools::example_tools;
+use carmy_test_support::InProcess;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::Duration;
 use tower::ServiceExt;
 
 struct Gateway {
     router: Router,
-    app: carmy::App,
-    store: Arc<InMemoryIdempotencyStore>,
+    inner: InProcess,
 }
 
 impl Gateway {
     fn runs(&self, tool: &str) -> u64 {
-        self.app.engine().metrics().tool_runs(tool)
+        self.inner.tool_runs(tool)
+    }
+
+    /// Entries of the in-memory store.
+    fn stored(&self) -> usize {
+        self.inner.memory_store().len()
     }
 }
 
-fn gateway_with(capacity: usize, keys: ApiKeys, tool_timeout: Duration) -> Gateway {
-    let store = Arc::new(InMemoryIdempotencyStore::new(capacity));
-    let mut builder = carmy::app()
-        .idempotency_store(store.clone())
-        .api_keys(keys)
-        .engine_config(EngineConfig {
-            default_tool_timeout: tool_timeout,
-            ..EngineConfig::default()
-        });
-    for tool in example_tools(Arc::new(MemoryOrderBook::default())) {
-        builder = builder.tool(tool);
-    }
-    let app = builder.build().unwrap();
+/// The gateway built by `carmy_gateway::build` from `flags`, on the in-memory store.
+async fn gateway_with(flags: &[&str]) -> Gateway {
+    let inner = InProcess::start(flags).await;
     Gateway {
-        router: app.router(),
-        app,
-        store,
+        router: inner.router(),
+        inner,
     }
 }
 
-fn gateway() -> Gateway {
-    gateway_with(10_000, ApiKeys::none(), Duration::from_secs(30))
+async fn gateway() -> Gateway {
+    gateway_with(&[]).await
 }
 
 /// Sends a raw body with optional extra headers; returns the status and parsed JSON body.
@@ -84,7 +72,7 @@ async fn orders(router: &Router, headers: &[(&str, &str)], sku: &str) -> Vec<Val
 
 #[tokio::test]
 async fn seed_scenario_replays_the_first_order() {
-    let g = gateway();
+    let g = gateway().await;
     let body = call("create_order", json!({"sku": "KB-01"}), "abc");
     let (status, first) = send(&g.router, body.clone()).await;
     assert_eq!(status, StatusCode::OK);
@@ -105,7 +93,7 @@ async fn seed_scenario_replays_the_first_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_concurrent_identical_calls_run_the_tool_once() {
-    let g = gateway();
+    let g = gateway().await;
     let barrier = Arc::new(tokio::sync::Barrier::new(50));
     let tasks: Vec<_> = (0..50)
         .map(|_| {
@@ -138,12 +126,12 @@ async fn fifty_concurrent_identical_calls_run_the_tool_once() {
         (status, replay["replayed"].clone()),
         (StatusCode::OK, json!(true))
     );
-    assert_eq!(g.store.len(), 1);
+    assert_eq!(g.stored(), 1);
 }
 
 #[tokio::test]
 async fn k01_member_order_and_whitespace_replay() {
-    let g = gateway();
+    let g = gateway().await;
     let first = r#"{"tool":"create_order","request_id":"r1","arguments":{"sku":"A-1","quantity":2,"ship":{"city":"X","zip":"1"}}}"#;
     let reordered = "{ \"arguments\" : { \"ship\" : {\"zip\":\"1\" , \"city\":\"X\"},\n\t\"quantity\" : 2, \"sku\":\"A\\u002d1\" }, \"request_id\":\"r1\", \"tool\":\"create_order\" }";
     let (status, a) = send_raw(&g.router, first, &[]).await;
@@ -157,7 +145,7 @@ async fn k01_member_order_and_whitespace_replay() {
 
 #[tokio::test]
 async fn k02_array_order_matters() {
-    let g = gateway();
+    let g = gateway().await;
     let (status, _) = send(&g.router, call("echo", json!({"items": ["a", "b"]}), "r2")).await;
     assert_eq!(status, StatusCode::OK);
     let (status, body) = send(&g.router, call("echo", json!({"items": ["b", "a"]}), "r2")).await;
@@ -169,7 +157,7 @@ async fn k02_array_order_matters() {
 
 #[tokio::test]
 async fn k03_number_value_not_text() {
-    let g = gateway();
+    let g = gateway().await;
     let base = r#"{"tool":"create_order","request_id":"r3","arguments":{"sku":"A","quantity":"#;
     let (status, first) = send_raw(&g.router, &format!("{base}1}}}}"), &[]).await;
     assert_eq!(status, StatusCode::OK);
@@ -189,7 +177,7 @@ async fn k03_number_value_not_text() {
 
 /// After a 400, a capacity-1 store still takes the same identity: nothing was reserved.
 async fn assert_nothing_reserved(g: &Gateway, request_id: &str) {
-    assert_eq!(g.store.len(), 0);
+    assert_eq!(g.stored(), 0);
     let (status, body) = send(&g.router, call("echo", json!({}), request_id)).await;
     assert_eq!(
         (status, body["replayed"].clone()),
@@ -199,7 +187,7 @@ async fn assert_nothing_reserved(g: &Gateway, request_id: &str) {
 
 #[tokio::test]
 async fn k04_unrepresentable_number_is_400() {
-    let g = gateway_with(1, ApiKeys::none(), Duration::from_secs(30));
+    let g = gateway_with(&["--memory-capacity", "1"]).await;
     let (status, body) = send_raw(
         &g.router,
         r#"{"tool":"echo","request_id":"r4","arguments":{"x":1e400}}"#,
@@ -215,7 +203,7 @@ async fn k04_unrepresentable_number_is_400() {
 
 #[tokio::test]
 async fn k05_duplicate_member_names_are_400() {
-    let g = gateway_with(1, ApiKeys::none(), Duration::from_secs(30));
+    let g = gateway_with(&["--memory-capacity", "1"]).await;
     for body in [
         r#"{"tool":"create_order","request_id":"r5","arguments":{"sku":"A","sku":"B"}}"#,
         r#"{"tool":"echo","request_id":"r5","arguments":{"o":{"k":1,"k":1}}}"#,
@@ -234,7 +222,7 @@ async fn k05_duplicate_member_names_are_400() {
 
 #[tokio::test]
 async fn k07_identity_is_bound_to_the_tool() {
-    let g = gateway();
+    let g = gateway().await;
     let (status, _) = send(&g.router, call("create_order", json!({"sku": "A"}), "r7")).await;
     assert_eq!(status, StatusCode::OK);
     let (status, body) = send(&g.router, call("find_orders", json!({"sku": "A"}), "r7")).await;
@@ -246,8 +234,7 @@ async fn k07_identity_is_bound_to_the_tool() {
 
 #[tokio::test]
 async fn k08_principals_are_isolated() {
-    let keys = ApiKeys::parse("key-1=P1,key-2=P2,key-3=P3").unwrap();
-    let g = gateway_with(10_000, keys, Duration::from_secs(30));
+    let g = gateway_with(&["--api-keys", "key-1=P1,key-2=P2,key-3=P3"]).await;
     let body = json!({"tool": "create_order", "arguments": {"sku": "A"}, "request_id": "r8", "session_id": "s"}).to_string();
     let mut executions = std::collections::BTreeSet::new();
     let mut order_ids = std::collections::BTreeSet::new();
@@ -309,7 +296,7 @@ async fn k08_principals_are_isolated() {
 
 #[tokio::test]
 async fn k15_empty_and_null_results_replay_faithfully() {
-    let g = gateway();
+    let g = gateway().await;
     for (request_id, arguments) in [
         ("r15", json!({})),
         ("r16", json!({"v": []})),
@@ -329,7 +316,7 @@ async fn k15_empty_and_null_results_replay_faithfully() {
 
 #[tokio::test]
 async fn k16_recorded_timeout_replays_and_does_not_rerun() {
-    let g = gateway_with(10_000, ApiKeys::none(), Duration::from_millis(100));
+    let g = gateway_with(&["--tool-timeout-ms", "100"]).await;
     let (status, first) = send(&g.router, call("sleep", json!({"ms": 1000}), "r18")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(first["status"], "timed_out");
@@ -351,7 +338,7 @@ async fn k16_recorded_timeout_replays_and_does_not_rerun() {
 
 #[tokio::test]
 async fn k17_rejected_call_does_not_occupy_the_identity() {
-    let g = gateway();
+    let g = gateway().await;
     let (status, problem) = send(&g.router, call("create_order", json!({"sku": 5}), "r20")).await;
     assert_eq!(
         (status, problem["code"].clone()),
@@ -367,7 +354,7 @@ async fn k17_rejected_call_does_not_occupy_the_identity() {
 
 #[tokio::test]
 async fn k18_lookup_comes_before_the_capacity_gate() {
-    let g = gateway_with(3, ApiKeys::none(), Duration::from_secs(30));
+    let g = gateway_with(&["--memory-capacity", "3"]).await;
     for request_id in ["r21", "r22", "r23"] {
         let (status, _) = send(
             &g.router,
@@ -394,13 +381,13 @@ async fn k18_lookup_comes_before_the_capacity_gate() {
         (status, conflict["code"].clone()),
         (StatusCode::CONFLICT, json!("IDEMPOTENCY_CONFLICT"))
     );
-    assert_eq!(g.store.len(), 3);
+    assert_eq!(g.stored(), 3);
     assert_eq!(g.runs("echo"), 3);
 }
 
 #[tokio::test]
 async fn k19_headers_are_not_in_the_fingerprint() {
-    let g = gateway();
+    let g = gateway().await;
     let body = call("create_order", json!({"sku": "H"}), "r25").to_string();
     let (status, first) = send_raw(
         &g.router,
@@ -437,7 +424,7 @@ async fn k19_headers_are_not_in_the_fingerprint() {
 
 #[tokio::test]
 async fn k22_oversized_or_malformed_identifiers_are_400() {
-    let g = gateway_with(1, ApiKeys::none(), Duration::from_secs(30));
+    let g = gateway_with(&["--memory-capacity", "1"]).await;
     let random: String = (0..100_000)
         .map(|i| char::from_u32(0x4e00 + (i * 7919) % 0x5000).unwrap())
         .collect();
@@ -467,7 +454,7 @@ async fn k22_oversized_or_malformed_identifiers_are_400() {
 
 #[tokio::test]
 async fn malformed_bodies_get_problem_json() {
-    let g = gateway();
+    let g = gateway().await;
     for (body, content_type, expected) in [
         ("{", "application/json", StatusCode::BAD_REQUEST),
         ("[]", "application/json", StatusCode::BAD_REQUEST),
@@ -519,12 +506,12 @@ async fn malformed_bodies_get_problem_json() {
         response.headers()["content-type"],
         "application/problem+json"
     );
-    assert_eq!(g.store.len(), 0);
+    assert_eq!(g.stored(), 0);
 }
 
 #[tokio::test]
 async fn tools_health_and_readiness() {
-    let g = gateway();
+    let g = gateway().await;
     let response = g
         .router
         .clone()
@@ -564,7 +551,7 @@ async fn tools_health_and_readiness() {
 
 #[tokio::test]
 async fn schema_bounds_are_checked_on_exact_numbers() {
-    let g = gateway();
+    let g = gateway().await;
     for (request_id, quantity) in [
         ("q1", "0.99999999999999999999"),
         ("q2", "1.00000000000000000001"),

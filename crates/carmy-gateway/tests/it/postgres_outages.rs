@@ -1,11 +1,11 @@
 //! PostgreSQL outages against real gateway processes: the database down before a call, the
 //! database restarted while tools run, and an exhausted pool.
 
-mod support;
-
+use carmy_test_support::{
+    call, client, eventually, eventually_eq, post, spawn_post, tool_runs, Cluster, Replica, TestDb,
+};
 use serde_json::{json, Value};
 use std::time::Duration;
-use support::{call, client, eventually, post, spawn_post, tool_runs, Cluster, Replica, TestDb};
 
 /// Texts that would reveal database internals in a response body.
 const DATABASE_WORDS: [&str; 6] = ["sqlx", "postgres", "connection", "refused", "pool", "SQL"];
@@ -61,8 +61,8 @@ async fn database_down_before_a_call_is_503_and_nothing_runs() {
     assert_no_database_text(&readiness);
 
     cluster.start_again();
-    eventually(Duration::from_secs(20), "ready again", || async {
-        status_of(&http, &gateway, "/readyz").await == 200
+    eventually_eq(Duration::from_secs(20), "ready again", 200, || {
+        status_of(&http, &gateway, "/readyz")
     })
     .await;
     let (status, ran) = post(&http, &gateway, &body).await;
@@ -93,10 +93,11 @@ async fn database_restarted_while_tools_run_records_every_outcome() {
         .iter()
         .map(|body| spawn_post(&http, &gateway, body))
         .collect();
-    eventually(
+    eventually_eq(
         Duration::from_secs(10),
         "all three sleeps started",
-        || async { tool_runs(&http, &gateway, "sleep").await == 3 },
+        3,
+        || tool_runs(&http, &gateway, "sleep"),
     )
     .await;
     cluster.stop();
@@ -115,16 +116,15 @@ async fn database_restarted_while_tools_run_records_every_outcome() {
     cluster.start_again();
     // The gateway keeps retrying the recording; a later retry replays each outcome.
     for (body, execution_id) in calls.iter().zip(&uncertain) {
-        let mut replay = Value::Null;
-        let start = std::time::Instant::now();
-        while start.elapsed() < Duration::from_secs(30) {
+        let replay = eventually(Duration::from_secs(30), "the outcome recorded", || async {
             let (status, answer) = post(&http, &gateway, body).await;
             if status == 200 {
-                replay = answer;
-                break;
+                Ok(answer)
+            } else {
+                Err((status, answer))
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await;
         assert_eq!(replay["replayed"], true, "never recorded: {body}");
         assert_eq!(replay["status"], "completed");
         assert_eq!(&replay["execution_id"], execution_id);
@@ -160,24 +160,8 @@ async fn exhausted_pool_answers_503_after_a_bounded_wait() {
         .await
         .unwrap();
     let holder = spawn_post(&http, &gateway, &call("echo", json!({}), "holder"));
-    let mut observer = db.connect().await;
-    let start = std::time::Instant::now();
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut observer)
-        .await
-        .unwrap();
-        if waiting == 1 {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the holder never waited on the lock"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    db.until_lock_waiters(1, "the holder waiting on the lock")
+        .await;
 
     let bounded = client();
     let answer = bounded
@@ -207,5 +191,4 @@ async fn exhausted_pool_answers_503_after_a_bounded_wait() {
         "the 503 reserved nothing"
     );
     drop(gateway);
-    db.drop_db().await;
 }

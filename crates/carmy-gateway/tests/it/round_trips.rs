@@ -11,13 +11,11 @@
 //!   own pool sends one to every connection it takes back, which is why the store's `reserve`
 //!   and `complete` use connections of their own, see `carmy_postgres`'s `hot` module).
 
-mod support;
-
+use carmy_test_support::{call, client, post, Cluster, Replica, TestDb};
 use serde_json::{json, Value};
 use sqlx::{Connection, PgConnection, Row};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use support::{call, client, post, Cluster, Replica, TestDb};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -29,7 +27,7 @@ const LONG_LEASE_MS: &str = "3600000";
 
 /// Whether the gateway has a replay cache to turn off (`CARMY_REPLAY_CACHE_ENTRIES`).
 fn has_replay_cache() -> bool {
-    std::process::Command::new(support::gateway_binary())
+    std::process::Command::new(carmy_test_support::replica::gateway_binary())
         .arg("--help")
         .env_remove("DATABASE_URL")
         .output()
@@ -321,7 +319,6 @@ async fn new_identity_is_two_round_trips_on_the_wire() {
     let (new_trips, new_detail) = per_call(before, after_new);
     let (replay_trips, replay_detail) = per_call(after_new, after_replay);
     drop(gateway);
-    db.drop_db().await;
     assert!(
         new_trips <= 2 * CALLS,
         "a new identity must take at most two round trips: {new_detail}"

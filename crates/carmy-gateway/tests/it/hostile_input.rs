@@ -4,22 +4,15 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use carmy::memory::InMemoryIdempotencyStore;
-use carmy_gateway::orders::MemoryOrderBook;
-use carmy_gateway::tools::example_tools;
+use carmy_test_support::InProcess;
 use http_body_util::BodyExt;
 use proptest::prelude::*;
 use serde_json::Value;
-use std::sync::Arc;
 use tower::ServiceExt;
 
-fn gateway() -> (Router, Arc<InMemoryIdempotencyStore>) {
-    let store = Arc::new(InMemoryIdempotencyStore::new(100));
-    let mut builder = carmy::app().idempotency_store(store.clone());
-    for tool in example_tools(Arc::new(MemoryOrderBook::default())) {
-        builder = builder.tool(tool);
-    }
-    (builder.build().unwrap().router(), store)
+/// The gateway built by `carmy_gateway::build` on a 100-entry in-memory store.
+async fn gateway() -> InProcess {
+    InProcess::start(&["--memory-capacity", "100"]).await
 }
 
 /// Sends `body` with `content_type`; returns the status and, for errors, checks the problem body.
@@ -53,7 +46,8 @@ fn with_arguments(arguments: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn hostile_bodies_get_problem_json_and_reserve_nothing() {
-    let (router, store) = gateway();
+    let gateway = gateway().await;
+    let (router, store) = (gateway.router(), gateway.memory_store());
     let json = Some("application/json");
     let deep = format!("{}1{}", r#"{"a":"#.repeat(10_000), "}".repeat(10_000));
     let deep_array = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
@@ -240,7 +234,7 @@ async fn hostile_bodies_get_problem_json_and_reserve_nothing() {
 
 #[tokio::test]
 async fn malformed_paths_and_credentials_are_problem_json() {
-    let (router, _store) = gateway();
+    let router = gateway().await.router();
     for path in [
         "/v1/executions/%00",
         "/v1/executions/%FF",
@@ -266,14 +260,13 @@ async fn malformed_paths_and_credentials_are_problem_json() {
             "{path}"
         );
     }
-    let keys = carmy::auth::ApiKeys::parse("k1=alice,k2=bob").unwrap();
-    let app = carmy::app().api_keys(keys).build().unwrap();
+    let keyed = InProcess::start(&["--api-keys", "k1=alice,k2=bob"]).await;
     let request = Request::get("/v1/tools")
         .header("authorization", "Bearer k1")
         .header("authorization", "Bearer k2")
         .body(Body::empty())
         .unwrap();
-    let response = app.router().oneshot(request).await.unwrap();
+    let response = keyed.router().oneshot(request).await.unwrap();
     assert_eq!(
         response.status(),
         StatusCode::UNAUTHORIZED,
@@ -299,7 +292,8 @@ proptest! {
     fn arbitrary_bytes_never_break_the_api(body in request_like_bytes()) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(async {
-            let (router, store) = gateway();
+            let gateway = gateway().await;
+            let (router, store) = (gateway.router(), gateway.memory_store());
             let (status, _) = send(&router, Some("application/json"), body).await;
             if !status.is_success() {
                 assert_eq!(store.len(), 0);

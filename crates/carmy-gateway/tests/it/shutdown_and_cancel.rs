@@ -1,11 +1,11 @@
 //! Graceful shutdown (SIGTERM: drain, then record `cancelled`) and cancellation across replicas,
 //! with real gateway processes on one PostgreSQL database.
 
-mod support;
-
+use carmy_test_support::{
+    call, client, eventually_eq, post, spawn_post, tool_runs, Replica, TestDb,
+};
 use serde_json::{json, Value};
 use std::time::Duration;
-use support::{call, client, eventually, post, spawn_post, tool_runs, Replica, TestDb};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_drains_then_records_cancelled() {
@@ -20,8 +20,8 @@ async fn sigterm_drains_then_records_cancelled() {
     let short = call("sleep", json!({"ms": 500}), "drain-short");
     let long_call = spawn_post(&http, &a, &long);
     let short_call = spawn_post(&http, &a, &short);
-    eventually(Duration::from_secs(10), "both sleeps started", || async {
-        tool_runs(&http, &a, "sleep").await == 2
+    eventually_eq(Duration::from_secs(10), "both sleeps started", 2, || {
+        tool_runs(&http, &a, "sleep")
     })
     .await;
 
@@ -64,7 +64,6 @@ async fn sigterm_drains_then_records_cancelled() {
             .unwrap();
     assert_eq!(running, 0, "nothing is left running after a clean shutdown");
     drop(b);
-    db.drop_db().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -76,8 +75,8 @@ async fn cancel_reaches_the_replica_that_runs_the_execution() {
     let http = client();
     let body = call("sleep", json!({"ms": 30000}), "cancel-me");
     let running = spawn_post(&http, &a, &body);
-    eventually(Duration::from_secs(10), "sleep started on A", || async {
-        tool_runs(&http, &a, "sleep").await == 1
+    eventually_eq(Duration::from_secs(10), "sleep started on A", 1, || {
+        tool_runs(&http, &a, "sleep")
     })
     .await;
     let (status, uncertain) = post(&http, &b, &body).await;
@@ -119,7 +118,6 @@ async fn cancel_reaches_the_replica_that_runs_the_execution() {
         1
     );
     drop((a, b));
-    db.drop_db().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -144,15 +142,70 @@ async fn stalled_clients_neither_hang_requests_nor_shutdown() {
     assert!(answer.contains("application/problem+json"), "{answer}");
     assert!(answer.contains("REQUEST_TIMEOUT"), "{answer}");
 
-    // A client stuck in its headers does not keep the process alive after SIGTERM.
+    // A client stuck in its headers does not keep the process alive after SIGTERM. The
+    // connection is first served once (so the gateway accepted it), then left in the middle of
+    // the headers of its next request.
     let mut stuck = std::net::TcpStream::connect(&address).unwrap();
+    stuck
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stuck
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .unwrap();
+    let served = read_one_response(&mut stuck);
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
     stuck
         .write_all(b"POST /v1/executions HTTP/1.1\r\nAuthor")
         .unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // Still open when shutdown begins: nothing to read, and no end of stream.
+    stuck.set_nonblocking(true).unwrap();
+    let peeked = stuck.peek(&mut [0u8; 1]);
+    assert!(
+        matches!(&peeked, Err(error) if error.kind() == std::io::ErrorKind::WouldBlock),
+        "the stuck connection is open and idle when SIGTERM is sent: {peeked:?}"
+    );
+    stuck.set_nonblocking(false).unwrap();
+    let started = std::time::Instant::now();
     assert!(
         gateway.terminate(),
         "exits (cleanly) despite the stuck connection"
     );
-    drop(stuck);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    // The exit closed the stuck connection (end of stream or reset, never a read timeout).
+    let mut rest = Vec::new();
+    let closed = std::io::Read::read_to_end(&mut stuck, &mut rest);
+    assert!(
+        !matches!(&closed, Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut)),
+        "{closed:?}"
+    );
+}
+
+/// Reads one HTTP/1.1 response with a `content-length` body from `stream`; returns its text.
+fn read_one_response(stream: &mut std::net::TcpStream) -> String {
+    let mut received = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&received).into_owned();
+        if let Some(end_of_head) = text.find("\r\n\r\n") {
+            let length = text[..end_of_head]
+                .lines()
+                .find_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().unwrap())
+                })
+                .expect("a content-length");
+            if received.len() >= end_of_head + 4 + length {
+                return text;
+            }
+        }
+        // Bounded by the stream's read timeout: a silent server fails the test.
+        let read = std::io::Read::read(stream, &mut chunk).expect("the response");
+        assert!(read > 0, "closed before a whole response: {text}");
+        received.extend_from_slice(&chunk[..read]);
+    }
 }
