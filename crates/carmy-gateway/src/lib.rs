@@ -45,11 +45,11 @@ pub enum GatewayError {
     App(#[from] carmy::AppError),
 }
 
-/// A built gateway: the application and, with PostgreSQL, the store (to end its lease on exit).
+/// A built gateway: the application, whose `serve` also shuts the store down (ending the
+/// PostgreSQL lease) after the drain.
 pub struct Gateway {
     /// The Carmy application with the example tools.
     pub app: App,
-    postgres: Option<Arc<PostgresStore>>,
 }
 
 /// Reads the configured API keys: `--api-keys` plus the lines of `--api-keys-file`.
@@ -74,12 +74,11 @@ pub fn load_api_keys(config: &Config) -> Result<ApiKeys, GatewayError> {
 /// [`GatewayError`] when keys, migrations or the database fail.
 pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     let keys = load_api_keys(config)?;
-    let (store, orders, postgres): (Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>, _) =
+    let (store, orders): (Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>) =
         match &config.database_url {
             None => (
                 Arc::new(InMemoryIdempotencyStore::new(config.memory_capacity)),
                 Arc::new(MemoryOrderBook::default()),
-                None,
             ),
             Some(url) => {
                 carmy_postgres::migrate(url).await?;
@@ -100,17 +99,16 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
                 tracing::info!(instance_id = store.instance_id(), "using PostgreSQL");
                 let shared: Arc<dyn IdempotencyStore> = if config.replay_cache_entries > 0 {
                     Arc::new(ReplayCache::new(
-                        Arc::clone(&store) as Arc<dyn IdempotencyStore>,
+                        store,
                         config.replay_cache_entries,
                         Duration::from_millis(config.replay_cache_ttl_ms),
                     ))
                 } else {
-                    Arc::clone(&store) as Arc<dyn IdempotencyStore>
+                    store
                 };
                 (
                     shared,
                     Arc::new(PostgresOrderBook::new(pool)) as Arc<dyn OrderBook>,
-                    Some(store),
                 )
             }
         };
@@ -132,7 +130,6 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     }
     Ok(Gateway {
         app: builder.build()?,
-        postgres,
     })
 }
 
@@ -189,16 +186,11 @@ async fn run(config: Config) -> Result<(), GatewayError> {
             let listener = tokio::net::TcpListener::bind(config.listen)
                 .await
                 .map_err(carmy::AppError::Io)?;
-            let served = gateway
+            gateway
                 .app
                 .serve(listener, carmy::app::shutdown_signal())
-                .await;
-            if let Some(store) = gateway.postgres {
-                if let Err(error) = store.shutdown().await {
-                    tracing::warn!(%error, "could not end the instance lease");
-                }
-            }
-            served.map_err(GatewayError::from)
+                .await
+                .map_err(GatewayError::from)
         }
     }
 }

@@ -6,8 +6,8 @@ use crate::migrate::latest_migration_version;
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
 use carmy::runtime::{
-    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
-    Reservation, StoreError, StoreFuture, StoredRecord,
+    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
+    RecordState, Reservation, StoreError, StoreFuture, StoredRecord,
 };
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Connection, Row};
@@ -209,7 +209,7 @@ impl PostgresStoreOptions {
 ///
 /// - `reserve` is one `INSERT … ON CONFLICT DO NOTHING` statement that also reads the existing
 ///   row, followed by a plain `SELECT` only when it lost a race to a concurrent insert; the
-///   fingerprint is compared on every path ([`Reservation::for_existing`]).
+///   fingerprint is compared on every path ([`Existing::for_record`]).
 /// - `complete` is one autocommitted `UPDATE` that matches only the running reservation of the
 ///   same execution; it is durable when it returns.
 /// - No transaction or connection is held between calls: each statement borrows a pooled
@@ -452,7 +452,7 @@ impl PostgresStore {
                 }
             };
             if let Some(record) = existing {
-                return Ok(Reservation::for_existing(record, fingerprint));
+                return Ok(Existing::for_record(record, fingerprint).into());
             }
             // The row existed when the insert conflicted but is gone now (deleted by an
             // operator): try again from the insert.
@@ -720,6 +720,11 @@ impl IdempotencyStore for PostgresStore {
 
     fn cancel_requests(&self) -> Option<broadcast::Receiver<ExecutionId>> {
         Some(self.cancels.subscribe())
+    }
+
+    /// [`PostgresStore::shutdown`]: stops the renewer and the cancel listener, ends the lease.
+    fn shutdown(&self) -> StoreFuture<'_, ()> {
+        Box::pin(PostgresStore::shutdown(self))
     }
 }
 

@@ -62,6 +62,18 @@ impl IdempotencyStore for OwnedStore {
     fn check_ready(&self) -> StoreFuture<'_, ()> {
         self.store.check_ready()
     }
+
+    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
+        self.store.request_cancel(execution_id)
+    }
+
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
+        self.store.cancel_requests()
+    }
+
+    fn shutdown(&self) -> StoreFuture<'_, ()> {
+        IdempotencyStore::shutdown(&self.store)
+    }
 }
 
 async fn fresh_store() -> Arc<dyn IdempotencyStore> {

@@ -7,8 +7,8 @@
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
 use carmy::runtime::{
-    ExecutionIntent, IdempotencyKey, IdempotencyStore, InFlightState, RecordState, Reservation,
-    StoreError,
+    ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
+    Reservation, StoreError,
 };
 use carmy_postgres::{
     latest_migration_version, migrate, MigrateError, PostgresStore, PostgresStoreOptions,
@@ -425,10 +425,10 @@ async fn reserve_complete_replay() {
             .reserve(&k, &fp('a'), &intent("create_order"))
             .await
             .unwrap(),
-        Reservation::Uncertain {
+        Reservation::Existing(Existing::Uncertain {
             execution_id: first.execution_id.clone(),
             state: InFlightState::Running,
-        }
+        })
     );
 
     let done = result(&k, &first, ExecutionStatus::Completed, order(1));
@@ -449,12 +449,12 @@ async fn reserve_complete_replay() {
     let retry = intent("create_order");
     assert_eq!(
         store.reserve(&k, &fp('a'), &retry).await.unwrap(),
-        Reservation::Replay(done.clone())
+        Reservation::Existing(Existing::Replay(done.clone()))
     );
     let other = db.store().await;
     assert_eq!(
         other.reserve(&k, &fp('a'), &retry).await.unwrap(),
-        Reservation::Replay(done.clone())
+        Reservation::Existing(Existing::Replay(done.clone()))
     );
     assert_eq!(
         other.lookup(&k).await.unwrap().unwrap().state,
@@ -516,9 +516,9 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
                 .reserve(&k, &other, &intent("create_order"))
                 .await
                 .unwrap(),
-            Reservation::Conflict {
+            Reservation::Existing(Existing::Conflict {
                 execution_id: holder.execution_id.clone(),
-            }
+            })
         );
     }
 
@@ -542,9 +542,9 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
                 .reserve(&k, &fp('b'), &intent("create_order"))
                 .await
                 .unwrap(),
-            Reservation::Conflict {
+            Reservation::Existing(Existing::Conflict {
                 execution_id: holder.execution_id.clone(),
-            },
+            }),
             "{status:?}"
         );
         assert_eq!(
@@ -552,7 +552,7 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
                 .reserve(&k, &fp('a'), &intent("create_order"))
                 .await
                 .unwrap(),
-            Reservation::Replay(outcome.clone()),
+            Reservation::Existing(Existing::Replay(outcome.clone())),
             "{status:?}"
         );
         let pool = db.pool().await;
@@ -611,19 +611,21 @@ async fn fifty_concurrent_reserves_across_two_stores_reserve_once() {
     for (_, reservation) in &outcomes {
         match reservation {
             Reservation::Reserved => {}
-            Reservation::Uncertain {
+            Reservation::Existing(Existing::Uncertain {
                 execution_id,
                 state,
-            } => {
+            }) => {
                 assert_eq!(execution_id, &winner.execution_id);
                 assert_eq!(*state, InFlightState::Running);
                 uncertain += 1;
             }
-            Reservation::Replay(replay) => {
+            Reservation::Existing(Existing::Replay(replay)) => {
                 assert_eq!(replay, &done);
                 replayed += 1;
             }
-            Reservation::Conflict { .. } => panic!("unexpected conflict: {outcomes:?}"),
+            Reservation::Existing(Existing::Conflict { .. }) => {
+                panic!("unexpected conflict: {outcomes:?}")
+            }
         }
     }
     assert_eq!(uncertain + replayed, 49);
@@ -660,10 +662,10 @@ async fn a_lapsed_lease_reads_as_interrupted() {
         Reservation::Reserved
     );
     tokio::time::sleep(Duration::from_millis(3000)).await;
-    let running = Reservation::Uncertain {
+    let running = Reservation::Existing(Existing::Uncertain {
         execution_id: holder.execution_id.clone(),
         state: InFlightState::Running,
-    };
+    });
     assert_eq!(
         observer
             .reserve(&k, &fp('a'), &intent("create_order"))
@@ -688,10 +690,10 @@ async fn a_lapsed_lease_reads_as_interrupted() {
     // interrupted, for the same fingerprint; a different one still conflicts.
     drop(owner);
     tokio::time::sleep(Duration::from_millis(2000)).await;
-    let interrupted = Reservation::Uncertain {
+    let interrupted = Reservation::Existing(Existing::Uncertain {
         execution_id: holder.execution_id.clone(),
         state: InFlightState::Interrupted,
-    };
+    });
     assert_eq!(
         observer
             .reserve(&k, &fp('a'), &intent("create_order"))
@@ -708,9 +710,9 @@ async fn a_lapsed_lease_reads_as_interrupted() {
             .reserve(&k, &fp('b'), &intent("create_order"))
             .await
             .unwrap(),
-        Reservation::Conflict {
+        Reservation::Existing(Existing::Conflict {
             execution_id: holder.execution_id.clone(),
-        }
+        })
     );
     let row: (String, String, bool) = sqlx::query(
         "SELECT execution_id, in_flight_state, age > interval '2 seconds' \
@@ -756,10 +758,10 @@ async fn shutdown_or_a_missing_instance_row_reads_as_interrupted() {
             .reserve(&k, &fp('a'), &intent("sleep"))
             .await
             .unwrap(),
-        Reservation::Uncertain {
+        Reservation::Existing(Existing::Uncertain {
             execution_id: holder.execution_id.clone(),
             state: InFlightState::Interrupted,
-        }
+        })
     );
 
     // An expired lease, set by SQL on a live instance.
@@ -861,7 +863,7 @@ async fn repeated_complete_with_the_same_outcome_is_ok() {
             .reserve(&k, &fp('a'), &intent("create_order"))
             .await
             .unwrap(),
-        Reservation::Replay(done)
+        Reservation::Existing(Existing::Replay(done))
     );
     store.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
@@ -900,7 +902,8 @@ async fn outcomes_round_trip_exactly() {
 
     // Another store (another pool) replays it identically.
     let other = db.store().await;
-    let Reservation::Replay(replayed) = other.reserve(&k, &fp('a'), &intent("echo")).await.unwrap()
+    let Reservation::Existing(Existing::Replay(replayed)) =
+        other.reserve(&k, &fp('a'), &intent("echo")).await.unwrap()
     else {
         panic!("expected a replay");
     };

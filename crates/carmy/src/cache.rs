@@ -11,8 +11,8 @@
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, ExecutionResult};
 use crate::runtime::{
-    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, RecordState, Reservation,
-    StoreFuture, StoredRecord,
+    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, RecordState,
+    Reservation, StoreFuture, StoredRecord,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,10 +91,10 @@ impl IdempotencyStore for ReplayCache {
     ) -> StoreFuture<'a, Reservation> {
         Box::pin(async move {
             if let Some(record) = self.cached(key) {
-                return Ok(Reservation::for_existing(record, fingerprint));
+                return Ok(Existing::for_record(record, fingerprint).into());
             }
             let reservation = self.inner.reserve(key, fingerprint, intent).await?;
-            if let Reservation::Replay(result) = &reservation {
+            if let Reservation::Existing(Existing::Replay(result)) = &reservation {
                 self.remember(key, fingerprint, result);
             }
             Ok(reservation)
@@ -150,5 +150,9 @@ impl IdempotencyStore for ReplayCache {
 
     fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
         self.inner.cancel_requests()
+    }
+
+    fn shutdown(&self) -> StoreFuture<'_, ()> {
+        self.inner.shutdown()
     }
 }

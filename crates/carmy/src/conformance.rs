@@ -13,8 +13,8 @@
 use crate::fingerprint::{fingerprint, Fingerprint};
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
 use crate::runtime::{
-    ExecutionIntent, IdempotencyKey, IdempotencyStore, InFlightState, RecordState, Reservation,
-    StoreError,
+    ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
+    Reservation, StoreError,
 };
 use chrono::{TimeZone, Utc};
 use serde_json::{json, Value};
@@ -117,7 +117,7 @@ pub async fn reserve_complete_replay(store: Arc<dyn IdempotencyStore>) {
     store.complete(&k, &f, &recorded).await.expect("complete");
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Replay(recorded.clone())
+        Reservation::Existing(Existing::Replay(recorded.clone()))
     );
     for status in [
         ExecutionStatus::Failed,
@@ -134,7 +134,7 @@ pub async fn reserve_complete_replay(store: Arc<dyn IdempotencyStore>) {
         store.complete(&k, &f, &recorded).await.expect("complete");
         assert_eq!(
             reserve(&*store, &k, &f, &intent()).await,
-            Reservation::Replay(recorded),
+            Reservation::Existing(Existing::Replay(recorded)),
             "{status:?} replays like any other outcome"
         );
     }
@@ -151,9 +151,9 @@ pub async fn conflict_in_every_state(store: Arc<dyn IdempotencyStore>) {
         reserve(&*store, &k, &a, &holder).await,
         Reservation::Reserved
     );
-    let conflict = Reservation::Conflict {
+    let conflict = Reservation::Existing(Existing::Conflict {
         execution_id: holder.execution_id.clone(),
-    };
+    });
     assert_eq!(reserve(&*store, &k, &b, &intent()).await, conflict);
     let recorded = result_for(
         &holder,
@@ -178,10 +178,10 @@ pub async fn uncertain_while_running(store: Arc<dyn IdempotencyStore>) {
     );
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Uncertain {
+        Reservation::Existing(Existing::Uncertain {
             execution_id: holder.execution_id.clone(),
             state: InFlightState::Running,
-        }
+        })
     );
 }
 
@@ -225,10 +225,10 @@ pub async fn complete_only_by_the_owner(store: Arc<dyn IdempotencyStore>) {
     ));
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Uncertain {
+        Reservation::Existing(Existing::Uncertain {
             execution_id: holder.execution_id.clone(),
             state: InFlightState::Running,
-        },
+        }),
         "a refused complete leaves the reservation running"
     );
     let genuine = result_for(&holder, &k, ExecutionStatus::Completed, json!(2));
@@ -238,7 +238,7 @@ pub async fn complete_only_by_the_owner(store: Arc<dyn IdempotencyStore>) {
         .expect("owner completes");
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Replay(genuine)
+        Reservation::Existing(Existing::Replay(genuine))
     );
 }
 
@@ -265,7 +265,7 @@ pub async fn complete_is_idempotent(store: Arc<dyn IdempotencyStore>) {
     ));
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Replay(first)
+        Reservation::Existing(Existing::Replay(first))
     );
 }
 
@@ -292,7 +292,9 @@ pub async fn outcomes_are_lossless(store: Arc<dyn IdempotencyStore>) {
         );
         let recorded = result_for(&holder, &k, ExecutionStatus::Completed, data);
         store.complete(&k, &f, &recorded).await.expect("complete");
-        let Reservation::Replay(replayed) = reserve(&*store, &k, &f, &intent()).await else {
+        let Reservation::Existing(Existing::Replay(replayed)) =
+            reserve(&*store, &k, &f, &intent()).await
+        else {
             panic!("no replay for {index}");
         };
         assert_eq!(replayed, recorded);
@@ -362,7 +364,9 @@ pub async fn concurrent_reserves_have_one_winner(store: Arc<dyn IdempotencyStore
         let (execution_id, answer) = task.await.unwrap();
         match answer {
             Reservation::Reserved => winners.push(execution_id),
-            Reservation::Uncertain { execution_id, .. } => losers.push(execution_id),
+            Reservation::Existing(Existing::Uncertain { execution_id, .. }) => {
+                losers.push(execution_id);
+            }
             other => panic!("unexpected answer {other:?}"),
         }
     }
@@ -392,7 +396,7 @@ pub async fn release_frees_only_an_unused_reservation(store: Arc<dyn Idempotency
         .expect("release of a stranger is a no-op");
     assert!(matches!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Uncertain { .. }
+        Reservation::Existing(Existing::Uncertain { .. })
     ));
     store
         .release(&k, &unused.execution_id)
@@ -420,7 +424,7 @@ pub async fn release_frees_only_an_unused_reservation(store: Arc<dyn Idempotency
         .expect("release of a finished record is a no-op");
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Replay(recorded)
+        Reservation::Existing(Existing::Replay(recorded))
     );
     store
         .release(&key("p", "s", "r-vacant"), &ExecutionId::generate())

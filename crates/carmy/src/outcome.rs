@@ -83,6 +83,73 @@ pub struct ExecutionError {
     pub message: String,
 }
 
+impl ExecutionError {
+    /// `TIMEOUT`: the tool's deadline passed before it returned (status `timed_out`).
+    pub fn timeout(deadline: std::time::Duration) -> Self {
+        Self::new(
+            "TIMEOUT",
+            format!(
+                "the tool's deadline of {} ms passed; its effects are unknown",
+                deadline.as_millis()
+            ),
+        )
+    }
+
+    /// `CANCELLED` by a cancel request (status `cancelled`).
+    pub fn cancelled_on_request() -> Self {
+        Self::new(
+            "CANCELLED",
+            "the execution was cancelled on request; its effects are unknown",
+        )
+    }
+
+    /// `CANCELLED` at shutdown, after the drain period (status `cancelled`).
+    pub fn cancelled_at_shutdown() -> Self {
+        Self::new(
+            "CANCELLED",
+            "the execution was cancelled at shutdown, after the drain period; its effects are unknown",
+        )
+    }
+
+    /// `TOOL_PANICKED` (status `failed`).
+    pub fn panicked() -> Self {
+        Self::new(
+            "TOOL_PANICKED",
+            "the tool panicked; its effects are unknown",
+        )
+    }
+
+    /// `RESULT_TOO_LARGE`: the result is `bytes` of JSON, over `limit` (status `failed`).
+    pub fn result_too_large(bytes: usize, limit: usize) -> Self {
+        Self::new(
+            "RESULT_TOO_LARGE",
+            format!("the result is {bytes} bytes of JSON; the limit is {limit} bytes"),
+        )
+    }
+
+    /// `RESULT_NOT_RECORDABLE`: the result could not be recorded and replayed exactly, for the
+    /// reason given (status `failed`).
+    pub fn not_recordable(reason: impl Into<String>) -> Self {
+        Self::new("RESULT_NOT_RECORDABLE", reason)
+    }
+
+    fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            code: code.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<crate::tool::ToolError> for ExecutionError {
+    fn from(error: crate::tool::ToolError) -> Self {
+        Self {
+            code: error.code,
+            message: error.message,
+        }
+    }
+}
+
 /// A finished execution as it is recorded and replayed (contract §4).
 ///
 /// Serialized (without `replayed`, which belongs to a response, see

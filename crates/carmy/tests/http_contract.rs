@@ -7,8 +7,8 @@ use axum::Router;
 use carmy::fingerprint::Fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::runtime::{
-    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, InFlightState, Reservation,
-    StoreError, StoreFuture, StoredRecord,
+    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
+    Reservation, StoreError, StoreFuture, StoredRecord,
 };
 use carmy::tool::{FnTool, ToolError};
 use carmy::{ExecutionId, ExecutionResult};
@@ -47,13 +47,13 @@ impl IdempotencyStore for FaultyStore {
                 return Err(StoreError::Indeterminate("connection lost".into()));
             }
             Ok(match answer {
-                Reservation::Uncertain { execution_id, .. }
+                Reservation::Existing(Existing::Uncertain { execution_id, .. })
                     if self.report_interrupted.load(Ordering::SeqCst) =>
                 {
-                    Reservation::Uncertain {
+                    Reservation::Existing(Existing::Uncertain {
                         execution_id,
                         state: InFlightState::Interrupted,
-                    }
+                    })
                 }
                 other => other,
             })
@@ -106,6 +106,18 @@ impl IdempotencyStore for FaultyStore {
 
     fn check_ready(&self) -> StoreFuture<'_, ()> {
         self.inner.check_ready()
+    }
+
+    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
+        self.inner.request_cancel(execution_id)
+    }
+
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
+        self.inner.cancel_requests()
+    }
+
+    fn shutdown(&self) -> StoreFuture<'_, ()> {
+        self.inner.shutdown()
     }
 }
 

@@ -2,7 +2,9 @@
 
 use carmy::fingerprint::fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
-use carmy::runtime::{ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation, StoreError};
+use carmy::runtime::{
+    ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, Reservation, StoreError,
+};
 use carmy::ExecutionId;
 use serde_json::json;
 use std::sync::Arc;
@@ -38,7 +40,7 @@ async fn full_store_refuses_new_identities_only_and_never_evicts() {
     ));
     assert!(matches!(
         store.reserve(&a, &f, &intent()).await.unwrap(),
-        Reservation::Uncertain { .. }
+        Reservation::Existing(Existing::Uncertain { .. })
     ));
     assert_eq!(store.len(), 2);
     assert_eq!(store.capacity(), 2);
@@ -111,6 +113,21 @@ impl IdempotencyStore for Counting {
     fn check_ready(&self) -> carmy::runtime::StoreFuture<'_, ()> {
         self.inner.check_ready()
     }
+
+    fn request_cancel<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> carmy::runtime::StoreFuture<'a, ()> {
+        self.inner.request_cancel(execution_id)
+    }
+
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
+        self.inner.cancel_requests()
+    }
+
+    fn shutdown(&self) -> carmy::runtime::StoreFuture<'_, ()> {
+        self.inner.shutdown()
+    }
 }
 
 #[tokio::test]
@@ -141,11 +158,11 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
     // running: not cached, every attempt reaches the store
     assert!(matches!(
         cache.reserve(&key, &f, &fresh()).await.unwrap(),
-        Reservation::Uncertain { .. }
+        Reservation::Existing(Existing::Uncertain { .. })
     ));
     assert!(matches!(
         cache.reserve(&key, &f, &fresh()).await.unwrap(),
-        Reservation::Uncertain { .. }
+        Reservation::Existing(Existing::Uncertain { .. })
     ));
     assert_eq!(counting.reserves.load(Ordering::SeqCst), 3);
     let now = chrono::Utc::now();
@@ -164,13 +181,13 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
     for _ in 0..5 {
         assert_eq!(
             cache.reserve(&key, &f, &fresh()).await.unwrap(),
-            Reservation::Replay(result.clone())
+            Reservation::Existing(Existing::Replay(result.clone()))
         );
         assert_eq!(
             cache.reserve(&key, &other, &fresh()).await.unwrap(),
-            Reservation::Conflict {
+            Reservation::Existing(Existing::Conflict {
                 execution_id: intent.execution_id.clone()
-            }
+            })
         );
     }
     assert_eq!(
