@@ -4,7 +4,7 @@
 use crate::hot::{hot_pool, run_error, HotManager};
 use crate::migrate::latest_migration_version;
 use carmy::fingerprint::Fingerprint;
-use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
+use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult};
 use carmy::runtime::{
     ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
     RecordState, Reservation, StoreError, StoreFuture, StoredRecord,
@@ -468,9 +468,10 @@ impl PostgresStore {
         &self,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
-        result: &ExecutionResult,
+        recorded: &RecordedResult,
     ) -> Result<(), Failure> {
-        let outcome = result.to_record_json();
+        let outcome = recorded.record_json();
+        let result = recorded.result();
         let error_code = result.error.as_ref().map(|error| error.code.as_str());
         let query = sqlx::query(COMPLETE_SQL)
             .bind(&key.principal)
@@ -480,7 +481,7 @@ impl PostgresStore {
             .bind(&fingerprint.digest)
             .bind(&fingerprint.version)
             .bind(result.status.as_str())
-            .bind(&outcome)
+            .bind(outcome)
             .bind(error_code);
         let updated = {
             let mut hot = self.hot.get().await.map_err(run_error)?;
@@ -505,7 +506,7 @@ impl PostgresStore {
             let stored: Option<String> = row.try_get("outcome")?;
             if execution_id == result.execution_id.as_str()
                 && state != "running"
-                && stored.as_deref() == Some(outcome.as_str())
+                && stored.as_deref() == Some(outcome)
             {
                 return Ok(());
             }
@@ -676,7 +677,7 @@ impl IdempotencyStore for PostgresStore {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: &'a Fingerprint,
-        result: &'a ExecutionResult,
+        result: &'a RecordedResult,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             self.finish(self.complete_impl(key, fingerprint, result).await)

@@ -4,7 +4,7 @@
 mod common;
 
 use carmy::fingerprint::Fingerprint;
-use carmy::outcome::{ExecutionId, ExecutionResult};
+use carmy::outcome::ExecutionId;
 use carmy::runtime::{
     ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation, StoreFuture,
     StoredRecord,
@@ -34,7 +34,7 @@ impl IdempotencyStore for OwnedStore {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: &'a Fingerprint,
-        result: &'a ExecutionResult,
+        result: &'a carmy::RecordedResult,
     ) -> StoreFuture<'a, ()> {
         self.store.complete(key, fingerprint, result)
     }

@@ -432,7 +432,10 @@ async fn reserve_complete_replay() {
     );
 
     let done = result(&k, &first, ExecutionStatus::Completed, order(1));
-    store.complete(&k, &fp('a'), &done).await.unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
     assert_eq!(
         raw_row(&pool, &k).await.unwrap(),
         RawRow {
@@ -536,7 +539,10 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
             Reservation::Reserved
         );
         let outcome = result(&k, &holder, status, order(7));
-        store.complete(&k, &fp('a'), &outcome).await.unwrap();
+        store
+            .complete(&k, &fp('a'), &outcome.clone().into())
+            .await
+            .unwrap();
         assert_eq!(
             store
                 .reserve(&k, &fp('b'), &intent("create_order"))
@@ -587,7 +593,10 @@ async fn fifty_concurrent_reserves_across_two_stores_reserve_once() {
                 if reservation == Reservation::Reserved {
                     // The winner completes at once, so the others see it running or finished.
                     let done = result(&k, &attempt, ExecutionStatus::Completed, order(42));
-                    store.complete(&k, &fp('a'), &done).await.unwrap();
+                    store
+                        .complete(&k, &fp('a'), &done.clone().into())
+                        .await
+                        .unwrap();
                 }
                 (attempt, reservation)
             })
@@ -807,7 +816,10 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
     // A stale executor with another execution id.
     let stale = intent("create_order");
     let stale_result = result(&k, &stale, ExecutionStatus::Completed, order(2));
-    match store.complete(&k, &fp('a'), &stale_result).await {
+    match store
+        .complete(&k, &fp('a'), &stale_result.clone().into())
+        .await
+    {
         Err(StoreError::NotOwner { execution_id }) => {
             assert_eq!(execution_id, stale.execution_id);
         }
@@ -817,15 +829,20 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
 
     // The holder completes; afterwards another outcome is refused, even by the holder.
     let done = result(&k, &holder, ExecutionStatus::Completed, order(1));
-    store.complete(&k, &fp('a'), &done).await.unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
     let after = raw_row(&pool, &k).await.unwrap();
     assert!(matches!(
-        store.complete(&k, &fp('a'), &stale_result).await,
+        store
+            .complete(&k, &fp('a'), &stale_result.clone().into())
+            .await,
         Err(StoreError::NotOwner { .. })
     ));
     let changed = result(&k, &holder, ExecutionStatus::Failed, Value::Null);
     assert!(matches!(
-        store.complete(&k, &fp('a'), &changed).await,
+        store.complete(&k, &fp('a'), &changed.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(raw_row(&pool, &k).await.unwrap(), after);
@@ -834,7 +851,9 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
     let vacant = key("alice", "default", "never");
     let vacant_result = result(&vacant, &holder, ExecutionStatus::Completed, order(1));
     assert!(matches!(
-        store.complete(&vacant, &fp('a'), &vacant_result).await,
+        store
+            .complete(&vacant, &fp('a'), &vacant_result.clone().into())
+            .await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(raw_row(&pool, &vacant).await, None);
@@ -855,9 +874,18 @@ async fn repeated_complete_with_the_same_outcome_is_ok() {
         Reservation::Reserved
     );
     let done = result(&k, &holder, ExecutionStatus::TimedOut, Value::Null);
-    store.complete(&k, &fp('a'), &done).await.unwrap();
-    store.complete(&k, &fp('a'), &done).await.unwrap();
-    other.complete(&k, &fp('a'), &done).await.unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
+    other
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
     assert_eq!(
         store
             .reserve(&k, &fp('a'), &intent("create_order"))
@@ -886,7 +914,10 @@ async fn outcomes_round_trip_exactly() {
     )
     .unwrap();
     let done = result(&k, &holder, ExecutionStatus::Completed, data);
-    store.complete(&k, &fp('a'), &done).await.unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
 
     // The column holds the exact record text.
     let stored: String = sqlx::query_scalar("SELECT outcome FROM carmy.reservations")
@@ -938,7 +969,10 @@ async fn a_damaged_outcome_row_is_unavailable() {
     let holder = intent("echo");
     store.reserve(&k, &fp('a'), &holder).await.unwrap();
     let done = result(&k, &holder, ExecutionStatus::Completed, order(1));
-    store.complete(&k, &fp('a'), &done).await.unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
 
     sqlx::query("UPDATE carmy.reservations SET outcome = '{\"not\":\"a record\"}'")
         .execute(&pool)
@@ -983,7 +1017,10 @@ async fn find_execution_sees_only_the_principals_own_records() {
     );
 
     let done = result(&k, &holder, ExecutionStatus::Completed, order(9));
-    store.complete(&k, &fp('a'), &done).await.unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
     let found = store
         .find_execution("alice", &holder.execution_id)
         .await
@@ -1261,7 +1298,7 @@ async fn sslmode_require_encrypts_migrations_and_the_store() {
         .complete(
             &key,
             &fp('a'),
-            &result(&key, &intent, ExecutionStatus::Completed, order(7)),
+            &result(&key, &intent, ExecutionStatus::Completed, order(7)).into(),
         )
         .await
         .unwrap();

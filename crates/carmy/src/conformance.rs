@@ -114,7 +114,10 @@ pub async fn reserve_complete_replay(store: Arc<dyn IdempotencyStore>) {
         ExecutionStatus::Completed,
         json!({"order_id": 1}),
     );
-    store.complete(&k, &f, &recorded).await.expect("complete");
+    store
+        .complete(&k, &f, &recorded.clone().into())
+        .await
+        .expect("complete");
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
         Reservation::Existing(Existing::Replay(recorded.clone()))
@@ -131,7 +134,10 @@ pub async fn reserve_complete_replay(store: Arc<dyn IdempotencyStore>) {
             Reservation::Reserved
         );
         let recorded = result_for(&attempt, &k, status, Value::Null);
-        store.complete(&k, &f, &recorded).await.expect("complete");
+        store
+            .complete(&k, &f, &recorded.clone().into())
+            .await
+            .expect("complete");
         assert_eq!(
             reserve(&*store, &k, &f, &intent()).await,
             Reservation::Existing(Existing::Replay(recorded)),
@@ -161,7 +167,10 @@ pub async fn conflict_in_every_state(store: Arc<dyn IdempotencyStore>) {
         ExecutionStatus::Completed,
         json!({"secret": 1}),
     );
-    store.complete(&k, &a, &recorded).await.expect("complete");
+    store
+        .complete(&k, &a, &recorded.clone().into())
+        .await
+        .expect("complete");
     assert_eq!(reserve(&*store, &k, &b, &intent()).await, conflict);
     let other_tool = fingerprint("find_orders", &json!({"sku": "A"}), None).unwrap();
     assert_eq!(reserve(&*store, &k, &other_tool, &intent()).await, conflict);
@@ -215,12 +224,12 @@ pub async fn complete_only_by_the_owner(store: Arc<dyn IdempotencyStore>) {
     let stranger = intent();
     let forged = result_for(&stranger, &k, ExecutionStatus::Completed, json!(1));
     assert!(matches!(
-        store.complete(&k, &f, &forged).await,
+        store.complete(&k, &f, &forged.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     let vacant = key("p", "s", "r-never-reserved");
     assert!(matches!(
-        store.complete(&vacant, &f, &forged).await,
+        store.complete(&vacant, &f, &forged.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(
@@ -233,7 +242,7 @@ pub async fn complete_only_by_the_owner(store: Arc<dyn IdempotencyStore>) {
     );
     let genuine = result_for(&holder, &k, ExecutionStatus::Completed, json!(2));
     store
-        .complete(&k, &f, &genuine)
+        .complete(&k, &f, &genuine.clone().into())
         .await
         .expect("owner completes");
     assert_eq!(
@@ -253,14 +262,17 @@ pub async fn complete_is_idempotent(store: Arc<dyn IdempotencyStore>) {
         Reservation::Reserved
     );
     let first = result_for(&holder, &k, ExecutionStatus::Completed, json!({"n": 1}));
-    store.complete(&k, &f, &first).await.expect("complete");
     store
-        .complete(&k, &f, &first)
+        .complete(&k, &f, &first.clone().into())
+        .await
+        .expect("complete");
+    store
+        .complete(&k, &f, &first.clone().into())
         .await
         .expect("same outcome again");
     let second = result_for(&holder, &k, ExecutionStatus::Completed, json!({"n": 2}));
     assert!(matches!(
-        store.complete(&k, &f, &second).await,
+        store.complete(&k, &f, &second.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(
@@ -291,7 +303,10 @@ pub async fn outcomes_are_lossless(store: Arc<dyn IdempotencyStore>) {
             Reservation::Reserved
         );
         let recorded = result_for(&holder, &k, ExecutionStatus::Completed, data);
-        store.complete(&k, &f, &recorded).await.expect("complete");
+        store
+            .complete(&k, &f, &recorded.clone().into())
+            .await
+            .expect("complete");
         let Reservation::Existing(Existing::Replay(replayed)) =
             reserve(&*store, &k, &f, &intent()).await
         else {
@@ -417,7 +432,10 @@ pub async fn release_frees_only_an_unused_reservation(store: Arc<dyn Idempotency
         "the identity is free again"
     );
     let recorded = result_for(&next, &k, ExecutionStatus::Completed, json!(1));
-    store.complete(&k, &f, &recorded).await.expect("complete");
+    store
+        .complete(&k, &f, &recorded.clone().into())
+        .await
+        .expect("complete");
     store
         .release(&k, &next.execution_id)
         .await

@@ -54,4 +54,4 @@ pub mod strict_json;
 pub mod tool;
 
 pub use app::{app, App, AppBuilder, AppError};
-pub use outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
+pub use outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult};

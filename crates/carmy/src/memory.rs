@@ -1,7 +1,7 @@
 //! The process-local, bounded store (contract §8).
 
 use crate::fingerprint::Fingerprint;
-use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::outcome::{ExecutionId, RecordedResult};
 use crate::runtime::{
     ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
     RecordState, Reservation, StoreError, StoreFuture, StoredRecord,
@@ -95,8 +95,9 @@ impl InMemoryIdempotencyStore {
         &self,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
-        result: &ExecutionResult,
+        recorded: &RecordedResult,
     ) -> Result<(), StoreError> {
+        let result = recorded.result();
         let mut inner = self.lock();
         let not_owner = || StoreError::NotOwner {
             execution_id: result.execution_id.clone(),
@@ -131,7 +132,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: &'a Fingerprint,
-        result: &'a ExecutionResult,
+        result: &'a RecordedResult,
     ) -> StoreFuture<'a, ()> {
         let answer = self.complete_now(key, fingerprint, result);
         Box::pin(async move { answer })

@@ -6,7 +6,7 @@
 //! attempt with the same identity comes from what the store recorded.
 
 use crate::fingerprint::Fingerprint;
-use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -207,7 +207,7 @@ pub enum StoreError {
 ///
 /// ```compile_fail
 /// use carmy::fingerprint::Fingerprint;
-/// use carmy::outcome::{ExecutionId, ExecutionResult};
+/// use carmy::outcome::{ExecutionId, RecordedResult};
 /// use carmy::runtime::*;
 ///
 /// struct Forgetful(Box<dyn IdempotencyStore>);
@@ -218,7 +218,7 @@ pub enum StoreError {
 ///         self.0.reserve(key, fingerprint, intent)
 ///     }
 ///     fn complete<'a>(&'a self, key: &'a IdempotencyKey, fingerprint: &'a Fingerprint,
-///         result: &'a ExecutionResult) -> StoreFuture<'a, ()> {
+///         result: &'a RecordedResult) -> StoreFuture<'a, ()> {
 ///         self.0.complete(key, fingerprint, result)
 ///     }
 ///     fn release<'a>(&'a self, key: &'a IdempotencyKey, execution_id: &'a ExecutionId)
@@ -253,6 +253,8 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     ) -> StoreFuture<'a, Reservation>;
 
     /// Durably records the outcome of the execution that holds the reservation, before returning.
+    /// The outcome comes with its stored text ([`RecordedResult::record_json`]); a store keeps
+    /// that text rather than serialising the outcome again.
     ///
     /// # Errors
     /// [`StoreError::NotOwner`] when `result.execution_id` does not hold the identity or the
@@ -262,7 +264,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: &'a Fingerprint,
-        result: &'a ExecutionResult,
+        result: &'a RecordedResult,
     ) -> StoreFuture<'a, ()>;
 
     /// Frees a reservation that `execution_id` made but never used (its tool did not start):

@@ -11,7 +11,7 @@ use carmy::runtime::{
     Reservation, StoreError, StoreFuture, StoredRecord,
 };
 use carmy::tool::{FnTool, ToolError};
-use carmy::{ExecutionId, ExecutionResult};
+use carmy::ExecutionId;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -64,7 +64,7 @@ impl IdempotencyStore for FaultyStore {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: &'a Fingerprint,
-        result: &'a ExecutionResult,
+        result: &'a carmy::RecordedResult,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let left = self.complete_failures_left.load(Ordering::SeqCst);

@@ -86,7 +86,7 @@ impl IdempotencyStore for Counting {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: &'a carmy::fingerprint::Fingerprint,
-        result: &'a carmy::ExecutionResult,
+        result: &'a carmy::RecordedResult,
     ) -> carmy::runtime::StoreFuture<'a, ()> {
         self.inner.complete(key, fingerprint, result)
     }
@@ -177,7 +177,10 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
         started_at: now,
         finished_at: now,
     };
-    cache.complete(&key, &f, &result).await.unwrap();
+    cache
+        .complete(&key, &f, &result.clone().into())
+        .await
+        .unwrap();
     for _ in 0..5 {
         assert_eq!(
             cache.reserve(&key, &f, &fresh()).await.unwrap(),

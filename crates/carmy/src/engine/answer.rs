@@ -1,15 +1,15 @@
 //! What the engine answers, in the domain's terms: every front (HTTP, MCP) maps these to its own
 //! shape. Store failures become answers here and nowhere else.
 
-use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use crate::runtime::{Existing, InFlightState, StoreError};
 
 /// A call's outcome: recorded (or, without `request_id`, just run), and whether it was replayed
 /// from the record.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Answer {
-    /// The outcome.
-    pub result: ExecutionResult,
+    /// The outcome, with its stored text.
+    pub result: RecordedResult,
     /// True when the tool did not run for this call.
     pub replayed: bool,
 }
@@ -101,7 +101,7 @@ impl From<StoreError> for Refusal {
 pub(crate) fn from_existing(existing: Existing) -> Result<Answer, Refusal> {
     match existing {
         Existing::Replay(result) => Ok(Answer {
-            result,
+            result: RecordedResult::new(result),
             replayed: true,
         }),
         Existing::Conflict { execution_id } => Err(Refusal::Conflict { execution_id }),

@@ -4,7 +4,7 @@
 use super::Engine;
 use crate::fault;
 use crate::fingerprint::Fingerprint;
-use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::outcome::{ExecutionId, RecordedResult};
 use crate::runtime::{IdempotencyKey, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,8 +62,8 @@ impl Engine {
         &self,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
-        result: ExecutionResult,
-        recorded: oneshot::Sender<Option<ExecutionResult>>,
+        result: RecordedResult,
+        recorded: oneshot::Sender<Option<RecordedResult>>,
     ) {
         let mut recorded = Some(recorded);
         let mut backoff = self.backoff();
@@ -75,7 +75,7 @@ impl Engine {
                         // The caller may have gone; the record stands either way.
                         let _ = sender.send(Some(result));
                     } else {
-                        tracing::info!(execution_id = %result.execution_id, "outcome recorded after retries");
+                        tracing::info!(execution_id = %result.result().execution_id, "outcome recorded after retries");
                     }
                     return;
                 }
@@ -87,7 +87,7 @@ impl Engine {
                     return;
                 }
                 Err(error) => {
-                    tracing::warn!(execution_id = %result.execution_id, %error, "recording the outcome failed; retrying");
+                    tracing::warn!(execution_id = %result.result().execution_id, %error, "recording the outcome failed; retrying");
                     if let Some(sender) = recorded.take() {
                         let _ = sender.send(None);
                     }

@@ -4,7 +4,9 @@
 use super::{Answer, Engine, Refusal};
 use crate::call::ValidatedCall;
 use crate::fault;
-use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
+use crate::outcome::{
+    ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
+};
 use crate::runtime::IdempotencyKey;
 use crate::tool::{Tool, ToolContext};
 use chrono::{DateTime, SubsecRound, Utc};
@@ -51,6 +53,8 @@ impl Engine {
             let result = engine
                 .run_tool(tool.as_ref(), context, arguments, &cancel)
                 .await;
+            // Serialised once, here; the store, the cache and the response use this text.
+            let result = RecordedResult::new(result);
             match key {
                 Some(key) => {
                     fault::point(fault::AFTER_TOOL);
