@@ -8,7 +8,7 @@
 
 use carmy::fingerprint::Fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
-use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
+use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult};
 use carmy::runtime::{
     ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation, StoreError, DEFAULT_SESSION,
 };
@@ -25,8 +25,9 @@ pub struct PairInput {
     pub key: IdempotencyKey,
     /// What is reserved for it.
     pub intent: ExecutionIntent,
-    /// The outcome recorded for it (the intent's execution id, `completed`, `data` = `{}`).
-    pub result: ExecutionResult,
+    /// The outcome recorded for it (the intent's execution id, `completed`, `data` = `{}`),
+    /// already serialised as the engine hands it to the store.
+    pub result: RecordedResult,
 }
 
 /// The fingerprint every pair uses (the store compares it; its value does not matter).
@@ -48,7 +49,7 @@ pub fn make_inputs(first: u64, count: usize) -> Vec<PairInput> {
                     execution_id: execution_id.clone(),
                     tool: "echo".to_owned(),
                 },
-                result: ExecutionResult {
+                result: RecordedResult::new(ExecutionResult {
                     execution_id,
                     status: ExecutionStatus::Completed,
                     data: serde_json::json!({}),
@@ -58,7 +59,7 @@ pub fn make_inputs(first: u64, count: usize) -> Vec<PairInput> {
                     session_id: DEFAULT_SESSION.to_owned(),
                     started_at: now,
                     finished_at: now,
-                },
+                }),
             }
         })
         .collect()

@@ -45,11 +45,11 @@ pub enum GatewayError {
     App(#[from] carmy::AppError),
 }
 
-/// A built gateway: the application and, with PostgreSQL, the store (to end its lease on exit).
+/// A built gateway: the application, whose `serve` also shuts the store down (ending the
+/// PostgreSQL lease) after the drain.
 pub struct Gateway {
     /// The Carmy application with the example tools.
     pub app: App,
-    postgres: Option<Arc<PostgresStore>>,
     memory: Option<Arc<InMemoryIdempotencyStore>>,
 }
 
@@ -86,12 +86,12 @@ pub fn load_api_keys(config: &Config) -> Result<ApiKeys, GatewayError> {
 pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     let keys = load_api_keys(config)?;
     let mut memory = None;
-    let (store, orders, postgres): (Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>, _) =
+    let (store, orders): (Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>) =
         match &config.database_url {
             None => {
                 let store = Arc::new(InMemoryIdempotencyStore::new(config.memory_capacity));
                 memory = Some(Arc::clone(&store));
-                (store, Arc::new(MemoryOrderBook::default()), None)
+                (store, Arc::new(MemoryOrderBook::default()))
             }
             Some(url) => {
                 carmy_postgres::migrate(url).await?;
@@ -115,17 +115,16 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
                 tracing::info!(instance_id = store.instance_id(), "using PostgreSQL");
                 let shared: Arc<dyn IdempotencyStore> = if config.replay_cache_entries > 0 {
                     Arc::new(ReplayCache::new(
-                        Arc::clone(&store) as Arc<dyn IdempotencyStore>,
+                        store,
                         config.replay_cache_entries,
                         Duration::from_millis(config.replay_cache_ttl_ms),
                     ))
                 } else {
-                    Arc::clone(&store) as Arc<dyn IdempotencyStore>
+                    store
                 };
                 (
                     shared,
                     Arc::new(PostgresOrderBook::new(pool)) as Arc<dyn OrderBook>,
-                    Some(store),
                 )
             }
         };
@@ -147,7 +146,6 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     }
     Ok(Gateway {
         app: builder.build()?,
-        postgres,
         memory,
     })
 }
@@ -205,16 +203,11 @@ async fn run(config: Config) -> Result<(), GatewayError> {
             let listener = tokio::net::TcpListener::bind(config.listen)
                 .await
                 .map_err(carmy::AppError::Io)?;
-            let served = gateway
+            gateway
                 .app
                 .serve(listener, carmy::app::shutdown_signal())
-                .await;
-            if let Some(store) = gateway.postgres {
-                if let Err(error) = store.shutdown().await {
-                    tracing::warn!(%error, "could not end the instance lease");
-                }
-            }
-            served.map_err(GatewayError::from)
+                .await
+                .map_err(GatewayError::from)
         }
     }
 }

@@ -16,10 +16,10 @@ use crate::sql::{
     RELEASE_RESERVATION_SQL, RESERVE_SQL,
 };
 use carmy::fingerprint::Fingerprint;
-use carmy::outcome::{ExecutionId, ExecutionResult};
+use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use carmy::runtime::{
-    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation, StoreError,
-    StoreFuture, StoredRecord,
+    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, Reservation,
+    StoreError, StoreFuture, StoredRecord,
 };
 use sqlx::postgres::PgPool;
 use sqlx::Row;
@@ -36,7 +36,7 @@ const RESERVE_ATTEMPTS: usize = 3;
 ///
 /// - `reserve` is one `INSERT … ON CONFLICT DO NOTHING` statement that also reads the existing
 ///   row, followed by a plain `SELECT` only when it lost a race to a concurrent insert; the
-///   fingerprint is compared on every path ([`Reservation::for_existing`]).
+///   fingerprint is compared on every path ([`Existing::for_record`]).
 /// - `complete` is one autocommitted `UPDATE` that matches only the running reservation of the
 ///   same execution; it is durable when it returns.
 /// - No transaction or connection is held between calls: each statement borrows a pooled
@@ -262,7 +262,7 @@ impl PostgresStore {
                 }
             };
             if let Some(record) = existing {
-                return Ok(Reservation::for_existing(record, fingerprint));
+                return Ok(Existing::for_record(record, fingerprint).into());
             }
             // The row existed when the insert conflicted but is gone now (deleted by an
             // operator): try again from the insert.
@@ -278,9 +278,10 @@ impl PostgresStore {
         &self,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
-        result: &ExecutionResult,
+        recorded: &RecordedResult,
     ) -> Result<(), Failure> {
-        let outcome = result.to_record_json();
+        let outcome = recorded.record_json();
+        let result = recorded.result();
         let error_code = result.error.as_ref().map(|error| error.code.as_str());
         let query = sqlx::query(COMPLETE_SQL)
             .bind(&key.principal)
@@ -290,7 +291,7 @@ impl PostgresStore {
             .bind(&fingerprint.digest)
             .bind(&fingerprint.version)
             .bind(result.status.as_str())
-            .bind(&outcome)
+            .bind(outcome)
             .bind(error_code);
         let updated = {
             let mut hot = self.hot.get().await.map_err(run_error)?;
@@ -437,7 +438,7 @@ impl IdempotencyStore for PostgresStore {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: &'a Fingerprint,
-        result: &'a ExecutionResult,
+        result: &'a RecordedResult,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             self.finish(self.complete_impl(key, fingerprint, result).await)
@@ -475,5 +476,10 @@ impl IdempotencyStore for PostgresStore {
 
     fn cancel_requests(&self) -> Option<broadcast::Receiver<ExecutionId>> {
         Some(self.cancels.subscribe())
+    }
+
+    /// [`PostgresStore::shutdown`]: stops the renewer and the cancel listener, ends the lease.
+    fn shutdown(&self) -> StoreFuture<'_, ()> {
+        Box::pin(PostgresStore::shutdown(self))
     }
 }

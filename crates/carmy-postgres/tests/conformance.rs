@@ -2,7 +2,7 @@
 //! `PostgresStore`: every check gets a fresh, migrated database of its own, dropped with the store.
 
 use carmy::fingerprint::Fingerprint;
-use carmy::outcome::{ExecutionId, ExecutionResult};
+use carmy::outcome::ExecutionId;
 use carmy::runtime::{
     ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation, StoreFuture,
     StoredRecord,
@@ -32,7 +32,7 @@ impl IdempotencyStore for OwnedStore {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: &'a Fingerprint,
-        result: &'a ExecutionResult,
+        result: &'a carmy::RecordedResult,
     ) -> StoreFuture<'a, ()> {
         self.store.complete(key, fingerprint, result)
     }
@@ -59,6 +59,18 @@ impl IdempotencyStore for OwnedStore {
 
     fn check_ready(&self) -> StoreFuture<'_, ()> {
         self.store.check_ready()
+    }
+
+    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
+        self.store.request_cancel(execution_id)
+    }
+
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
+        self.store.cancel_requests()
+    }
+
+    fn shutdown(&self) -> StoreFuture<'_, ()> {
+        IdempotencyStore::shutdown(&self.store)
     }
 }
 

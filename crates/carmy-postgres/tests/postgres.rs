@@ -7,8 +7,8 @@
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
 use carmy::runtime::{
-    ExecutionIntent, IdempotencyKey, IdempotencyStore, InFlightState, RecordState, Reservation,
-    StoreError,
+    ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
+    Reservation, StoreError,
 };
 use carmy_postgres::{
     latest_migration_version, migrate, ConnectError, MigrateError, OptionsError, PostgresStore,
@@ -460,14 +460,17 @@ async fn reserve_complete_replay() {
             .reserve(&k, &fp('a'), &intent("create_order"))
             .await
             .unwrap(),
-        Reservation::Uncertain {
+        Reservation::Existing(Existing::Uncertain {
             execution_id: first.execution_id.clone(),
             state: InFlightState::Running,
-        }
+        })
     );
 
     let done = result(&k, &first, ExecutionStatus::Completed, order(1));
-    store.complete(&k, &fp('a'), &done).await.unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
     assert_eq!(
         raw_row(&pool, &k).await.unwrap(),
         RawRow {
@@ -484,12 +487,12 @@ async fn reserve_complete_replay() {
     let retry = intent("create_order");
     assert_eq!(
         store.reserve(&k, &fp('a'), &retry).await.unwrap(),
-        Reservation::Replay(done.clone())
+        Reservation::Existing(Existing::Replay(done.clone()))
     );
     let other = db.store().await;
     assert_eq!(
         other.reserve(&k, &fp('a'), &retry).await.unwrap(),
-        Reservation::Replay(done.clone())
+        Reservation::Existing(Existing::Replay(done.clone()))
     );
     assert_eq!(
         other.lookup(&k).await.unwrap().unwrap().state,
@@ -551,9 +554,9 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
                 .reserve(&k, &other, &intent("create_order"))
                 .await
                 .unwrap(),
-            Reservation::Conflict {
+            Reservation::Existing(Existing::Conflict {
                 execution_id: holder.execution_id.clone(),
-            }
+            })
         );
     }
 
@@ -571,15 +574,18 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
             Reservation::Reserved
         );
         let outcome = result(&k, &holder, status, order(7));
-        store.complete(&k, &fp('a'), &outcome).await.unwrap();
+        store
+            .complete(&k, &fp('a'), &outcome.clone().into())
+            .await
+            .unwrap();
         assert_eq!(
             store
                 .reserve(&k, &fp('b'), &intent("create_order"))
                 .await
                 .unwrap(),
-            Reservation::Conflict {
+            Reservation::Existing(Existing::Conflict {
                 execution_id: holder.execution_id.clone(),
-            },
+            }),
             "{status:?}"
         );
         assert_eq!(
@@ -587,7 +593,7 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
                 .reserve(&k, &fp('a'), &intent("create_order"))
                 .await
                 .unwrap(),
-            Reservation::Replay(outcome.clone()),
+            Reservation::Existing(Existing::Replay(outcome.clone())),
             "{status:?}"
         );
         let pool = db.pool().await;
@@ -622,7 +628,10 @@ async fn fifty_concurrent_reserves_across_two_stores_reserve_once() {
                 if reservation == Reservation::Reserved {
                     // The winner completes at once, so the others see it running or finished.
                     let done = result(&k, &attempt, ExecutionStatus::Completed, order(42));
-                    store.complete(&k, &fp('a'), &done).await.unwrap();
+                    store
+                        .complete(&k, &fp('a'), &done.clone().into())
+                        .await
+                        .unwrap();
                 }
                 (attempt, reservation)
             })
@@ -646,19 +655,21 @@ async fn fifty_concurrent_reserves_across_two_stores_reserve_once() {
     for (_, reservation) in &outcomes {
         match reservation {
             Reservation::Reserved => {}
-            Reservation::Uncertain {
+            Reservation::Existing(Existing::Uncertain {
                 execution_id,
                 state,
-            } => {
+            }) => {
                 assert_eq!(execution_id, &winner.execution_id);
                 assert_eq!(*state, InFlightState::Running);
                 uncertain += 1;
             }
-            Reservation::Replay(replay) => {
+            Reservation::Existing(Existing::Replay(replay)) => {
                 assert_eq!(replay, &done);
                 replayed += 1;
             }
-            Reservation::Conflict { .. } => panic!("unexpected conflict: {outcomes:?}"),
+            Reservation::Existing(Existing::Conflict { .. }) => {
+                panic!("unexpected conflict: {outcomes:?}")
+            }
         }
     }
     assert_eq!(uncertain + replayed, 49);
@@ -695,10 +706,10 @@ async fn a_lapsed_lease_reads_as_interrupted() {
         Reservation::Reserved
     );
     tokio::time::sleep(Duration::from_millis(3000)).await;
-    let running = Reservation::Uncertain {
+    let running = Reservation::Existing(Existing::Uncertain {
         execution_id: holder.execution_id.clone(),
         state: InFlightState::Running,
-    };
+    });
     assert_eq!(
         observer
             .reserve(&k, &fp('a'), &intent("create_order"))
@@ -729,10 +740,10 @@ async fn a_lapsed_lease_reads_as_interrupted() {
         || async { observer.lookup(&k).await.unwrap().unwrap().state },
     )
     .await;
-    let interrupted = Reservation::Uncertain {
+    let interrupted = Reservation::Existing(Existing::Uncertain {
         execution_id: holder.execution_id.clone(),
         state: InFlightState::Interrupted,
-    };
+    });
     assert_eq!(
         observer
             .reserve(&k, &fp('a'), &intent("create_order"))
@@ -749,9 +760,9 @@ async fn a_lapsed_lease_reads_as_interrupted() {
             .reserve(&k, &fp('b'), &intent("create_order"))
             .await
             .unwrap(),
-        Reservation::Conflict {
+        Reservation::Existing(Existing::Conflict {
             execution_id: holder.execution_id.clone(),
-        }
+        })
     );
     let row: (String, String, bool) = sqlx::query(
         "SELECT execution_id, in_flight_state, age > interval '2 seconds' \
@@ -797,10 +808,10 @@ async fn shutdown_or_a_missing_instance_row_reads_as_interrupted() {
             .reserve(&k, &fp('a'), &intent("sleep"))
             .await
             .unwrap(),
-        Reservation::Uncertain {
+        Reservation::Existing(Existing::Uncertain {
             execution_id: holder.execution_id.clone(),
             state: InFlightState::Interrupted,
-        }
+        })
     );
 
     // An expired lease, set by SQL on a live instance.
@@ -846,7 +857,10 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
     // A stale executor with another execution id.
     let stale = intent("create_order");
     let stale_result = result(&k, &stale, ExecutionStatus::Completed, order(2));
-    match store.complete(&k, &fp('a'), &stale_result).await {
+    match store
+        .complete(&k, &fp('a'), &stale_result.clone().into())
+        .await
+    {
         Err(StoreError::NotOwner { execution_id }) => {
             assert_eq!(execution_id, stale.execution_id);
         }
@@ -856,15 +870,20 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
 
     // The holder completes; afterwards another outcome is refused, even by the holder.
     let done = result(&k, &holder, ExecutionStatus::Completed, order(1));
-    store.complete(&k, &fp('a'), &done).await.unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
     let after = raw_row(&pool, &k).await.unwrap();
     assert!(matches!(
-        store.complete(&k, &fp('a'), &stale_result).await,
+        store
+            .complete(&k, &fp('a'), &stale_result.clone().into())
+            .await,
         Err(StoreError::NotOwner { .. })
     ));
     let changed = result(&k, &holder, ExecutionStatus::Failed, Value::Null);
     assert!(matches!(
-        store.complete(&k, &fp('a'), &changed).await,
+        store.complete(&k, &fp('a'), &changed.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(raw_row(&pool, &k).await.unwrap(), after);
@@ -873,7 +892,9 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
     let vacant = key("alice", "default", "never");
     let vacant_result = result(&vacant, &holder, ExecutionStatus::Completed, order(1));
     assert!(matches!(
-        store.complete(&vacant, &fp('a'), &vacant_result).await,
+        store
+            .complete(&vacant, &fp('a'), &vacant_result.clone().into())
+            .await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(raw_row(&pool, &vacant).await, None);
@@ -894,15 +915,24 @@ async fn repeated_complete_with_the_same_outcome_is_ok() {
         Reservation::Reserved
     );
     let done = result(&k, &holder, ExecutionStatus::TimedOut, Value::Null);
-    store.complete(&k, &fp('a'), &done).await.unwrap();
-    store.complete(&k, &fp('a'), &done).await.unwrap();
-    other.complete(&k, &fp('a'), &done).await.unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
+    other
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
     assert_eq!(
         store
             .reserve(&k, &fp('a'), &intent("create_order"))
             .await
             .unwrap(),
-        Reservation::Replay(done)
+        Reservation::Existing(Existing::Replay(done))
     );
     store.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
@@ -925,7 +955,10 @@ async fn outcomes_round_trip_exactly() {
     )
     .unwrap();
     let done = result(&k, &holder, ExecutionStatus::Completed, data);
-    store.complete(&k, &fp('a'), &done).await.unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
 
     // The column holds the exact record text.
     let stored: String = sqlx::query_scalar("SELECT outcome FROM carmy.reservations")
@@ -941,7 +974,8 @@ async fn outcomes_round_trip_exactly() {
 
     // Another store (another pool) replays it identically.
     let other = db.store().await;
-    let Reservation::Replay(replayed) = other.reserve(&k, &fp('a'), &intent("echo")).await.unwrap()
+    let Reservation::Existing(Existing::Replay(replayed)) =
+        other.reserve(&k, &fp('a'), &intent("echo")).await.unwrap()
     else {
         panic!("expected a replay");
     };
@@ -976,7 +1010,10 @@ async fn a_damaged_outcome_row_is_unavailable() {
     let holder = intent("echo");
     store.reserve(&k, &fp('a'), &holder).await.unwrap();
     let done = result(&k, &holder, ExecutionStatus::Completed, order(1));
-    store.complete(&k, &fp('a'), &done).await.unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
 
     sqlx::query("UPDATE carmy.reservations SET outcome = '{\"not\":\"a record\"}'")
         .execute(&pool)
@@ -1021,7 +1058,10 @@ async fn find_execution_sees_only_the_principals_own_records() {
     );
 
     let done = result(&k, &holder, ExecutionStatus::Completed, order(9));
-    store.complete(&k, &fp('a'), &done).await.unwrap();
+    store
+        .complete(&k, &fp('a'), &done.clone().into())
+        .await
+        .unwrap();
     let found = store
         .find_execution("alice", &holder.execution_id)
         .await
@@ -1277,7 +1317,7 @@ async fn sslmode_require_encrypts_migrations_and_the_store() {
         .complete(
             &key,
             &fp('a'),
-            &result(&key, &intent, ExecutionStatus::Completed, order(7)),
+            &result(&key, &intent, ExecutionStatus::Completed, order(7)).into(),
         )
         .await
         .unwrap();

@@ -152,9 +152,6 @@ impl AppBuilder {
             self.engine_config,
             Metrics::default(),
         ));
-        if tokio::runtime::Handle::try_current().is_ok() {
-            engine.listen_for_remote_cancels();
-        }
         let anonymous = self.keys.is_empty();
         let router = router(AppState {
             engine: Arc::clone(&engine),
@@ -203,6 +200,13 @@ impl App {
         &self.engine
     }
 
+    /// Starts what runs beside the router: the listener that forwards other processes' cancel
+    /// requests to this engine's executions. [`App::serve`] calls it; an embedder that serves
+    /// the [`App::router`] itself calls it once, inside a Tokio runtime.
+    pub fn start_background(&self) {
+        self.engine.listen_for_remote_cancels();
+    }
+
     /// The configured listen address.
     pub fn listen_address(&self) -> SocketAddr {
         self.listen
@@ -215,8 +219,10 @@ impl App {
         Ok(())
     }
 
-    /// Serves on `listener` until `shutdown` completes; then stops accepting, lets running
-    /// executions finish within the drain period, records the rest `cancelled`, and returns.
+    /// Starts the background work ([`App::start_background`]) and serves on `listener` until
+    /// `shutdown` completes; then stops accepting, lets running executions finish within the
+    /// drain period, records the rest `cancelled`, shuts the store down (ending its lease) and
+    /// returns.
     ///
     /// # Errors
     /// [`AppError::AnonymousOnNetwork`] (contract §6) or [`AppError::Io`].
@@ -226,6 +232,7 @@ impl App {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), AppError> {
         self.check_listen_address(listener.local_addr()?)?;
+        self.start_background();
         let stopping = CancellationToken::new();
         let drain = {
             let engine = Arc::clone(&self.engine);
@@ -256,6 +263,9 @@ impl App {
         }
         if let Err(error) = drain.await {
             tracing::error!(%error, "drain task failed");
+        }
+        if let Err(refusal) = self.engine.shutdown_store().await {
+            tracing::warn!(%refusal, "could not shut the idempotency store down");
         }
         Ok(())
     }

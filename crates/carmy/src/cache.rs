@@ -9,10 +9,10 @@
 //! after the entry expires (the time to live), or at once with the cache disabled.
 
 use crate::fingerprint::Fingerprint;
-use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::outcome::{ExecutionId, RecordedResult};
 use crate::runtime::{
-    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, RecordState, Reservation,
-    StoreFuture, StoredRecord,
+    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, RecordState,
+    Reservation, StoreFuture, StoredRecord,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +29,7 @@ pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(60);
 
 struct CachedRecord {
     fingerprint: Fingerprint,
-    result: ExecutionResult,
+    result: RecordedResult,
 }
 
 /// An [`IdempotencyStore`] that serves finished records from memory and delegates the rest.
@@ -60,8 +60,8 @@ impl ReplayCache {
         self.len() == 0
     }
 
-    fn remember(&self, key: &IdempotencyKey, fingerprint: &Fingerprint, result: &ExecutionResult) {
-        if result.to_record_json().len() <= MAX_CACHED_RECORD_BYTES {
+    fn remember(&self, key: &IdempotencyKey, fingerprint: &Fingerprint, result: &RecordedResult) {
+        if result.record_json().len() <= MAX_CACHED_RECORD_BYTES {
             self.records.insert(
                 key.clone(),
                 Arc::new(CachedRecord {
@@ -73,11 +73,14 @@ impl ReplayCache {
     }
 
     fn cached(&self, key: &IdempotencyKey) -> Option<StoredRecord> {
-        self.records.get(key).map(|cached| StoredRecord {
-            execution_id: cached.result.execution_id.clone(),
-            fingerprint: cached.fingerprint.clone(),
-            tool: cached.result.tool.clone(),
-            state: RecordState::Finished(cached.result.clone()),
+        self.records.get(key).map(|cached| {
+            let result = cached.result.result();
+            StoredRecord {
+                execution_id: result.execution_id.clone(),
+                fingerprint: cached.fingerprint.clone(),
+                tool: result.tool.clone(),
+                state: RecordState::Finished(result.clone()),
+            }
         })
     }
 }
@@ -91,11 +94,11 @@ impl IdempotencyStore for ReplayCache {
     ) -> StoreFuture<'a, Reservation> {
         Box::pin(async move {
             if let Some(record) = self.cached(key) {
-                return Ok(Reservation::for_existing(record, fingerprint));
+                return Ok(Existing::for_record(record, fingerprint).into());
             }
             let reservation = self.inner.reserve(key, fingerprint, intent).await?;
-            if let Reservation::Replay(result) = &reservation {
-                self.remember(key, fingerprint, result);
+            if let Reservation::Existing(Existing::Replay(result)) = &reservation {
+                self.remember(key, fingerprint, &RecordedResult::new(result.clone()));
             }
             Ok(reservation)
         })
@@ -105,7 +108,7 @@ impl IdempotencyStore for ReplayCache {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: &'a Fingerprint,
-        result: &'a ExecutionResult,
+        result: &'a RecordedResult,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             self.inner.complete(key, fingerprint, result).await?;
@@ -150,5 +153,9 @@ impl IdempotencyStore for ReplayCache {
 
     fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
         self.inner.cancel_requests()
+    }
+
+    fn shutdown(&self) -> StoreFuture<'_, ()> {
+        self.inner.shutdown()
     }
 }

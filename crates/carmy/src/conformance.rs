@@ -13,8 +13,8 @@
 use crate::fingerprint::{fingerprint, Fingerprint};
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
 use crate::runtime::{
-    ExecutionIntent, IdempotencyKey, IdempotencyStore, InFlightState, RecordState, Reservation,
-    StoreError,
+    ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
+    Reservation, StoreError,
 };
 use chrono::{TimeZone, Utc};
 use serde_json::{json, Value};
@@ -114,10 +114,13 @@ pub async fn reserve_complete_replay(store: Arc<dyn IdempotencyStore>) {
         ExecutionStatus::Completed,
         json!({"order_id": 1}),
     );
-    store.complete(&k, &f, &recorded).await.expect("complete");
+    store
+        .complete(&k, &f, &recorded.clone().into())
+        .await
+        .expect("complete");
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Replay(recorded.clone())
+        Reservation::Existing(Existing::Replay(recorded.clone()))
     );
     for status in [
         ExecutionStatus::Failed,
@@ -131,10 +134,13 @@ pub async fn reserve_complete_replay(store: Arc<dyn IdempotencyStore>) {
             Reservation::Reserved
         );
         let recorded = result_for(&attempt, &k, status, Value::Null);
-        store.complete(&k, &f, &recorded).await.expect("complete");
+        store
+            .complete(&k, &f, &recorded.clone().into())
+            .await
+            .expect("complete");
         assert_eq!(
             reserve(&*store, &k, &f, &intent()).await,
-            Reservation::Replay(recorded),
+            Reservation::Existing(Existing::Replay(recorded)),
             "{status:?} replays like any other outcome"
         );
     }
@@ -151,9 +157,9 @@ pub async fn conflict_in_every_state(store: Arc<dyn IdempotencyStore>) {
         reserve(&*store, &k, &a, &holder).await,
         Reservation::Reserved
     );
-    let conflict = Reservation::Conflict {
+    let conflict = Reservation::Existing(Existing::Conflict {
         execution_id: holder.execution_id.clone(),
-    };
+    });
     assert_eq!(reserve(&*store, &k, &b, &intent()).await, conflict);
     let recorded = result_for(
         &holder,
@@ -161,7 +167,10 @@ pub async fn conflict_in_every_state(store: Arc<dyn IdempotencyStore>) {
         ExecutionStatus::Completed,
         json!({"secret": 1}),
     );
-    store.complete(&k, &a, &recorded).await.expect("complete");
+    store
+        .complete(&k, &a, &recorded.clone().into())
+        .await
+        .expect("complete");
     assert_eq!(reserve(&*store, &k, &b, &intent()).await, conflict);
     let other_tool = fingerprint("find_orders", &json!({"sku": "A"}), None).unwrap();
     assert_eq!(reserve(&*store, &k, &other_tool, &intent()).await, conflict);
@@ -178,10 +187,10 @@ pub async fn uncertain_while_running(store: Arc<dyn IdempotencyStore>) {
     );
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Uncertain {
+        Reservation::Existing(Existing::Uncertain {
             execution_id: holder.execution_id.clone(),
             state: InFlightState::Running,
-        }
+        })
     );
 }
 
@@ -215,30 +224,30 @@ pub async fn complete_only_by_the_owner(store: Arc<dyn IdempotencyStore>) {
     let stranger = intent();
     let forged = result_for(&stranger, &k, ExecutionStatus::Completed, json!(1));
     assert!(matches!(
-        store.complete(&k, &f, &forged).await,
+        store.complete(&k, &f, &forged.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     let vacant = key("p", "s", "r-never-reserved");
     assert!(matches!(
-        store.complete(&vacant, &f, &forged).await,
+        store.complete(&vacant, &f, &forged.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Uncertain {
+        Reservation::Existing(Existing::Uncertain {
             execution_id: holder.execution_id.clone(),
             state: InFlightState::Running,
-        },
+        }),
         "a refused complete leaves the reservation running"
     );
     let genuine = result_for(&holder, &k, ExecutionStatus::Completed, json!(2));
     store
-        .complete(&k, &f, &genuine)
+        .complete(&k, &f, &genuine.clone().into())
         .await
         .expect("owner completes");
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Replay(genuine)
+        Reservation::Existing(Existing::Replay(genuine))
     );
 }
 
@@ -253,19 +262,22 @@ pub async fn complete_is_idempotent(store: Arc<dyn IdempotencyStore>) {
         Reservation::Reserved
     );
     let first = result_for(&holder, &k, ExecutionStatus::Completed, json!({"n": 1}));
-    store.complete(&k, &f, &first).await.expect("complete");
     store
-        .complete(&k, &f, &first)
+        .complete(&k, &f, &first.clone().into())
+        .await
+        .expect("complete");
+    store
+        .complete(&k, &f, &first.clone().into())
         .await
         .expect("same outcome again");
     let second = result_for(&holder, &k, ExecutionStatus::Completed, json!({"n": 2}));
     assert!(matches!(
-        store.complete(&k, &f, &second).await,
+        store.complete(&k, &f, &second.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Replay(first)
+        Reservation::Existing(Existing::Replay(first))
     );
 }
 
@@ -291,8 +303,13 @@ pub async fn outcomes_are_lossless(store: Arc<dyn IdempotencyStore>) {
             Reservation::Reserved
         );
         let recorded = result_for(&holder, &k, ExecutionStatus::Completed, data);
-        store.complete(&k, &f, &recorded).await.expect("complete");
-        let Reservation::Replay(replayed) = reserve(&*store, &k, &f, &intent()).await else {
+        store
+            .complete(&k, &f, &recorded.clone().into())
+            .await
+            .expect("complete");
+        let Reservation::Existing(Existing::Replay(replayed)) =
+            reserve(&*store, &k, &f, &intent()).await
+        else {
             panic!("no replay for {index}");
         };
         assert_eq!(replayed, recorded);
@@ -362,7 +379,9 @@ pub async fn concurrent_reserves_have_one_winner(store: Arc<dyn IdempotencyStore
         let (execution_id, answer) = task.await.unwrap();
         match answer {
             Reservation::Reserved => winners.push(execution_id),
-            Reservation::Uncertain { execution_id, .. } => losers.push(execution_id),
+            Reservation::Existing(Existing::Uncertain { execution_id, .. }) => {
+                losers.push(execution_id);
+            }
             other => panic!("unexpected answer {other:?}"),
         }
     }
@@ -392,7 +411,7 @@ pub async fn release_frees_only_an_unused_reservation(store: Arc<dyn Idempotency
         .expect("release of a stranger is a no-op");
     assert!(matches!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Uncertain { .. }
+        Reservation::Existing(Existing::Uncertain { .. })
     ));
     store
         .release(&k, &unused.execution_id)
@@ -413,14 +432,17 @@ pub async fn release_frees_only_an_unused_reservation(store: Arc<dyn Idempotency
         "the identity is free again"
     );
     let recorded = result_for(&next, &k, ExecutionStatus::Completed, json!(1));
-    store.complete(&k, &f, &recorded).await.expect("complete");
+    store
+        .complete(&k, &f, &recorded.clone().into())
+        .await
+        .expect("complete");
     store
         .release(&k, &next.execution_id)
         .await
         .expect("release of a finished record is a no-op");
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Replay(recorded)
+        Reservation::Existing(Existing::Replay(recorded))
     );
     store
         .release(&key("p", "s", "r-vacant"), &ExecutionId::generate())

@@ -24,18 +24,24 @@
 //! # }
 //! ```
 //!
-//! Modules: [`runtime`] (the store trait and its types), [`memory`] (the bounded in-memory store),
-//! [`fingerprint`] and [`strict_json`] (contract §2), [`identity`] (identifier rules), [`tool`],
-//! [`engine`] (reserve → run detached → record), [`http`] (the API of contract §7), [`error`]
-//! (problem details), [`auth`] (API keys), [`app`] (the builder).
+//! Modules:
+//! - [`call`]: a call as every front hands it to the engine ([`call::ValidatedCall::parse`]);
+//! - [`engine`]: reserve → run detached → record, answering in the domain's terms
+//!   ([`engine::Answer`], [`engine::Refusal`]); no transport type appears there;
+//! - [`runtime`] (the store trait, its types and lifecycle), [`memory`] (the bounded in-memory
+//!   store), [`cache`] (finished records served from memory), [`outcome`] (recorded outcomes);
+//! - [`fingerprint`] and [`strict_json`] (contract §2), [`identity`] (identifier rules), [`tool`];
+//! - [`http`]: the API of contract §7, with [`http::error`] (the one mapping of refusals to
+//!   status codes and problem details) and the principal extractor;
+//! - [`auth`] (API keys), [`metrics`], [`fault`] (fault-injection points), [`app`] (the builder).
 
 pub mod app;
 pub mod auth;
 pub mod cache;
+pub mod call;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod engine;
-pub mod error;
 pub mod fault;
 pub mod fingerprint;
 pub mod http;
@@ -48,4 +54,4 @@ pub mod strict_json;
 pub mod tool;
 
 pub use app::{app, App, AppBuilder, AppError};
-pub use outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
+pub use outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult};

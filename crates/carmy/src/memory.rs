@@ -1,10 +1,10 @@
 //! The process-local, bounded store (contract §8).
 
 use crate::fingerprint::Fingerprint;
-use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::outcome::{ExecutionId, RecordedResult};
 use crate::runtime::{
-    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
-    Reservation, StoreError, StoreFuture, StoredRecord,
+    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
+    RecordState, Reservation, StoreError, StoreFuture, StoredRecord,
 };
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -71,7 +71,7 @@ impl InMemoryIdempotencyStore {
     ) -> Result<Reservation, StoreError> {
         let mut inner = self.lock();
         if let Some(record) = inner.by_key.get(key) {
-            return Ok(Reservation::for_existing(record.clone(), fingerprint));
+            return Ok(Existing::for_record(record.clone(), fingerprint).into());
         }
         if inner.by_key.len() >= self.capacity {
             return Err(StoreError::Capacity);
@@ -95,8 +95,9 @@ impl InMemoryIdempotencyStore {
         &self,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
-        result: &ExecutionResult,
+        recorded: &RecordedResult,
     ) -> Result<(), StoreError> {
+        let result = recorded.result();
         let mut inner = self.lock();
         let not_owner = || StoreError::NotOwner {
             execution_id: result.execution_id.clone(),
@@ -131,7 +132,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: &'a Fingerprint,
-        result: &'a ExecutionResult,
+        result: &'a RecordedResult,
     ) -> StoreFuture<'a, ()> {
         let answer = self.complete_now(key, fingerprint, result);
         Box::pin(async move { answer })
@@ -180,6 +181,20 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     }
 
     fn check_ready(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Every execution runs in this process: nothing to publish.
+    fn request_cancel<'a>(&'a self, _execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
+        None
+    }
+
+    /// Nothing is held outside this process.
+    fn shutdown(&self) -> StoreFuture<'_, ()> {
         Box::pin(async { Ok(()) })
     }
 }

@@ -4,6 +4,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 use std::fmt;
+use std::sync::Arc;
 
 /// An execution's identifier: `exec_` followed by 32 lowercase hex digits (a random UUID).
 ///
@@ -83,6 +84,73 @@ pub struct ExecutionError {
     pub message: String,
 }
 
+impl ExecutionError {
+    /// `TIMEOUT`: the tool's deadline passed before it returned (status `timed_out`).
+    pub fn timeout(deadline: std::time::Duration) -> Self {
+        Self::new(
+            "TIMEOUT",
+            format!(
+                "the tool's deadline of {} ms passed; its effects are unknown",
+                deadline.as_millis()
+            ),
+        )
+    }
+
+    /// `CANCELLED` by a cancel request (status `cancelled`).
+    pub fn cancelled_on_request() -> Self {
+        Self::new(
+            "CANCELLED",
+            "the execution was cancelled on request; its effects are unknown",
+        )
+    }
+
+    /// `CANCELLED` at shutdown, after the drain period (status `cancelled`).
+    pub fn cancelled_at_shutdown() -> Self {
+        Self::new(
+            "CANCELLED",
+            "the execution was cancelled at shutdown, after the drain period; its effects are unknown",
+        )
+    }
+
+    /// `TOOL_PANICKED` (status `failed`).
+    pub fn panicked() -> Self {
+        Self::new(
+            "TOOL_PANICKED",
+            "the tool panicked; its effects are unknown",
+        )
+    }
+
+    /// `RESULT_TOO_LARGE`: the result is `bytes` of JSON, over `limit` (status `failed`).
+    pub fn result_too_large(bytes: usize, limit: usize) -> Self {
+        Self::new(
+            "RESULT_TOO_LARGE",
+            format!("the result is {bytes} bytes of JSON; the limit is {limit} bytes"),
+        )
+    }
+
+    /// `RESULT_NOT_RECORDABLE`: the result could not be recorded and replayed exactly, for the
+    /// reason given (status `failed`).
+    pub fn not_recordable(reason: impl Into<String>) -> Self {
+        Self::new("RESULT_NOT_RECORDABLE", reason)
+    }
+
+    fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            code: code.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<crate::tool::ToolError> for ExecutionError {
+    fn from(error: crate::tool::ToolError) -> Self {
+        Self {
+            code: error.code,
+            message: error.message,
+        }
+    }
+}
+
 /// A finished execution as it is recorded and replayed (contract §4).
 ///
 /// Serialized (without `replayed`, which belongs to a response, see
@@ -120,23 +188,6 @@ where
     serializer.serialize_str(&at.borrow().to_rfc3339_opts(SecondsFormat::Millis, true))
 }
 
-/// The response body: the record's members in contract order plus `replayed`.
-#[derive(Serialize)]
-struct ResponseBody<'a> {
-    execution_id: &'a ExecutionId,
-    status: ExecutionStatus,
-    data: &'a Value,
-    error: &'a Option<ExecutionError>,
-    tool: &'a str,
-    request_id: &'a Option<String>,
-    session_id: &'a str,
-    replayed: bool,
-    #[serde(serialize_with = "rfc3339_millis")]
-    started_at: &'a DateTime<Utc>,
-    #[serde(serialize_with = "rfc3339_millis")]
-    finished_at: &'a DateTime<Utc>,
-}
-
 impl ExecutionResult {
     /// The stored form: compact JSON text of the record (no `replayed`).
     pub fn to_record_json(&self) -> String {
@@ -150,21 +201,121 @@ impl ExecutionResult {
     pub fn from_record_json(text: &str) -> Result<Self, serde_json::Error> {
         serde_json::from_str(text)
     }
+}
 
-    /// The HTTP body of contract §4: the record with `replayed` set as given.
+/// An outcome together with its stored text, serialised once when the outcome is fixed and
+/// passed along: the store writes that text, the replay cache measures it, and the response is
+/// made from it. Immutable, so the text always matches the outcome.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordedResult {
+    result: ExecutionResult,
+    json: Arc<str>,
+}
+
+impl RecordedResult {
+    /// Serialises `result` (the record of [`ExecutionResult::to_record_json`]).
+    pub fn new(result: ExecutionResult) -> Self {
+        let json = result.to_record_json().into();
+        Self { result, json }
+    }
+
+    /// The outcome.
+    pub fn result(&self) -> &ExecutionResult {
+        &self.result
+    }
+
+    /// The outcome, taken out.
+    pub fn into_result(self) -> ExecutionResult {
+        self.result
+    }
+
+    /// The stored form: compact JSON text of the record (no `replayed`).
+    pub fn record_json(&self) -> &str {
+        &self.json
+    }
+
+    /// The response body of contract §4: the record with `replayed` before `started_at`,
+    /// made from the stored text without serialising the outcome again.
     pub fn to_response_json(&self, replayed: bool) -> String {
-        serde_json::to_string(&ResponseBody {
-            execution_id: &self.execution_id,
-            status: self.status,
-            data: &self.data,
-            error: &self.error,
-            tool: &self.tool,
-            request_id: &self.request_id,
-            session_id: &self.session_id,
-            replayed,
-            started_at: &self.started_at,
-            finished_at: &self.finished_at,
-        })
-        .expect("an execution result always serializes")
+        // `started_at` and `finished_at` are the record's last members and hold timestamps, so
+        // the last `,"started_at":` is the member itself, never text inside `data`.
+        let at = self
+            .json
+            .rfind(STARTED_AT_MEMBER)
+            .expect("a record always has started_at");
+        let mut body = String::with_capacity(self.json.len() + 17);
+        body.push_str(&self.json[..at]);
+        body.push_str(if replayed {
+            ",\"replayed\":true"
+        } else {
+            ",\"replayed\":false"
+        });
+        body.push_str(&self.json[at..]);
+        body
+    }
+}
+
+impl From<ExecutionResult> for RecordedResult {
+    fn from(result: ExecutionResult) -> Self {
+        Self::new(result)
+    }
+}
+
+/// Where `replayed` goes in a response: before this member of the record.
+const STARTED_AT_MEMBER: &str = ",\"started_at\":";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The response body's members in contract order, serialised directly.
+    #[derive(Serialize)]
+    struct ResponseBody<'a> {
+        execution_id: &'a ExecutionId,
+        status: ExecutionStatus,
+        data: &'a Value,
+        error: &'a Option<ExecutionError>,
+        tool: &'a str,
+        request_id: &'a Option<String>,
+        session_id: &'a str,
+        replayed: bool,
+        #[serde(serialize_with = "rfc3339_millis")]
+        started_at: &'a DateTime<Utc>,
+        #[serde(serialize_with = "rfc3339_millis")]
+        finished_at: &'a DateTime<Utc>,
+    }
+
+    #[test]
+    fn the_response_is_the_record_with_replayed() {
+        let result = ExecutionResult {
+            execution_id: ExecutionId::generate(),
+            status: ExecutionStatus::Completed,
+            data: json!({"started_at": ",\"started_at\":", "n": [1, 2]}),
+            error: None,
+            tool: "echo".into(),
+            request_id: Some("r".into()),
+            session_id: "default".into(),
+            started_at: Utc::now(),
+            finished_at: Utc::now(),
+        };
+        let recorded = RecordedResult::new(result.clone());
+        assert_eq!(recorded.record_json(), result.to_record_json());
+        for replayed in [false, true] {
+            let expected = serde_json::to_string(&ResponseBody {
+                execution_id: &result.execution_id,
+                status: result.status,
+                data: &result.data,
+                error: &result.error,
+                tool: &result.tool,
+                request_id: &result.request_id,
+                session_id: &result.session_id,
+                replayed,
+                started_at: &result.started_at,
+                finished_at: &result.finished_at,
+            })
+            .unwrap();
+            assert_eq!(recorded.to_response_json(replayed), expected);
+        }
     }
 }

@@ -6,7 +6,7 @@
 //! attempt with the same identity comes from what the store recorded.
 
 use crate::fingerprint::Fingerprint;
-use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -98,12 +98,22 @@ pub struct StoredRecord {
 }
 
 /// The answer of [`IdempotencyStore::reserve`] (contract §3).
+#[allow(clippy::large_enum_variant)] // built once per call; boxing buys nothing
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reservation {
     /// The identity was vacant and is now held by the intent's execution: run the tool, then
     /// call [`IdempotencyStore::complete`].
     Reserved,
-    /// Same identity, same fingerprint, finished: replay this outcome; do not run the tool.
+    /// The identity is already held: answer from its record; do not run the tool.
+    Existing(Existing),
+}
+
+/// How an identity's existing record answers a new attempt (contract §3). Every variant is a
+/// complete answer: nothing here runs a tool.
+#[allow(clippy::large_enum_variant)] // built once per call; boxing buys nothing
+#[derive(Clone, Debug, PartialEq)]
+pub enum Existing {
+    /// Same identity, same fingerprint, finished: replay this outcome.
     Replay(ExecutionResult),
     /// Same identity, different fingerprint, whatever the state: `IDEMPOTENCY_CONFLICT`.
     Conflict {
@@ -119,12 +129,12 @@ pub enum Reservation {
     },
 }
 
-impl Reservation {
+impl Existing {
     /// Classifies an existing record against the fingerprint of a new attempt.
     ///
     /// The fingerprint is compared first, whatever the state, so a changed call never sees
     /// another call's outcome (contract §3, case K06).
-    pub fn for_existing(record: StoredRecord, fingerprint: &Fingerprint) -> Self {
+    pub fn for_record(record: StoredRecord, fingerprint: &Fingerprint) -> Self {
         if &record.fingerprint != fingerprint {
             return Self::Conflict {
                 execution_id: record.execution_id,
@@ -137,6 +147,12 @@ impl Reservation {
                 state,
             },
         }
+    }
+}
+
+impl From<Existing> for Reservation {
+    fn from(existing: Existing) -> Self {
+        Self::Existing(existing)
     }
 }
 
@@ -185,6 +201,44 @@ pub enum StoreError {
 ///   holds the reservation (a repeated `complete` with the same outcome is `Ok`);
 /// - never evict or expire a record that may stand for a committed effect;
 /// - hold no transaction or connection between `reserve` and `complete`.
+///
+/// Cancel delivery and shutdown have no default bodies, so a wrapper store cannot drop them by
+/// accident; one that forwards only the record methods does not compile:
+///
+/// ```compile_fail
+/// use carmy::fingerprint::Fingerprint;
+/// use carmy::outcome::{ExecutionId, RecordedResult};
+/// use carmy::runtime::*;
+///
+/// struct Forgetful(Box<dyn IdempotencyStore>);
+///
+/// impl IdempotencyStore for Forgetful {
+///     fn reserve<'a>(&'a self, key: &'a IdempotencyKey, fingerprint: &'a Fingerprint,
+///         intent: &'a ExecutionIntent) -> StoreFuture<'a, Reservation> {
+///         self.0.reserve(key, fingerprint, intent)
+///     }
+///     fn complete<'a>(&'a self, key: &'a IdempotencyKey, fingerprint: &'a Fingerprint,
+///         result: &'a RecordedResult) -> StoreFuture<'a, ()> {
+///         self.0.complete(key, fingerprint, result)
+///     }
+///     fn release<'a>(&'a self, key: &'a IdempotencyKey, execution_id: &'a ExecutionId)
+///         -> StoreFuture<'a, ()> {
+///         self.0.release(key, execution_id)
+///     }
+///     fn lookup<'a>(&'a self, key: &'a IdempotencyKey)
+///         -> StoreFuture<'a, Option<StoredRecord>> {
+///         self.0.lookup(key)
+///     }
+///     fn find_execution<'a>(&'a self, principal: &'a str, execution_id: &'a ExecutionId)
+///         -> StoreFuture<'a, Option<ExecutionLookup>> {
+///         self.0.find_execution(principal, execution_id)
+///     }
+///     fn check_ready(&self) -> StoreFuture<'_, ()> {
+///         self.0.check_ready()
+///     }
+///     // request_cancel, cancel_requests and shutdown not forwarded: error E0046.
+/// }
+/// ```
 pub trait IdempotencyStore: Send + Sync + 'static {
     /// Atomically compares the fingerprint and reserves a vacant identity for `intent`.
     ///
@@ -199,6 +253,8 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     ) -> StoreFuture<'a, Reservation>;
 
     /// Durably records the outcome of the execution that holds the reservation, before returning.
+    /// The outcome comes with its stored text ([`RecordedResult::record_json`]); a store keeps
+    /// that text rather than serialising the outcome again.
     ///
     /// # Errors
     /// [`StoreError::NotOwner`] when `result.execution_id` does not hold the identity or the
@@ -208,7 +264,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: &'a Fingerprint,
-        result: &'a ExecutionResult,
+        result: &'a RecordedResult,
     ) -> StoreFuture<'a, ()>;
 
     /// Frees a reservation that `execution_id` made but never used (its tool did not start):
@@ -252,19 +308,23 @@ pub trait IdempotencyStore: Send + Sync + 'static {
 
     /// Asks the process that runs `execution_id` to cancel it (`POST
     /// /v1/executions/{execution_id}/cancel` landing on another replica). Delivery is best
-    /// effort; the caller watches the record for the outcome. The default does nothing: a
-    /// process-local store runs every execution in this process.
+    /// effort; the caller watches the record for the outcome. A process-local store runs every
+    /// execution in this process and answers `Ok(())` at once; a wrapper forwards it.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the request could not be published.
-    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
-        let _ = execution_id;
-        Box::pin(async { Ok(()) })
-    }
+    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()>;
 
     /// The cancel requests other processes publish with [`IdempotencyStore::request_cancel`];
-    /// the engine cancels those it runs. `None` (the default) for a process-local store.
-    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
-        None
-    }
+    /// the engine cancels those it runs. `None` for a process-local store; a wrapper forwards it.
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>>;
+
+    /// Ends what the store holds for this process (a lease, listeners), after the engine
+    /// drained: executions this process still held read as interrupted at once instead of
+    /// after the lease lapses. Called once by `App::serve`; nothing is called after it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store could not be told (the lease then lapses on
+    /// its own).
+    fn shutdown(&self) -> StoreFuture<'_, ()>;
 }

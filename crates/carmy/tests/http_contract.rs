@@ -7,8 +7,8 @@ use axum::Router;
 use carmy::fingerprint::Fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::runtime::{
-    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, InFlightState, Reservation,
-    StoreError, StoreFuture, StoredRecord,
+    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
+    Reservation, StoreError, StoreFuture, StoredRecord,
 };
 use carmy::tool::{FnTool, ToolError};
 use carmy::{ExecutionId, ExecutionResult};
@@ -51,13 +51,13 @@ impl IdempotencyStore for FaultyStore {
                 return Err(StoreError::Indeterminate("connection lost".into()));
             }
             Ok(match answer {
-                Reservation::Uncertain { execution_id, .. }
+                Reservation::Existing(Existing::Uncertain { execution_id, .. })
                     if self.report_interrupted.load(Ordering::SeqCst) =>
                 {
-                    Reservation::Uncertain {
+                    Reservation::Existing(Existing::Uncertain {
                         execution_id,
                         state: InFlightState::Interrupted,
-                    }
+                    })
                 }
                 other => other,
             })
@@ -68,7 +68,7 @@ impl IdempotencyStore for FaultyStore {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: &'a Fingerprint,
-        result: &'a ExecutionResult,
+        result: &'a carmy::RecordedResult,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let left = self.complete_failures_left.load(Ordering::SeqCst);
@@ -110,6 +110,18 @@ impl IdempotencyStore for FaultyStore {
 
     fn check_ready(&self) -> StoreFuture<'_, ()> {
         self.inner.check_ready()
+    }
+
+    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
+        self.inner.request_cancel(execution_id)
+    }
+
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
+        self.inner.cancel_requests()
+    }
+
+    fn shutdown(&self) -> StoreFuture<'_, ()> {
+        self.inner.shutdown()
     }
 }
 

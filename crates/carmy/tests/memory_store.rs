@@ -2,7 +2,9 @@
 
 use carmy::fingerprint::fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
-use carmy::runtime::{ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation, StoreError};
+use carmy::runtime::{
+    ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, Reservation, StoreError,
+};
 use carmy::ExecutionId;
 use serde_json::json;
 use std::sync::Arc;
@@ -38,7 +40,7 @@ async fn full_store_refuses_new_identities_only_and_never_evicts() {
     ));
     assert!(matches!(
         store.reserve(&a, &f, &intent()).await.unwrap(),
-        Reservation::Uncertain { .. }
+        Reservation::Existing(Existing::Uncertain { .. })
     ));
     assert_eq!(store.len(), 2);
     assert_eq!(store.capacity(), 2);
@@ -84,7 +86,7 @@ impl IdempotencyStore for Counting {
         &'a self,
         key: &'a IdempotencyKey,
         fingerprint: &'a carmy::fingerprint::Fingerprint,
-        result: &'a carmy::ExecutionResult,
+        result: &'a carmy::RecordedResult,
     ) -> carmy::runtime::StoreFuture<'a, ()> {
         self.inner.complete(key, fingerprint, result)
     }
@@ -110,6 +112,21 @@ impl IdempotencyStore for Counting {
     }
     fn check_ready(&self) -> carmy::runtime::StoreFuture<'_, ()> {
         self.inner.check_ready()
+    }
+
+    fn request_cancel<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> carmy::runtime::StoreFuture<'a, ()> {
+        self.inner.request_cancel(execution_id)
+    }
+
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
+        self.inner.cancel_requests()
+    }
+
+    fn shutdown(&self) -> carmy::runtime::StoreFuture<'_, ()> {
+        self.inner.shutdown()
     }
 }
 
@@ -141,11 +158,11 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
     // running: not cached, every attempt reaches the store
     assert!(matches!(
         cache.reserve(&key, &f, &fresh()).await.unwrap(),
-        Reservation::Uncertain { .. }
+        Reservation::Existing(Existing::Uncertain { .. })
     ));
     assert!(matches!(
         cache.reserve(&key, &f, &fresh()).await.unwrap(),
-        Reservation::Uncertain { .. }
+        Reservation::Existing(Existing::Uncertain { .. })
     ));
     assert_eq!(counting.reserves.load(Ordering::SeqCst), 3);
     let now = chrono::Utc::now();
@@ -160,17 +177,20 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
         started_at: now,
         finished_at: now,
     };
-    cache.complete(&key, &f, &result).await.unwrap();
+    cache
+        .complete(&key, &f, &result.clone().into())
+        .await
+        .unwrap();
     for _ in 0..5 {
         assert_eq!(
             cache.reserve(&key, &f, &fresh()).await.unwrap(),
-            Reservation::Replay(result.clone())
+            Reservation::Existing(Existing::Replay(result.clone()))
         );
         assert_eq!(
             cache.reserve(&key, &other, &fresh()).await.unwrap(),
-            Reservation::Conflict {
+            Reservation::Existing(Existing::Conflict {
                 execution_id: intent.execution_id.clone()
-            }
+            })
         );
     }
     assert_eq!(

@@ -1,5 +1,8 @@
-//! The one error type of the HTTP API, answered as RFC 9457 problem details (contract §5).
+//! The one error type of the HTTP API, answered as RFC 9457 problem details (contract §5), and
+//! the one mapping of the engine's refusals to it.
 
+use crate::call::CallRejected;
+use crate::engine::Refusal;
 use crate::outcome::ExecutionId;
 use crate::runtime::InFlightState;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -82,6 +85,38 @@ pub enum ApiError {
     /// 500 `INTERNAL`: a bug. The detail is generic; the cause goes to the log.
     #[error("internal error")]
     Internal,
+}
+
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Invalid(message) => Self::InvalidRequest(message),
+            Refusal::UnknownTool(tool) => Self::UnknownTool(tool),
+            Refusal::Conflict { execution_id } => Self::IdempotencyConflict { execution_id },
+            Refusal::Uncertain {
+                execution_id,
+                state,
+            } => Self::ExecutionUncertain {
+                execution_id,
+                state,
+            },
+            Refusal::RecordingPending { execution_id } => Self::RecordingPending { execution_id },
+            Refusal::Finished { execution_id } => Self::ExecutionFinished { execution_id },
+            Refusal::NotFound => Self::NotFound("no such execution".into()),
+            Refusal::Capacity => Self::Capacity,
+            Refusal::StoreUnavailable => Self::StoreUnavailable,
+            Refusal::Lost { execution_id } => {
+                tracing::error!(%execution_id, "an execution's task ended without an outcome");
+                Self::Internal
+            }
+        }
+    }
+}
+
+impl From<CallRejected> for ApiError {
+    fn from(rejected: CallRejected) -> Self {
+        Self::InvalidRequest(rejected.into_message())
+    }
 }
 
 fn uncertain_detail(state: InFlightState) -> &'static str {

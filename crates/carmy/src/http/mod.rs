@@ -1,21 +1,24 @@
-//! The HTTP API (contract §7): routes, request parsing and responses.
+//! The HTTP API (contract §7): routes, request parsing and responses. The engine answers in the
+//! domain's terms; [`error`] maps them to status codes and problem details in one place, and
+//! [`auth`] finds the principal.
+
+mod auth;
+pub mod error;
 
 use crate::auth::ApiKeys;
-use crate::engine::{CancelAnswer, Engine, ValidatedCall};
-use crate::error::ApiError;
-use crate::fingerprint::fingerprint;
-use crate::identity::validate_identifier;
+use crate::call::{CallRejected, CallRequest, ValidatedCall};
+use crate::engine::{CancelAnswer, Engine};
 use crate::outcome::ExecutionId;
 use crate::runtime::RecordState;
-use crate::strict_json;
+use auth::Principal;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, State};
-use axum::http::request::Parts;
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use error::ApiError;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -69,27 +72,6 @@ pub(crate) fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The authenticated principal of a request (contract §6).
-struct Principal(String);
-
-impl FromRequestParts<AppState> for Principal {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let mut values = parts.headers.get_all(header::AUTHORIZATION).iter();
-        let authorization = values.next().map(HeaderValue::as_bytes);
-        if values.next().is_some() {
-            // Two credentials are ambiguous: refuse rather than pick one.
-            return Err(ApiError::Unauthorized);
-        }
-        state
-            .keys
-            .authenticate(authorization)
-            .map(Principal)
-            .ok_or(ApiError::Unauthorized)
-    }
-}
-
 /// The body of `POST /v1/executions` (contract §7). Unknown members are refused so that a
 /// misspelt `request_id` never runs a call without replay protection.
 #[derive(Deserialize)]
@@ -113,23 +95,8 @@ fn present_string<'de, D: serde::Deserializer<'de>>(
     String::deserialize(deserializer).map(Some)
 }
 
-/// Longest tool name accepted, in bytes.
-const MAX_TOOL_NAME_BYTES: usize = 255;
-
-/// Longest part of a parser message echoed back, in bytes.
-const MAX_DETAIL_BYTES: usize = 300;
-
 fn invalid(message: impl std::fmt::Display) -> ApiError {
-    let mut text = message.to_string();
-    if text.len() > MAX_DETAIL_BYTES {
-        let mut cut = MAX_DETAIL_BYTES;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push('…');
-    }
-    ApiError::InvalidRequest(text)
+    CallRejected::new(message).into()
 }
 
 fn is_json_content_type(headers: &HeaderMap) -> bool {
@@ -149,45 +116,18 @@ fn is_json_content_type(headers: &HeaderMap) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// Parses and checks a request body; everything here is stateless, so a rejected call reserves
-/// nothing (contract §3).
+/// Parses a request body and checks the call; everything here is stateless, so a rejected call
+/// reserves nothing (contract §3).
 fn validate_call(principal: String, body: &[u8]) -> Result<ValidatedCall, ApiError> {
     let request: ExecutionRequest = serde_json::from_slice(body).map_err(invalid)?;
-    if request.tool.is_empty() || request.tool.len() > MAX_TOOL_NAME_BYTES {
-        return Err(invalid("tool must be 1 to 255 bytes long"));
-    }
-    if let Some(request_id) = &request.request_id {
-        validate_identifier("request_id", request_id).map_err(invalid)?;
-    }
-    if let Some(session_id) = &request.session_id {
-        validate_identifier("session_id", session_id).map_err(invalid)?;
-    }
-    let arguments = strict_json::parse(request.arguments.get())
-        .map_err(|error| invalid(format!("arguments: {error}")))?;
-    if !arguments.is_object() {
-        return Err(invalid("arguments must be a JSON object"));
-    }
-    let metadata = match &request.metadata {
-        None => None,
-        Some(raw) if raw.get() == "null" => None,
-        Some(raw) => {
-            let metadata = strict_json::parse(raw.get())
-                .map_err(|error| invalid(format!("metadata: {error}")))?;
-            if !metadata.is_object() {
-                return Err(invalid("metadata must be a JSON object"));
-            }
-            Some(metadata)
-        }
+    let call = CallRequest {
+        tool: &request.tool,
+        arguments: request.arguments.get(),
+        request_id: request.request_id.as_deref(),
+        session_id: request.session_id.as_deref(),
+        metadata: request.metadata.as_deref().map(RawValue::get),
     };
-    let fingerprint = fingerprint(&request.tool, &arguments, metadata.as_ref()).map_err(invalid)?;
-    Ok(ValidatedCall {
-        principal,
-        tool: request.tool,
-        arguments,
-        request_id: request.request_id,
-        session_id: request.session_id,
-        fingerprint,
-    })
+    Ok(ValidatedCall::parse(principal, call)?)
 }
 
 /// Whether reading the body failed because [`RequestBodyTimeoutLayer`] cut it off.
@@ -281,16 +221,7 @@ async fn get_execution(
     execution_id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let execution_id = execution_id_from_path(execution_id)?;
-    let found = state
-        .engine
-        .store()
-        .find_execution(&principal, &execution_id)
-        .await
-        .map_err(|error| {
-            tracing::warn!(%error, "execution lookup failed");
-            ApiError::StoreUnavailable
-        })?
-        .ok_or_else(|| ApiError::NotFound("no such execution".into()))?;
+    let found = state.engine.find(&principal, &execution_id).await?;
     let body = match &found.record.state {
         RecordState::Finished(result) => result.to_record_json(),
         RecordState::InFlight(in_flight) => serde_json::to_string(&InFlightBody {
@@ -344,8 +275,8 @@ async fn healthz() -> Response {
 }
 
 async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
-    state.engine.store().check_ready().await.map_err(|error| {
-        tracing::warn!(%error, "not ready");
+    state.engine.check_ready().await.map_err(|refusal| {
+        tracing::warn!(%refusal, "not ready");
         ApiError::NotReady("the idempotency store is not ready".into())
     })?;
     Ok(json_response(

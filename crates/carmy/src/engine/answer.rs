@@ -1,0 +1,116 @@
+//! What the engine answers, in the domain's terms: every front (HTTP, MCP) maps these to its own
+//! shape. Store failures become answers here and nowhere else.
+
+use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
+use crate::runtime::{Existing, InFlightState, StoreError};
+
+/// A call's outcome: recorded (or, without `request_id`, just run), and whether it was replayed
+/// from the record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    /// The outcome, with its stored text.
+    pub result: RecordedResult,
+    /// True when the tool did not run for this call.
+    pub replayed: bool,
+}
+
+/// The answer to a cancel request that found a running execution.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CancelAnswer {
+    /// The execution finished (normally `cancelled`; a tool that returned first keeps its
+    /// outcome): the recorded outcome.
+    Finished(ExecutionResult),
+    /// Cancellation was requested but no outcome was recorded within
+    /// [`EngineConfig::cancel_wait`](super::EngineConfig::cancel_wait).
+    Pending(ExecutionId),
+}
+
+/// Why the engine gives no outcome (contract §3, §5). No variant carries store text or another
+/// principal's data.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    /// The call broke a rule (identifiers, JSON, the tool's schema); nothing was reserved.
+    #[error("{0}")]
+    Invalid(String),
+    /// No tool has this name; nothing was reserved.
+    #[error("no tool named {0:?}")]
+    UnknownTool(String),
+    /// Same identity, different fingerprint.
+    #[error("request_id was already used for a different call")]
+    Conflict {
+        /// The execution that holds the identity.
+        execution_id: ExecutionId,
+    },
+    /// Same identity and fingerprint, not finished (or, for a cancel, interrupted).
+    #[error("execution {execution_id} is {}", state.as_str())]
+    Uncertain {
+        /// The execution that holds the identity.
+        execution_id: ExecutionId,
+        /// `running` or `interrupted`.
+        state: InFlightState,
+    },
+    /// The tool ran but its outcome is not recorded yet; the engine keeps trying and a later
+    /// retry replays it (contract §4).
+    #[error("execution {execution_id} ran; its outcome is not recorded yet")]
+    RecordingPending {
+        /// The execution that ran.
+        execution_id: ExecutionId,
+    },
+    /// A cancel request for an execution that already has an outcome; nothing changed.
+    #[error("execution {execution_id} already finished")]
+    Finished {
+        /// The finished execution.
+        execution_id: ExecutionId,
+    },
+    /// No such execution for this principal.
+    #[error("no such execution")]
+    NotFound,
+    /// A bounded store is full and the identity is new; nothing ran.
+    #[error("the idempotency store is full")]
+    Capacity,
+    /// The store failed; nothing ran (or, for reads, nothing was read).
+    #[error("the idempotency store is unavailable")]
+    StoreUnavailable,
+    /// A call without `request_id` whose task ended without an outcome (the runtime is
+    /// shutting down); nothing was recorded.
+    #[error("the execution ended without an outcome")]
+    Lost {
+        /// The execution that was started.
+        execution_id: ExecutionId,
+    },
+}
+
+impl From<StoreError> for Refusal {
+    /// The one place store failures become answers; the store's text goes to the log only.
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Capacity => Self::Capacity,
+            StoreError::Unavailable(reason) | StoreError::Indeterminate(reason) => {
+                tracing::warn!(%reason, "idempotency store unavailable");
+                Self::StoreUnavailable
+            }
+            StoreError::NotOwner { execution_id } => {
+                tracing::error!(%execution_id, "store answered NotOwner outside complete");
+                Self::StoreUnavailable
+            }
+        }
+    }
+}
+
+/// Answers a call from its identity's existing record.
+pub(crate) fn from_existing(existing: Existing) -> Result<Answer, Refusal> {
+    match existing {
+        Existing::Replay(result) => Ok(Answer {
+            result: RecordedResult::new(result),
+            replayed: true,
+        }),
+        Existing::Conflict { execution_id } => Err(Refusal::Conflict { execution_id }),
+        Existing::Uncertain {
+            execution_id,
+            state,
+        } => Err(Refusal::Uncertain {
+            execution_id,
+            state,
+        }),
+    }
+}

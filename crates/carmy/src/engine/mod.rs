@@ -1,0 +1,239 @@
+//! The execution engine: reserve, run detached, record, answer (contract §3, §4).
+//!
+//! Submodules: [`answer`] (the engine's answers and refusals, and the one mapping of store
+//! failures), `run` (starting an execution and running its tool), `record` (recording outcomes
+//! and freeing unused reservations, with one backoff), `cancel` (local and remote cancellation).
+
+pub mod answer;
+mod cancel;
+mod record;
+mod run;
+
+pub use answer::{Answer, CancelAnswer, Refusal};
+
+use crate::call::ValidatedCall;
+use crate::fault;
+use crate::metrics::Metrics;
+use crate::outcome::ExecutionId;
+use crate::runtime::{
+    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation, StoreError,
+    StoredRecord,
+};
+use crate::tool::{RegisteredTool, Tool, ToolRegistry};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Limits and timings of the engine. All durations are wall-clock.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Deadline of a tool that sets none (`CARMY_TOOL_TIMEOUT_MS`, default 30 s); reaching it
+    /// records `timed_out`.
+    pub default_tool_timeout: Duration,
+    /// Largest recorded `data`, in bytes of compact JSON (default 1 MiB); a larger result is
+    /// recorded as `failed` with `RESULT_TOO_LARGE` (contract §4).
+    pub max_result_bytes: usize,
+    /// How long shutdown waits for running executions before recording them `cancelled`.
+    pub drain_period: Duration,
+    /// First pause between attempts to record an outcome (or free an unused reservation) after
+    /// a store failure; it doubles up to [`EngineConfig::complete_retry_max`].
+    pub complete_retry_initial: Duration,
+    /// Longest pause between such attempts.
+    pub complete_retry_max: Duration,
+    /// How long a cancel request waits for the cancelled outcome to be recorded before
+    /// answering [`CancelAnswer::Pending`].
+    pub cancel_wait: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            default_tool_timeout: Duration::from_secs(30),
+            max_result_bytes: 1024 * 1024,
+            drain_period: Duration::from_secs(30),
+            complete_retry_initial: Duration::from_millis(100),
+            complete_retry_max: Duration::from_secs(5),
+            cancel_wait: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Runs tool calls under the idempotency rules. Cheap to share behind an `Arc`.
+pub struct Engine {
+    store: Arc<dyn IdempotencyStore>,
+    tools: ToolRegistry,
+    config: EngineConfig,
+    metrics: Metrics,
+    executions: TaskTracker,
+    /// Cancelled at the end of the drain period: every running execution is recorded `cancelled`.
+    cancel_executions: CancellationToken,
+    /// This process's running executions, each with its own token (a child of the above).
+    running: Mutex<HashMap<ExecutionId, CancellationToken>>,
+}
+
+impl Engine {
+    pub(crate) fn new(
+        store: Arc<dyn IdempotencyStore>,
+        tools: ToolRegistry,
+        config: EngineConfig,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            store,
+            tools,
+            config,
+            metrics,
+            executions: TaskTracker::new(),
+            cancel_executions: CancellationToken::new(),
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The registered tools, by name.
+    pub fn tools(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
+        self.tools.iter()
+    }
+
+    /// How long shutdown lets running executions finish.
+    pub fn drain_period(&self) -> Duration {
+        self.config.drain_period
+    }
+
+    /// The process metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Finds an execution by id among `principal`'s records (contract §6, §7).
+    ///
+    /// # Errors
+    /// [`Refusal::NotFound`] when there is none (or it is another principal's);
+    /// [`Refusal::StoreUnavailable`].
+    pub async fn find(
+        &self,
+        principal: &str,
+        execution_id: &ExecutionId,
+    ) -> Result<ExecutionLookup, Refusal> {
+        self.store
+            .find_execution(principal, execution_id)
+            .await?
+            .ok_or(Refusal::NotFound)
+    }
+
+    /// Reads an identity's record without reserving anything; `None` when vacant.
+    ///
+    /// # Errors
+    /// [`Refusal::StoreUnavailable`].
+    pub async fn lookup(&self, key: &IdempotencyKey) -> Result<Option<StoredRecord>, Refusal> {
+        Ok(self.store.lookup(key).await?)
+    }
+
+    /// Whether the store is reachable and ready (for readiness probes).
+    ///
+    /// # Errors
+    /// [`Refusal::StoreUnavailable`] (the reason is logged).
+    pub async fn check_ready(&self) -> Result<(), Refusal> {
+        Ok(self.store.check_ready().await?)
+    }
+
+    /// Ends what the store holds for this process (its lease); call after [`Engine::drain`].
+    ///
+    /// # Errors
+    /// [`Refusal::StoreUnavailable`] when the store could not be told.
+    pub async fn shutdown_store(&self) -> Result<(), Refusal> {
+        Ok(self.store.shutdown().await?)
+    }
+
+    /// Executes one call per contract §3: the identity's record is consulted before any gate
+    /// that depends on state, the tool runs only after a successful reservation, and the answer is
+    /// given only after the outcome is recorded.
+    ///
+    /// # Errors
+    /// The [`Refusal`] of contract §3 for every row without an outcome.
+    pub async fn execute(self: &Arc<Self>, call: ValidatedCall) -> Result<Answer, Refusal> {
+        let Some(key) = call.key() else {
+            let registered = self.runnable_tool(&call)?;
+            let tool = Arc::clone(&registered.tool);
+            return self
+                .start_execution(tool, call, ExecutionId::generate(), None)
+                .await;
+        };
+        let registered = match self.runnable_tool(&call) {
+            Ok(registered) => registered,
+            Err(rejection) => {
+                // An honest retry still gets its record even if the tool is gone or its schema
+                // changed; otherwise the rejection stands and nothing is reserved.
+                return match self.lookup(&key).await? {
+                    Some(record) => answer::from_existing(crate::runtime::Existing::for_record(
+                        record,
+                        call.fingerprint(),
+                    )),
+                    None => Err(rejection),
+                };
+            }
+        };
+        let intent = ExecutionIntent {
+            execution_id: ExecutionId::generate(),
+            tool: call.tool().to_owned(),
+        };
+        match self.store.reserve(&key, call.fingerprint(), &intent).await {
+            Ok(Reservation::Reserved) => {}
+            Ok(Reservation::Existing(existing)) => return answer::from_existing(existing),
+            Err(error) => {
+                if matches!(error, StoreError::Indeterminate(_)) {
+                    self.release_in_background(key, intent.execution_id);
+                }
+                return Err(error.into());
+            }
+        }
+        fault::point(fault::AFTER_RESERVE);
+        let tool = Arc::clone(&registered.tool);
+        self.start_execution(tool, call, intent.execution_id, Some(key))
+            .await
+    }
+
+    /// Waits for running executions up to the drain period, then cancels the rest (recorded
+    /// `cancelled`) and waits for their records, at most `record_grace` more.
+    pub async fn drain(&self, record_grace: Duration) {
+        self.executions.close();
+        if tokio::time::timeout(self.config.drain_period, self.executions.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                running = self.executions.len(),
+                "drain period over; cancelling running executions"
+            );
+            self.cancel_executions.cancel();
+            if tokio::time::timeout(record_grace, self.executions.wait())
+                .await
+                .is_err()
+            {
+                tracing::error!(
+                    pending = self.executions.len(),
+                    "outcomes still unrecorded at exit; they will read as interrupted"
+                );
+            }
+        }
+    }
+
+    /// Starts cancelling running executions now (each is recorded `cancelled`).
+    pub fn cancel_all(&self) {
+        self.cancel_executions.cancel();
+    }
+
+    fn runnable_tool(&self, call: &ValidatedCall) -> Result<&RegisteredTool, Refusal> {
+        let registered = self
+            .tools
+            .get(call.tool())
+            .ok_or_else(|| Refusal::UnknownTool(call.tool().to_owned()))?;
+        registered.validate(call.arguments()).map_err(|problems| {
+            Refusal::Invalid(format!(
+                "arguments do not match the tool's schema: {problems}"
+            ))
+        })?;
+        Ok(registered)
+    }
+}

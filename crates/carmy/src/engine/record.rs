@@ -1,0 +1,99 @@
+//! Recording outcomes and freeing unused reservations, both retried with one backoff until the
+//! store answers (contract §4: an outcome is never lost while the process lives).
+
+use super::Engine;
+use crate::fault;
+use crate::fingerprint::Fingerprint;
+use crate::outcome::{ExecutionId, RecordedResult};
+use crate::runtime::{IdempotencyKey, StoreError};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Exponential backoff between store attempts: the pause doubles from `initial` up to `max`.
+struct Backoff {
+    pause: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    fn new(initial: Duration, max: Duration) -> Self {
+        Self {
+            pause: initial,
+            max,
+        }
+    }
+
+    /// Sleeps for the current pause, then doubles it (up to the maximum).
+    async fn wait(&mut self) {
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(self.max);
+    }
+}
+
+impl Engine {
+    fn backoff(&self) -> Backoff {
+        Backoff::new(
+            self.config.complete_retry_initial,
+            self.config.complete_retry_max,
+        )
+    }
+
+    /// Frees a reservation that may have been made for an execution that will never run (the
+    /// store failed mid-`reserve`), retrying until the store answers.
+    pub(super) fn release_in_background(
+        self: &Arc<Self>,
+        key: IdempotencyKey,
+        execution_id: ExecutionId,
+    ) {
+        let engine = Arc::clone(self);
+        self.executions.spawn(async move {
+            let mut backoff = engine.backoff();
+            while let Err(error) = engine.store.release(&key, &execution_id).await {
+                tracing::warn!(%execution_id, %error, "freeing an unused reservation failed; retrying");
+                backoff.wait().await;
+            }
+        });
+    }
+
+    /// Records the outcome, telling the waiting caller after the first attempt (`Some` when it
+    /// succeeded) and retrying failures in the background until the store accepts it.
+    pub(super) async fn record(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        result: RecordedResult,
+        recorded: oneshot::Sender<Option<RecordedResult>>,
+    ) {
+        let mut recorded = Some(recorded);
+        let mut backoff = self.backoff();
+        loop {
+            match self.store.complete(key, fingerprint, &result).await {
+                Ok(()) => {
+                    fault::point(fault::AFTER_COMPLETE);
+                    if let Some(sender) = recorded.take() {
+                        // The caller may have gone; the record stands either way.
+                        let _ = sender.send(Some(result));
+                    } else {
+                        tracing::info!(execution_id = %result.result().execution_id, "outcome recorded after retries");
+                    }
+                    return;
+                }
+                Err(StoreError::NotOwner { execution_id }) => {
+                    tracing::error!(%execution_id, "the reservation is no longer held by this execution; outcome not recorded");
+                    if let Some(sender) = recorded.take() {
+                        let _ = sender.send(None);
+                    }
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(execution_id = %result.result().execution_id, %error, "recording the outcome failed; retrying");
+                    if let Some(sender) = recorded.take() {
+                        let _ = sender.send(None);
+                    }
+                    backoff.wait().await;
+                }
+            }
+        }
+    }
+}

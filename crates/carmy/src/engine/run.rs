@@ -1,0 +1,171 @@
+//! Starting an execution and running its tool: one detached, tracked task per execution, for
+//! calls with and without replay protection alike.
+
+use super::{Answer, Engine, Refusal};
+use crate::call::ValidatedCall;
+use crate::fault;
+use crate::outcome::{
+    ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
+};
+use crate::runtime::IdempotencyKey;
+use crate::tool::{Tool, ToolContext};
+use chrono::{DateTime, SubsecRound, Utc};
+use futures::FutureExt;
+use serde_json::Value;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// How a finished tool run ended, before it becomes an [`ExecutionResult`].
+type Ending = (ExecutionStatus, Value, Option<ExecutionError>);
+
+impl Engine {
+    /// Runs `tool` for `call` as `execution_id` in a task of its own (so a caller that goes away
+    /// does not stop it), tracked for the drain and for cancellation. With `key` (a reserved
+    /// identity) the outcome is recorded before it is answered; without, it is answered as is.
+    ///
+    /// # Errors
+    /// [`Refusal::RecordingPending`] when the outcome could not be recorded at the first
+    /// attempt (the task keeps trying); [`Refusal::Lost`] when an unprotected run's task ended
+    /// without an outcome.
+    pub(super) async fn start_execution(
+        self: &Arc<Self>,
+        tool: Arc<dyn Tool>,
+        call: ValidatedCall,
+        execution_id: ExecutionId,
+        key: Option<IdempotencyKey>,
+    ) -> Result<Answer, Refusal> {
+        let context = ToolContext {
+            principal: call.principal().to_owned(),
+            session_id: call.session_id().to_owned(),
+            request_id: call.request_id().map(str::to_owned),
+            execution_id: execution_id.clone(),
+        };
+        let fingerprint = call.fingerprint().clone();
+        let arguments = call.into_arguments();
+        let protected = key.is_some();
+        let (done_tx, done_rx) = oneshot::channel();
+        let cancel = self.track(&execution_id);
+        let engine = Arc::clone(self);
+        self.executions.spawn(async move {
+            let _running = engine.running_guard(context.execution_id.clone());
+            let result = engine
+                .run_tool(tool.as_ref(), context, arguments, &cancel)
+                .await;
+            // Serialised once, here; the store, the cache and the response use this text.
+            let result = RecordedResult::new(result);
+            match key {
+                Some(key) => {
+                    fault::point(fault::AFTER_TOOL);
+                    engine.record(&key, &fingerprint, result, done_tx).await;
+                }
+                // The caller may have gone; nothing else wants the outcome.
+                None => drop(done_tx.send(Some(result))),
+            }
+        });
+        match done_rx.await {
+            Ok(Some(result)) => Ok(Answer {
+                result,
+                replayed: false,
+            }),
+            _ if protected => Err(Refusal::RecordingPending { execution_id }),
+            _ => Err(Refusal::Lost { execution_id }),
+        }
+    }
+
+    /// Runs the tool under its deadline and its cancellation token; never panics.
+    async fn run_tool(
+        &self,
+        tool: &dyn Tool,
+        context: ToolContext,
+        arguments: Value,
+        cancel: &CancellationToken,
+    ) -> ExecutionResult {
+        let deadline = tool.timeout().unwrap_or(self.config.default_tool_timeout);
+        let started_at = now_millis();
+        let execution_id = context.execution_id.clone();
+        let request_id = context.request_id.clone();
+        let session_id = context.session_id.clone();
+        self.metrics.tool_started(tool.name());
+        let run = AssertUnwindSafe(tool.call(context, arguments)).catch_unwind();
+        if cfg!(feature = "fault-injection") {
+            tokio::spawn(async {
+                tokio::task::yield_now().await;
+                fault::point(fault::DURING_TOOL);
+            });
+        }
+        let failed = |error| (ExecutionStatus::Failed, Value::Null, Some(error));
+        let (status, data, error) = tokio::select! {
+            outcome = tokio::time::timeout(deadline, run) => match outcome {
+                Ok(Ok(Ok(data))) => self.check_recordable(data),
+                Ok(Ok(Err(tool_error))) => failed(tool_error.into()),
+                Ok(Err(_panic)) => failed(ExecutionError::panicked()),
+                Err(_elapsed) => (
+                    ExecutionStatus::TimedOut,
+                    Value::Null,
+                    Some(ExecutionError::timeout(deadline)),
+                ),
+            },
+            () = cancel.cancelled() => (
+                ExecutionStatus::Cancelled,
+                Value::Null,
+                Some(if self.cancel_executions.is_cancelled() {
+                    ExecutionError::cancelled_at_shutdown()
+                } else {
+                    ExecutionError::cancelled_on_request()
+                }),
+            ),
+        };
+        self.metrics.tool_finished(tool.name(), status);
+        ExecutionResult {
+            execution_id,
+            status,
+            data,
+            error,
+            tool: tool.name().to_owned(),
+            request_id,
+            session_id,
+            started_at,
+            finished_at: now_millis(),
+        }
+    }
+
+    /// Admits a tool's value as a `completed` outcome only if it can be recorded and replayed
+    /// exactly (contract §4): at most [`EngineConfig::max_result_bytes`](super::EngineConfig)
+    /// of JSON (`RESULT_TOO_LARGE` otherwise), and reading its stored text back gives the same
+    /// value (`RESULT_NOT_RECORDABLE` otherwise: serde_json gives a few member names a special
+    /// meaning and bounds nesting depth when reading, so such a value would replay differently
+    /// or not at all). Either failure is itself recorded as `failed` and replayed.
+    fn check_recordable(&self, data: Value) -> Ending {
+        let failed = |error| (ExecutionStatus::Failed, Value::Null, Some(error));
+        let Ok(text) = serde_json::to_string(&data) else {
+            return failed(ExecutionError::not_recordable(
+                "the result cannot be written as JSON",
+            ));
+        };
+        if text.len() > self.config.max_result_bytes {
+            return failed(ExecutionError::result_too_large(
+                text.len(),
+                self.config.max_result_bytes,
+            ));
+        }
+        // A record nests `data` one level down, as this probe does.
+        #[derive(serde::Deserialize)]
+        struct Probe {
+            data: Value,
+        }
+        match serde_json::from_str::<Probe>(&format!(r#"{{"data":{text}}}"#)) {
+            Ok(probe) if probe.data == data => (ExecutionStatus::Completed, data, None),
+            _ => failed(ExecutionError::not_recordable(
+                "the result would not read back unchanged (reserved member names or nesting deeper than 126 levels)",
+            )),
+        }
+    }
+}
+
+/// The current time at the millisecond precision outcomes are recorded with, so a recorded
+/// outcome reads back equal to the one returned first.
+fn now_millis() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(3)
+}

@@ -1,0 +1,28 @@
+//! The principal of an HTTP request, from its `Authorization` header (contract §6).
+
+use super::error::ApiError;
+use super::AppState;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue};
+
+/// The authenticated principal of a request; a handler that takes it answers 401 without one.
+pub(crate) struct Principal(pub(crate) String);
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let mut values = parts.headers.get_all(header::AUTHORIZATION).iter();
+        let authorization = values.next().map(HeaderValue::as_bytes);
+        if values.next().is_some() {
+            // Two credentials are ambiguous: refuse rather than pick one.
+            return Err(ApiError::Unauthorized);
+        }
+        state
+            .keys
+            .authenticate(authorization)
+            .map(Principal)
+            .ok_or(ApiError::Unauthorized)
+    }
+}
