@@ -33,6 +33,7 @@ struct FaultyStore {
     complete_failures_left: AtomicUsize,
     release_failures_left: AtomicUsize,
     report_interrupted: AtomicBool,
+    shutdowns: AtomicUsize,
 }
 
 impl IdempotencyStore for FaultyStore {
@@ -121,6 +122,7 @@ impl IdempotencyStore for FaultyStore {
     }
 
     fn shutdown(&self) -> StoreFuture<'_, ()> {
+        self.shutdowns.fetch_add(1, Ordering::SeqCst);
         self.inner.shutdown()
     }
 }
@@ -584,4 +586,18 @@ async fn a_reservation_whose_answer_was_lost_is_freed_not_stuck() {
     assert_eq!(h.store.release_failures_left.load(Ordering::SeqCst), 0);
     assert_eq!(h.app.engine().metrics().tool_runs("echo"), 1);
     assert_eq!(h.store.inner.len(), 1);
+}
+
+#[tokio::test]
+async fn serve_shuts_the_store_down_once_after_the_drain() {
+    let h = harness(10);
+    let (status, _) = post(&h.router, call("echo", json!({"n": 1}), "before-shutdown")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(h.store.shutdowns.load(Ordering::SeqCst), 0);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), h.app.serve(listener, async {}))
+        .await
+        .expect("serve returns once shutdown completes")
+        .unwrap();
+    assert_eq!(h.store.shutdowns.load(Ordering::SeqCst), 1);
 }
