@@ -299,7 +299,7 @@ impl PostgresStore {
             hot.used(&done);
             done?.rows_affected()
         };
-        if updated == 1 || self.already_recorded(key, result, &outcome).await? {
+        if updated == 1 || self.already_recorded(key, result, outcome).await? {
             return Ok(());
         }
         Err(StoreError::NotOwner {

@@ -11,7 +11,7 @@ use carmy::runtime::{
     Reservation, StoreError, StoreFuture, StoredRecord,
 };
 use carmy::tool::{FnTool, ToolError};
-use carmy::{ExecutionId, ExecutionResult};
+use carmy::ExecutionId;
 use carmy_test_support::{eventually, eventually_eq};
 use futures::FutureExt;
 use http_body_util::BodyExt;

@@ -5,6 +5,7 @@
 mod config;
 #[cfg(feature = "fault-injection")]
 mod crash_points;
+mod example_orders;
 mod hostile_input;
 mod memory_cases;
 mod postgres_outages;

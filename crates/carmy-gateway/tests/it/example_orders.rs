@@ -3,13 +3,11 @@
 //! (`PostgresOrderBook::prepare`), and a database migrated by an earlier build (which had it in
 //! migration `V2__example_orders`) keeps working, orders included.
 
-mod support;
-
 use carmy::runtime::IdempotencyStore;
 use carmy_gateway::orders::{Order, OrderBook, PostgresOrderBook};
 use carmy_postgres::{migrate, PostgresStore, PostgresStoreOptions};
+use carmy_test_support::TestDb;
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use support::TestDb;
 
 /// The migrations of the last build that shipped `V2__example_orders`, in order, as that build
 /// embedded them (`V1` and `V3` are unchanged since).
@@ -17,15 +15,15 @@ fn earlier_migrations() -> Vec<(&'static str, &'static str)> {
     vec![
         (
             "V1__reservations",
-            include_str!("../../../migrations/V1__reservations.sql"),
+            include_str!("../../../../migrations/V1__reservations.sql"),
         ),
         (
             "V2__example_orders",
-            include_str!("fixtures/V2__example_orders.sql"),
+            include_str!("../fixtures/V2__example_orders.sql"),
         ),
         (
             "V3__document_history",
-            include_str!("../../../migrations/V3__document_history.sql"),
+            include_str!("../../../../migrations/V3__document_history.sql"),
         ),
     ]
 }
@@ -132,7 +130,6 @@ async fn a_database_of_the_earlier_build_keeps_its_orders() {
     assert!(view_uses_function);
     store.shutdown().await.unwrap();
     pool.close().await;
-    db.drop_db().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -181,5 +178,4 @@ async fn a_fresh_database_gets_the_table_from_the_example_tools() {
     migrate(&db.url).await.unwrap();
     assert_eq!(versions(&pool).await, vec![1, 3, 4]);
     pool.close().await;
-    db.drop_db().await;
 }
