@@ -21,6 +21,7 @@ mod chart;
 mod cli;
 mod cpu;
 mod db;
+mod format;
 mod gateway;
 mod load;
 mod pgbench;
@@ -31,7 +32,7 @@ use clap::Parser;
 use cli::Args;
 use db::BenchDb;
 use gateway::Gateway;
-use load::Scenario;
+use load::{RunResult, Scenario};
 use report::{Flatness, Report, RoundTrips, Settings};
 use std::path::Path;
 use std::process::ExitCode;
@@ -126,18 +127,8 @@ fn gateway_env(args: &Args, cache: bool) -> Vec<(&'static str, String)> {
     env
 }
 
-async fn run(
-    args: &Args,
-    gateway_binary: &Path,
-    pgbench_binary: &Path,
-    database: &BenchDb,
-    load_before: Option<f64>,
-) -> Result<Report, String> {
-    let measure = args.measure();
-    let warmup = args.warmup();
-    let pgbench_seconds = measure.as_secs_f64().ceil().max(1.0) as u64;
-    let has_cache = gateway::has_setting(gateway_binary, "CARMY_REPLAY_CACHE_ENTRIES");
-    let has_ttl = gateway::has_setting(gateway_binary, "CARMY_REPLAY_CACHE_TTL_MS");
+/// How the report describes the gateway's replay cache for these settings.
+fn replay_cache_label(args: &Args, has_cache: bool, has_ttl: bool) -> String {
     let mut replay_cache = match (has_cache, args.replay_cache_entries) {
         (false, _) => "absent (gateway without CARMY_REPLAY_CACHE_ENTRIES)".to_owned(),
         (true, None) => "on (default entries)".to_owned(),
@@ -151,108 +142,73 @@ async fn run(
         ));
     }
 
-    eprintln!("starting {}", gateway_binary.display());
-    let mut main_env = gateway_env(args, has_cache);
-    if has_cache && has_ttl {
-        main_env.push((
-            "CARMY_REPLAY_CACHE_TTL_MS",
-            args.replay_cache_ttl_ms.to_string(),
-        ));
-    }
-    let mut gw = Gateway::start(gateway_binary, "main", &database.url, &main_env)?;
-    let server = database.server_info().await?;
-    eprintln!("preloading {} reservations", args.small_rows);
-    database.preload(1, args.small_rows).await?;
-    eprintln!("completing {} replay identities", args.replay_identities);
-    load::call_replay_identities(gw.address, args.replay_identities).await?;
+    replay_cache
+}
 
-    let run_tag = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
-    eprintln!("pgbench new_identity.sql, {pgbench_seconds} s");
-    let pgbench_new = pgbench::run(
-        pgbench_binary,
-        &database.url,
-        "new_identity.sql",
-        args.pgbench_clients,
-        pgbench_seconds,
-        &[("run", run_tag), ("n", "0".to_owned())],
+/// One HTTP load measurement of `scenario` at `concurrency` against the gateway at `address`.
+async fn measure_http(
+    args: &Args,
+    scenario: Scenario,
+    concurrency: usize,
+    pid: Option<u32>,
+    address: std::net::SocketAddr,
+) -> RunResult {
+    let measure = args.measure();
+    eprintln!(
+        "{} at c={concurrency}, {:.1} s",
+        scenario.label(),
+        measure.as_secs_f64()
+    );
+    load::run(
+        address,
+        pid,
+        scenario,
+        concurrency,
+        args.replay_identities,
+        args.warmup(),
+        measure,
     )
-    .await?;
+    .await
+}
 
+/// The PostgreSQL path of replays and conflicts: the same calls with the replay cache off.
+async fn measure_uncached(
+    args: &Args,
+    gateway_binary: &Path,
+    database: &BenchDb,
+) -> Result<Vec<RunResult>, String> {
     let mut runs = Vec::new();
-    let measure_http = |scenario: Scenario, concurrency: usize, pid: Option<u32>, address| {
-        eprintln!(
-            "{} at c={concurrency}, {:.1} s",
-            scenario.label(),
-            measure.as_secs_f64()
-        );
-        load::run(
-            address,
-            pid,
+    let mut env = gateway_env(args, false);
+    env.push(("CARMY_REPLAY_CACHE_ENTRIES", "0".to_owned()));
+    let mut uncached = Gateway::start(gateway_binary, "cache-off", &database.url, &env)?;
+    for scenario in [Scenario::Replay, Scenario::Conflict] {
+        let concurrency = report::TARGET_CONCURRENCY;
+        eprint!("replay cache off: ");
+        let mut result = measure_http(
+            args,
             scenario,
             concurrency,
-            args.replay_identities,
-            warmup,
-            measure,
+            uncached.pid(),
+            uncached.address,
         )
-    };
-    for &concurrency in &args.concurrency {
-        let rows_before = database.reservations().await.ok();
-        let mut result =
-            measure_http(Scenario::NewIdentity, concurrency, gw.pid(), gw.address).await;
-        result.rows_before = rows_before;
+        .await;
+        result.replay_cache = false;
         runs.push(result);
     }
+    uncached.stop();
+    Ok(runs)
+}
 
-    eprintln!("pgbench read_one.sql, {pgbench_seconds} s");
-    let pgbench_read = pgbench::run(
-        pgbench_binary,
-        &database.url,
-        "read_one.sql",
-        args.pgbench_clients,
-        pgbench_seconds,
-        &[("nrows", args.replay_identities.to_string())],
-    )
-    .await?;
-    for scenario in [Scenario::Replay, Scenario::Conflict] {
-        for &concurrency in &args.concurrency {
-            // Every identity back in the cache, whatever it evicted since.
-            load::call_replay_identities(gw.address, args.replay_identities).await?;
-            runs.push(measure_http(scenario, concurrency, gw.pid(), gw.address).await);
-        }
-    }
-    gw.stop();
-
-    // The PostgreSQL path of replays and conflicts: the same calls with the cache off.
-    if has_cache && args.replay_cache_entries != Some(0) {
-        let mut env = gateway_env(args, false);
-        env.push(("CARMY_REPLAY_CACHE_ENTRIES", "0".to_owned()));
-        let mut uncached = Gateway::start(gateway_binary, "cache-off", &database.url, &env)?;
-        for scenario in [Scenario::Replay, Scenario::Conflict] {
-            let concurrency = report::TARGET_CONCURRENCY;
-            eprint!("replay cache off: ");
-            let mut result =
-                measure_http(scenario, concurrency, uncached.pid(), uncached.address).await;
-            result.replay_cache = false;
-            runs.push(result);
-        }
-        uncached.stop();
-    }
-
-    eprintln!(
-        "in-memory store, {:.0} s on one thread",
-        args.memory_time().as_secs_f64()
-    );
-    let memory_time = args.memory_time();
-    let memory_store =
-        tokio::task::spawn_blocking(move || carmy_bench::memory::measure(memory_time))
-            .await
-            .map_err(|error| format!("in-memory measurement: {error}"))?
-            .map_err(|error| format!("in-memory measurement: {error}"))?;
-
-    eprintln!("counting round trips on the wire");
-    let round_trips = Some(count_round_trips(args, gateway_binary, database, has_cache).await?);
-
-    let flatness = if args.large {
+/// The flatness comparison: with `--large`, new identities on a small and on a large table;
+/// otherwise the small step is the target-concurrency run already made.
+async fn measure_flatness(
+    args: &Args,
+    runs: &[RunResult],
+    gateway_binary: &Path,
+    database: &BenchDb,
+    has_cache: bool,
+) -> Result<Flatness, String> {
+    Ok(if args.large {
         Flatness {
             small: {
                 eprintln!("flatness: {} rows", args.small_rows);
@@ -285,19 +241,120 @@ async fn run(
             .cloned()
             .ok_or("no new-identity measurement")?;
         Flatness { small, large: None }
-    };
+    })
+}
+
+/// This program's command line, with database URLs redacted.
+fn command_line() -> Vec<String> {
+    std::env::args()
+        .map(|arg| {
+            if arg.contains("://") {
+                db::redact(&arg)
+            } else {
+                arg
+            }
+        })
+        .collect()
+}
+
+async fn run(
+    args: &Args,
+    gateway_binary: &Path,
+    pgbench_binary: &Path,
+    database: &BenchDb,
+    load_before: Option<f64>,
+) -> Result<Report, String> {
+    let measure = args.measure();
+    let warmup = args.warmup();
+    let pgbench_seconds = measure.as_secs_f64().ceil().max(1.0) as u64;
+    let has_cache = gateway::has_setting(gateway_binary, "CARMY_REPLAY_CACHE_ENTRIES");
+    let has_ttl = gateway::has_setting(gateway_binary, "CARMY_REPLAY_CACHE_TTL_MS");
+    let replay_cache = replay_cache_label(args, has_cache, has_ttl);
+
+    eprintln!("starting {}", gateway_binary.display());
+    let mut main_env = gateway_env(args, has_cache);
+    if has_cache && has_ttl {
+        main_env.push((
+            "CARMY_REPLAY_CACHE_TTL_MS",
+            args.replay_cache_ttl_ms.to_string(),
+        ));
+    }
+    let mut gw = Gateway::start(gateway_binary, "main", &database.url, &main_env)?;
+    let server = database.server_info().await?;
+    eprintln!("preloading {} reservations", args.small_rows);
+    database.preload(1, args.small_rows).await?;
+    eprintln!("completing {} replay identities", args.replay_identities);
+    load::call_replay_identities(gw.address, args.replay_identities).await?;
+
+    let run_tag = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    eprintln!("pgbench new_identity.sql, {pgbench_seconds} s");
+    let pgbench_new = pgbench::run(
+        pgbench_binary,
+        &database.url,
+        "new_identity.sql",
+        args.pgbench_clients,
+        pgbench_seconds,
+        &[("run", run_tag), ("n", "0".to_owned())],
+    )
+    .await?;
+
+    let mut runs = Vec::new();
+    for &concurrency in &args.concurrency {
+        let rows_before = database.reservations().await.ok();
+        let mut result = measure_http(
+            args,
+            Scenario::NewIdentity,
+            concurrency,
+            gw.pid(),
+            gw.address,
+        )
+        .await;
+        result.rows_before = rows_before;
+        runs.push(result);
+    }
+
+    eprintln!("pgbench read_one.sql, {pgbench_seconds} s");
+    let pgbench_read = pgbench::run(
+        pgbench_binary,
+        &database.url,
+        "read_one.sql",
+        args.pgbench_clients,
+        pgbench_seconds,
+        &[("nrows", args.replay_identities.to_string())],
+    )
+    .await?;
+    for scenario in [Scenario::Replay, Scenario::Conflict] {
+        for &concurrency in &args.concurrency {
+            // Every identity back in the cache, whatever it evicted since.
+            load::call_replay_identities(gw.address, args.replay_identities).await?;
+            runs.push(measure_http(args, scenario, concurrency, gw.pid(), gw.address).await);
+        }
+    }
+    gw.stop();
+
+    if has_cache && args.replay_cache_entries != Some(0) {
+        runs.extend(measure_uncached(args, gateway_binary, database).await?);
+    }
+
+    eprintln!(
+        "in-memory store, {:.0} s on one thread",
+        args.memory_time().as_secs_f64()
+    );
+    let memory_time = args.memory_time();
+    let memory_store =
+        tokio::task::spawn_blocking(move || carmy_bench::memory::measure(memory_time))
+            .await
+            .map_err(|error| format!("in-memory measurement: {error}"))?
+            .map_err(|error| format!("in-memory measurement: {error}"))?;
+
+    eprintln!("counting round trips on the wire");
+    let round_trips = Some(count_round_trips(args, gateway_binary, database, has_cache).await?);
+
+    let flatness = measure_flatness(args, &runs, gateway_binary, database, has_cache).await?;
 
     let mut report = Report {
         finished_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        command: std::env::args()
-            .map(|arg| {
-                if arg.contains("://") {
-                    db::redact(&arg)
-                } else {
-                    arg
-                }
-            })
-            .collect(),
+        command: command_line(),
         cpus: cpu::cpus(),
         load_average: (load_before, cpu::load_average()),
         server,

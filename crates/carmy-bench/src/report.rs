@@ -1,13 +1,14 @@
 //! The results: the printed table, the targets, and `latest.json`.
 
-use crate::cpu;
+mod render;
+
 use crate::db::ServerInfo;
+use crate::format::{rows, thousands};
 use crate::load::{RunResult, Scenario};
 use crate::pgbench::PgbenchResult;
 use crate::wire::Counts;
 use carmy_bench::memory::MemoryStoreResult;
 use serde::Serialize;
-use std::fmt::Write as _;
 
 /// The concurrency the targets compare at.
 pub const TARGET_CONCURRENCY: usize = 32;
@@ -169,6 +170,15 @@ impl Report {
 
     /// Judges the targets (fills [`Report::targets`]).
     pub fn judge(&mut self) {
+        let mut targets = self.throughput_targets();
+        targets.push(self.flatness_target());
+        targets.push(self.memory_target());
+        targets.push(self.round_trip_target());
+        self.targets = targets;
+    }
+
+    /// New identities and replays at the target concurrency against their pgbench ceilings.
+    fn throughput_targets(&self) -> Vec<Target> {
         let mut targets = Vec::new();
         let c = TARGET_CONCURRENCY;
         for (scenario, ratio, ceiling) in [
@@ -213,7 +223,11 @@ impl Report {
                 },
             });
         }
+        targets
+    }
 
+    /// New-identity p99 flat from the small to the large table.
+    fn flatness_target(&self) -> Target {
         let small = &self.flatness.small;
         let name = format!(
             "new-identity p99 at c={} flat (<= {FLAT_P99_RATIO} x) from {} to {} rows",
@@ -224,7 +238,7 @@ impl Report {
                 .as_ref()
                 .map_or_else(|| "millions of".to_owned(), |large| rows(large.rows_before))
         );
-        targets.push(match (&self.flatness.large, small.p99_ms) {
+        match (&self.flatness.large, small.p99_ms) {
             (Some(large), Some(small_p99)) => {
                 let large_p99 = large.p99_ms.unwrap_or(f64::INFINITY);
                 let value = large_p99 / small_p99;
@@ -249,10 +263,13 @@ impl Report {
                 bound: FLAT_P99_RATIO,
                 status: Status::Skip,
             },
-        });
+        }
+    }
 
+    /// The in-memory store's reserve+complete pairs per second.
+    fn memory_target(&self) -> Target {
         let rate = self.memory_store.pairs_per_second;
-        targets.push(Target {
+        Target {
             name: format!(
                 "in-memory store >= {} reserve+complete pairs/s on one core",
                 thousands(MEMORY_PAIRS_PER_SECOND)
@@ -266,11 +283,14 @@ impl Report {
             value: Some(rate),
             bound: MEMORY_PAIRS_PER_SECOND,
             status: Status::of(rate >= MEMORY_PAIRS_PER_SECOND),
-        });
+        }
+    }
 
+    /// PostgreSQL round trips per new identity, on the wire.
+    fn round_trip_target(&self) -> Target {
         let name =
             format!("<= {ROUND_TRIPS_PER_NEW_IDENTITY} PostgreSQL round trips per new identity");
-        targets.push(match &self.round_trips {
+        match &self.round_trips {
             Some(trips) if trips.calls > 0 => {
                 let per_call = |count: u64| count as f64 / trips.calls as f64;
                 let new = &trips.new_identity;
@@ -296,8 +316,7 @@ impl Report {
                 bound: ROUND_TRIPS_PER_NEW_IDENTITY,
                 status: Status::Skip,
             },
-        });
-        self.targets = targets;
+        }
     }
 
     /// Whether any target failed.
@@ -305,243 +324,5 @@ impl Report {
         self.targets
             .iter()
             .any(|target| target.status == Status::Fail)
-    }
-
-    /// The printed report: settings, the table, round trips, the targets.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        let s = &self.settings;
-        let _ = writeln!(
-            out,
-            "carmy-bench: {} CPUs shared by gateway, PostgreSQL {} and load; fsync={} \
-             synchronous_commit={} shared_buffers={}",
-            self.cpus,
-            self.server.version,
-            self.server.fsync,
-            self.server.synchronous_commit,
-            self.server.shared_buffers
-        );
-        let _ = writeln!(
-            out,
-            "gateway pool {} connections, replay cache {}, {} replay identities; {:.1} s per \
-             measurement after {:.1} s warm-up; {} rows preloaded; load average {} -> {}",
-            s.pool_size,
-            s.replay_cache,
-            s.replay_identities,
-            s.seconds,
-            s.warmup_seconds,
-            thousands(s.small_rows as f64),
-            self.load_average
-                .0
-                .map_or("?".to_owned(), |l| format!("{l:.2}")),
-            self.load_average
-                .1
-                .map_or("?".to_owned(), |l| format!("{l:.2}")),
-        );
-        let _ = writeln!(out);
-        let _ = writeln!(
-            out,
-            "{:<26} {:>4} {:>9} {:>8} {:>8} {:>7}  {:<22} CPU in % of one core",
-            "scenario", "c", "calls/s", "p50 ms", "p99 ms", "errors", "vs pgbench ceiling"
-        );
-        for ceiling in [&self.pgbench_new_identity, &self.pgbench_read_one] {
-            let _ = writeln!(
-                out,
-                "{:<26} {:>4} {:>9.0} {:>8} {:>8} {:>7}  {:<22} {}",
-                format!("pgbench {}", ceiling.script.trim_end_matches(".sql")),
-                ceiling.clients,
-                ceiling.tps,
-                ms(ceiling.p50_ms),
-                ms(ceiling.p99_ms),
-                ceiling.failed,
-                "(ceiling)",
-                ceiling
-                    .cpu
-                    .as_ref()
-                    .map_or(String::new(), cpu::Split::brief)
-            );
-        }
-        for run in &self.runs {
-            let ceiling = match run.scenario {
-                Scenario::NewIdentity => "new_identity",
-                Scenario::Replay | Scenario::Conflict => "read_one",
-            };
-            let _ = writeln!(
-                out,
-                "{:<26} {:>4} {:>9.0} {:>8} {:>8} {:>7}  {:<22} {}",
-                run.label(),
-                run.concurrency,
-                run.calls_per_second,
-                ms(run.p50_ms),
-                ms(run.p99_ms),
-                run.error_count(),
-                format!(
-                    "{:.2} x {ceiling}",
-                    run.calls_per_second / self.ceiling(run.scenario)
-                ),
-                run.cpu.as_ref().map_or(String::new(), cpu::Split::brief)
-            );
-        }
-        for run in std::iter::once(&self.flatness.small).chain(&self.flatness.large) {
-            if self.flatness.large.is_none() {
-                break;
-            }
-            let _ = writeln!(
-                out,
-                "{:<26} {:>4} {:>9.0} {:>8} {:>8} {:>7}  {:<22} {}",
-                format!("new identity @{} rows", rows(run.rows_before)),
-                run.concurrency,
-                run.calls_per_second,
-                ms(run.p50_ms),
-                ms(run.p99_ms),
-                run.error_count(),
-                format!(
-                    "{:.2} x new_identity",
-                    run.calls_per_second / self.pgbench_new_identity.tps
-                ),
-                run.cpu.as_ref().map_or(String::new(), cpu::Split::brief)
-            );
-        }
-        let noisy = self
-            .runs
-            .iter()
-            .chain(std::iter::once(&self.flatness.small))
-            .chain(&self.flatness.large)
-            .filter_map(|run| run.cpu.as_ref())
-            .chain(
-                [&self.pgbench_new_identity, &self.pgbench_read_one]
-                    .into_iter()
-                    .filter_map(|ceiling| ceiling.cpu.as_ref()),
-            )
-            .any(|split| split.other > NOISY_OTHER_PERCENT);
-        if noisy {
-            let _ = writeln!(
-                out,
-                "
-note: in some windows other processes took more than {NOISY_OTHER_PERCENT:.0}%                  of a CPU (column other): those figures are low; rerun on a quiet machine"
-            );
-        }
-        let errors: Vec<String> = self
-            .runs
-            .iter()
-            .chain(std::iter::once(&self.flatness.small))
-            .chain(&self.flatness.large)
-            .filter(|run| run.error_count() > 0)
-            .map(|run| {
-                format!(
-                    "  {} c={}: {}",
-                    run.label(),
-                    run.concurrency,
-                    run.errors
-                        .iter()
-                        .map(|(kind, count)| format!("{count} x {kind}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            })
-            .collect();
-        if !errors.is_empty() {
-            let _ = writeln!(out, "\nerrors:\n{}", errors.join("\n"));
-        }
-        let _ = writeln!(
-            out,
-            "\nin-memory store: {} reserve+complete pairs/s on one thread",
-            thousands(self.memory_store.pairs_per_second)
-        );
-        if let Some(trips) = &self.round_trips {
-            let per = |counts: &Counts| {
-                let n = trips.calls.max(1) as f64;
-                format!(
-                    "{:.2} (statements {:.2}, pool pings {:.2}, prepares {:.2})",
-                    counts.round_trips() as f64 / n,
-                    counts.statements as f64 / n,
-                    counts.pings as f64 / n,
-                    counts.prepares as f64 / n
-                )
-            };
-            let _ = writeln!(
-                out,
-                "round trips to PostgreSQL per call ({} sequential calls each, on the wire):",
-                trips.calls
-            );
-            let _ = writeln!(
-                out,
-                "  new identity:              {}",
-                per(&trips.new_identity)
-            );
-            let _ = writeln!(
-                out,
-                "  replay, replay cache off:  {}",
-                per(&trips.replay_cache_off)
-            );
-            if let Some(cached) = &trips.replay_cache_default {
-                let _ = writeln!(out, "  replay, default cache:     {}", per(cached));
-            }
-        }
-        let _ = writeln!(out, "\ntargets:");
-        for target in &self.targets {
-            let _ = writeln!(
-                out,
-                "  {}  {:<72} {}",
-                target.status.label(),
-                target.name,
-                target.figure
-            );
-        }
-        out
-    }
-}
-
-fn ms(value: Option<f64>) -> String {
-    value.map_or_else(|| "-".to_owned(), |ms| format!("{ms:.2}"))
-}
-
-/// `10000` → `10k`, `5000000` → `5M`, else the number.
-fn rows(count: Option<i64>) -> String {
-    match count {
-        None => "?".to_owned(),
-        Some(n) if n >= 1_000_000 => format!("{}M", round_to(n as f64 / 1e6, 1)),
-        Some(n) if n >= 10_000 => format!("{}k", round_to(n as f64 / 1e3, 0)),
-        Some(n) => n.to_string(),
-    }
-}
-
-/// `value` with at most `decimals` decimals, without trailing zeros.
-fn round_to(value: f64, decimals: usize) -> String {
-    let text = format!("{value:.decimals$}");
-    if text.contains('.') {
-        text.trim_end_matches('0').trim_end_matches('.').to_owned()
-    } else {
-        text
-    }
-}
-
-/// `1234567.8` → `1,234,568`.
-pub fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::new();
-    for (index, digit) in digits.chars().enumerate() {
-        if index > 0 && (digits.len() - index) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn formats() {
-        assert_eq!(super::thousands(1_234_567.8), "1,234,568");
-        assert_eq!(super::thousands(500_000.0), "500,000");
-        assert_eq!(super::thousands(12.0), "12");
-        assert_eq!(super::rows(Some(10_000)), "10k");
-        assert_eq!(super::rows(Some(5_000_000)), "5M");
-        assert_eq!(super::rows(Some(10_123)), "10k");
-        assert_eq!(super::rows(Some(304_143)), "304k");
-        assert_eq!(super::rows(Some(5_004_000)), "5M");
-        assert_eq!(super::rows(Some(1_250_000)), "1.2M");
-        assert_eq!(super::rows(Some(999)), "999");
     }
 }

@@ -1,0 +1,220 @@
+//! The printed form of a [`Report`]: settings, the throughput table, notes, round trips and the
+//! targets.
+
+use super::{Report, NOISY_OTHER_PERCENT};
+use crate::cpu;
+use crate::format::{ms, rows, thousands};
+use crate::load::Scenario;
+use crate::wire::Counts;
+use std::fmt::Write as _;
+
+impl Report {
+    /// The printed report: settings, the table, round trips, the targets.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        self.render_settings(&mut out);
+        self.render_table(&mut out);
+        self.render_notes(&mut out);
+        self.render_memory_and_round_trips(&mut out);
+        self.render_targets(&mut out);
+        out
+    }
+
+    /// The machine, the server's settings and the run's settings.
+    fn render_settings(&self, out: &mut String) {
+        let s = &self.settings;
+        let _ = writeln!(
+            out,
+            "carmy-bench: {} CPUs shared by gateway, PostgreSQL {} and load; fsync={} \
+             synchronous_commit={} shared_buffers={}",
+            self.cpus,
+            self.server.version,
+            self.server.fsync,
+            self.server.synchronous_commit,
+            self.server.shared_buffers
+        );
+        let _ = writeln!(
+            out,
+            "gateway pool {} connections, replay cache {}, {} replay identities; {:.1} s per \
+             measurement after {:.1} s warm-up; {} rows preloaded; load average {} -> {}",
+            s.pool_size,
+            s.replay_cache,
+            s.replay_identities,
+            s.seconds,
+            s.warmup_seconds,
+            thousands(s.small_rows as f64),
+            self.load_average
+                .0
+                .map_or("?".to_owned(), |l| format!("{l:.2}")),
+            self.load_average
+                .1
+                .map_or("?".to_owned(), |l| format!("{l:.2}")),
+        );
+    }
+
+    /// The throughput table: the pgbench ceilings, every run, the flatness steps.
+    fn render_table(&self, out: &mut String) {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<26} {:>4} {:>9} {:>8} {:>8} {:>7}  {:<22} CPU in % of one core",
+            "scenario", "c", "calls/s", "p50 ms", "p99 ms", "errors", "vs pgbench ceiling"
+        );
+        for ceiling in [&self.pgbench_new_identity, &self.pgbench_read_one] {
+            let _ = writeln!(
+                out,
+                "{:<26} {:>4} {:>9.0} {:>8} {:>8} {:>7}  {:<22} {}",
+                format!("pgbench {}", ceiling.script.trim_end_matches(".sql")),
+                ceiling.clients,
+                ceiling.tps,
+                ms(ceiling.p50_ms),
+                ms(ceiling.p99_ms),
+                ceiling.failed,
+                "(ceiling)",
+                ceiling
+                    .cpu
+                    .as_ref()
+                    .map_or(String::new(), cpu::Split::brief)
+            );
+        }
+        for run in &self.runs {
+            let ceiling = match run.scenario {
+                Scenario::NewIdentity => "new_identity",
+                Scenario::Replay | Scenario::Conflict => "read_one",
+            };
+            let _ = writeln!(
+                out,
+                "{:<26} {:>4} {:>9.0} {:>8} {:>8} {:>7}  {:<22} {}",
+                run.label(),
+                run.concurrency,
+                run.calls_per_second,
+                ms(run.p50_ms),
+                ms(run.p99_ms),
+                run.error_count(),
+                format!(
+                    "{:.2} x {ceiling}",
+                    run.calls_per_second / self.ceiling(run.scenario)
+                ),
+                run.cpu.as_ref().map_or(String::new(), cpu::Split::brief)
+            );
+        }
+        for run in std::iter::once(&self.flatness.small).chain(&self.flatness.large) {
+            if self.flatness.large.is_none() {
+                break;
+            }
+            let _ = writeln!(
+                out,
+                "{:<26} {:>4} {:>9.0} {:>8} {:>8} {:>7}  {:<22} {}",
+                format!("new identity @{} rows", rows(run.rows_before)),
+                run.concurrency,
+                run.calls_per_second,
+                ms(run.p50_ms),
+                ms(run.p99_ms),
+                run.error_count(),
+                format!(
+                    "{:.2} x new_identity",
+                    run.calls_per_second / self.pgbench_new_identity.tps
+                ),
+                run.cpu.as_ref().map_or(String::new(), cpu::Split::brief)
+            );
+        }
+    }
+
+    /// Warnings about noisy measurements and the errors seen.
+    fn render_notes(&self, out: &mut String) {
+        let noisy = self
+            .runs
+            .iter()
+            .chain(std::iter::once(&self.flatness.small))
+            .chain(&self.flatness.large)
+            .filter_map(|run| run.cpu.as_ref())
+            .chain(
+                [&self.pgbench_new_identity, &self.pgbench_read_one]
+                    .into_iter()
+                    .filter_map(|ceiling| ceiling.cpu.as_ref()),
+            )
+            .any(|split| split.other > NOISY_OTHER_PERCENT);
+        if noisy {
+            let _ = writeln!(
+                out,
+                "
+note: in some windows other processes took more than {NOISY_OTHER_PERCENT:.0}%                  of a CPU (column other): those figures are low; rerun on a quiet machine"
+            );
+        }
+        let errors: Vec<String> = self
+            .runs
+            .iter()
+            .chain(std::iter::once(&self.flatness.small))
+            .chain(&self.flatness.large)
+            .filter(|run| run.error_count() > 0)
+            .map(|run| {
+                format!(
+                    "  {} c={}: {}",
+                    run.label(),
+                    run.concurrency,
+                    run.errors
+                        .iter()
+                        .map(|(kind, count)| format!("{count} x {kind}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
+            .collect();
+        if !errors.is_empty() {
+            let _ = writeln!(out, "\nerrors:\n{}", errors.join("\n"));
+        }
+    }
+
+    /// The in-memory figure and the round trips per call.
+    fn render_memory_and_round_trips(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "\nin-memory store: {} reserve+complete pairs/s on one thread",
+            thousands(self.memory_store.pairs_per_second)
+        );
+        if let Some(trips) = &self.round_trips {
+            let per = |counts: &Counts| {
+                let n = trips.calls.max(1) as f64;
+                format!(
+                    "{:.2} (statements {:.2}, pool pings {:.2}, prepares {:.2})",
+                    counts.round_trips() as f64 / n,
+                    counts.statements as f64 / n,
+                    counts.pings as f64 / n,
+                    counts.prepares as f64 / n
+                )
+            };
+            let _ = writeln!(
+                out,
+                "round trips to PostgreSQL per call ({} sequential calls each, on the wire):",
+                trips.calls
+            );
+            let _ = writeln!(
+                out,
+                "  new identity:              {}",
+                per(&trips.new_identity)
+            );
+            let _ = writeln!(
+                out,
+                "  replay, replay cache off:  {}",
+                per(&trips.replay_cache_off)
+            );
+            if let Some(cached) = &trips.replay_cache_default {
+                let _ = writeln!(out, "  replay, default cache:     {}", per(cached));
+            }
+        }
+    }
+
+    /// The targets with PASS/FAIL.
+    fn render_targets(&self, out: &mut String) {
+        let _ = writeln!(out, "\ntargets:");
+        for target in &self.targets {
+            let _ = writeln!(
+                out,
+                "  {}  {:<72} {}",
+                target.status.label(),
+                target.name,
+                target.figure
+            );
+        }
+    }
+}
