@@ -1,5 +1,5 @@
-//! The fingerprint of a call (contract §2): SHA-256 over the RFC 8785 canonical form of the
-//! strictly parsed arguments, for a small and a 10 KB arguments object; and the strict parse
+//! The fingerprint of a call (docs/semantics.md §2): SHA-256 over the RFC 8785 canonical form of
+//! the strictly parsed arguments, for a small and a 10 KB arguments object; and the strict parse
 //! itself.
 
 // criterion_group! generates an undocumented public function.

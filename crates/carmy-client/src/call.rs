@@ -1,4 +1,4 @@
-//! [`Call`]: one tool call and its identity (contract §2, §7).
+//! [`Call`]: one tool call and its identity (docs/semantics.md §2, §7).
 
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -1,5 +1,5 @@
-//! [`Client`] and [`ClientBuilder`]: the requests of contract §7 with the retry discipline of
-//! [`crate::retry`].
+//! [`Client`] and [`ClientBuilder`]: the requests of docs/semantics.md §7 with the retry discipline
+//! of [`crate::retry`].
 
 use crate::call::Call;
 use crate::error::{Error, TransportError};
@@ -29,8 +29,8 @@ pub struct ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// Sends `Authorization: Bearer <api_key>` with every request (contract §6). Without a key
-    /// the gateway must run in anonymous mode.
+    /// Sends `Authorization: Bearer <api_key>` with every request (docs/semantics.md §6). Without a
+    /// key the gateway must run in anonymous mode.
     #[must_use]
     pub fn api_key(mut self, api_key: impl Into<String>) -> Self {
         self.api_key = Some(api_key.into());

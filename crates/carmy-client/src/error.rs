@@ -1,5 +1,5 @@
 //! [`Error`]: every way a request can end without the answer asked for, typed by what the caller
-//! should do next (contract §3, §5, §12).
+//! should do next (docs/semantics.md §3, §5, §12).
 
 use crate::wire::Problem;
 
@@ -88,7 +88,7 @@ impl std::fmt::Display for Failure {
 /// - never retry with the same request_id: [`Conflict`](Self::Conflict),
 ///   [`InvalidRequest`](Self::InvalidRequest), [`UnknownTool`](Self::UnknownTool);
 /// - reconcile before anything else: [`Interrupted`](Self::Interrupted) (the tool may or may
-///   not have had its effect; never re-run automatically, contract §4);
+///   not have had its effect; never re-run automatically, docs/semantics.md §4);
 /// - retry the same [`Call`](crate::Call) later: [`StillRunning`](Self::StillRunning),
 ///   [`Unavailable`](Self::Unavailable), [`Capacity`](Self::Capacity);
 /// - fix the setup: [`Unauthorized`](Self::Unauthorized), [`Config`](Self::Config).
@@ -106,7 +106,7 @@ pub enum Error {
     },
     /// 409 `EXECUTION_UNCERTAIN` with state `interrupted`: the process running the tool died
     /// and its outcome is unknown. Never retried: find out whether the effect happened, then
-    /// resolve or release the execution (contract §12).
+    /// resolve or release the execution (docs/semantics.md §12).
     #[error("execution {execution_id} was interrupted; its outcome is unknown")]
     Interrupted {
         /// The interrupted execution.
@@ -169,7 +169,7 @@ pub enum Error {
 }
 
 impl Error {
-    /// The error for a problem answer that is not retried (contract §3, §5).
+    /// The error for a problem answer that is not retried (docs/semantics.md §3, §5).
     pub(crate) fn from_problem(problem: Problem) -> Self {
         let execution_id = || problem.execution_id.clone().unwrap_or_default();
         match (problem.status, problem.code.as_deref()) {

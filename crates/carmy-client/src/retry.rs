@@ -1,7 +1,7 @@
 //! The retry discipline, free of I/O: which answers are retried ([`classify`]), how long to wait
 //! ([`backoff`]), and when to stop ([`RetryPolicy`]).
 //!
-//! Rules (contract §3, §4, §12, §13):
+//! Rules (docs/semantics.md §3, §4, §12, §13):
 //!
 //! - **retried**: transport failures where the request may have reached the gateway (connect
 //!   errors, timeouts, resets, a connection closed before the answer or its body was complete);
@@ -42,10 +42,10 @@ pub struct RetryPolicy {
     pub max_backoff: Duration,
     /// Longest wait for one answer, bounded by the time left. Default 35 s.
     pub attempt_timeout: Duration,
-    /// Seconds sent as `Prefer: wait=N` (RFC 7240; contract §12) so that a gateway supporting
-    /// it holds the answer to a running duplicate until its outcome is recorded; lowered to fit
-    /// one second under the attempt's timeout; `None` sends no header. Gateways without support
-    /// ignore it. Default `Some(10)`.
+    /// Seconds sent as `Prefer: wait=N` (RFC 7240; docs/semantics.md §12) so that a gateway
+    /// supporting it holds the answer to a running duplicate until its outcome is recorded; lowered
+    /// to fit one second under the attempt's timeout; `None` sends no header. Gateways without
+    /// support ignore it. Default `Some(10)`.
     pub prefer_wait: Option<u32>,
 }
 

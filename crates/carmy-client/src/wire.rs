@@ -1,5 +1,6 @@
-//! The wire format of Carmy's HTTP API as this client reads it: execution records (contract §4),
-//! problem details (contract §5, §12) and the tool list (contract §7).
+//! The wire format of Carmy's HTTP API as this client reads it: execution records
+//! (docs/semantics.md §4), problem details (docs/semantics.md §5, §12) and the tool list
+//! (docs/semantics.md §7).
 //!
 //! Defined here rather than shared with the server crate so that the client stays light. Members
 //! the client does not know yet are ignored, so a newer gateway that adds members to a record or
@@ -8,8 +9,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// How a finished execution ended (contract §4). Every status is recorded and replayed alike: a
-/// replayed `TimedOut` means the tool is not run again.
+/// How a finished execution ended (docs/semantics.md §4). Every status is recorded and replayed
+/// alike: a replayed `TimedOut` means the tool is not run again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
@@ -33,7 +34,8 @@ pub struct ToolError {
     pub message: String,
 }
 
-/// A finished execution: the body of a `200` answer to `POST /v1/executions` (contract §4).
+/// A finished execution: the body of a `200` answer to `POST /v1/executions`
+/// (docs/semantics.md §4).
 ///
 /// A replay carries the same `execution_id`, `status`, `data` and `error` as the first answer;
 /// only [`replayed`](Self::replayed) differs.
@@ -64,7 +66,7 @@ pub struct Execution {
     pub finished_at: String,
 }
 
-/// Whether an execution without an outcome may still finish (contract §3, §4).
+/// Whether an execution without an outcome may still finish (docs/semantics.md §3, §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InFlightState {
@@ -181,7 +183,7 @@ impl WireRecord {
     }
 }
 
-/// An RFC 9457 problem answer (contract §5) with Carmy's extensions.
+/// An RFC 9457 problem answer (docs/semantics.md §5) with Carmy's extensions.
 ///
 /// Answers from something in front of the gateway (a load balancer's 502 page) are represented
 /// too: their members are then defaults and [`code`](Self::code) is `None`.
@@ -199,8 +201,8 @@ pub struct Problem {
     /// Explanation of this occurrence.
     #[serde(default)]
     pub detail: String,
-    /// The machine code, e.g. `IDEMPOTENCY_CONFLICT` (contract §3); `None` when the answer did
-    /// not come from Carmy.
+    /// The machine code, e.g. `IDEMPOTENCY_CONFLICT` (docs/semantics.md §3); `None` when the answer
+    /// did not come from Carmy.
     #[serde(default)]
     pub code: Option<String>,
     /// The execution concerned, where one exists.
@@ -210,7 +212,7 @@ pub struct Problem {
     #[serde(default)]
     pub state: Option<InFlightState>,
     /// For `IDEMPOTENCY_CONFLICT`: which parts of the call differ (`tool`, `arguments`,
-    /// `metadata`; contract §12). Empty when the gateway does not say.
+    /// `metadata`; docs/semantics.md §12). Empty when the gateway does not say.
     #[serde(default)]
     pub differs: Vec<String>,
 }

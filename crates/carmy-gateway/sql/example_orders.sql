@@ -1,5 +1,5 @@
 -- Orders written by the gateway's example tools create_order, get_order and find_orders
--- (contract §9). Shared by all replicas, so the quickstart's effects are real.
+-- (docs/semantics.md §9). Shared by all replicas, so the quickstart's effects are real.
 --
 -- Not a product migration: the gateway runs this file when it starts with the example tools
 -- and carmy.example_orders does not exist yet (orders::PostgresOrderBook::prepare), under the

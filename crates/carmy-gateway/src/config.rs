@@ -1,5 +1,5 @@
 //! Gateway configuration: command-line flags, each also read from its environment variable
-//! (contract §9).
+//! (docs/semantics.md §9).
 //!
 //! Defaults are the crates' own (`EngineConfig::default()`, `carmy_postgres::DEFAULT_*`,
 //! `carmy::http::DEFAULT_*`, …). A value outside its accepted range stops the gateway before it

@@ -1,8 +1,8 @@
 //! # carmy-gateway
 //!
-//! The gateway binary's library: configuration ([`config`]), the example tools of contract §9
-//! ([`tools`]) and their order book ([`orders`]), and the wiring of the Carmy runtime to the
-//! in-memory store (no `DATABASE_URL`) or to `PostgresStore` (with one).
+//! The gateway binary's library: configuration ([`config`]), the example tools of
+//! docs/semantics.md §9 ([`tools`]) and their order book ([`orders`]), and the wiring of the Carmy
+//! runtime to the in-memory store (no `DATABASE_URL`) or to `PostgresStore` (with one).
 //!
 //! `carmy-gateway` serves; `carmy-gateway migrate` applies the database migrations and exits.
 

@@ -1,5 +1,5 @@
 //! Orders of the example tools, kept where the reservations are: in process memory, or in
-//! `carmy.example_orders` shared by every replica (contract §9). That table is the example
+//! `carmy.example_orders` shared by every replica (docs/semantics.md §9). That table is the example
 //! tools' own, not the product's: [`PostgresOrderBook::prepare`] creates it
 //! (`sql/example_orders.sql`) where it is missing.
 
@@ -31,7 +31,7 @@ impl Order {
 }
 
 /// Where orders live. Every method is scoped to one principal: principals never see each
-/// other's orders (contract §6).
+/// other's orders (docs/semantics.md §6).
 pub trait OrderBook: Send + Sync + 'static {
     /// Creates an order and returns its id.
     fn create<'a>(

@@ -1,4 +1,4 @@
-//! The example tools of contract §9: `create_order`, `get_order`, `find_orders`, `echo`,
+//! The example tools of docs/semantics.md §9: `create_order`, `get_order`, `find_orders`, `echo`,
 //! `sleep` and `fail`.
 
 use crate::orders::OrderBook;

@@ -1,6 +1,6 @@
-//! This process's lease in `carmy.instances` (contract §4): registered at start, renewed every
-//! `lease_ttl / 3` by a background task, ended at shutdown. A running reservation whose owner's
-//! lease lapsed reads as interrupted (`carmy.in_flight_state`).
+//! This process's lease in `carmy.instances` (docs/semantics.md §4): registered at start, renewed
+//! every `lease_ttl / 3` by a background task, ended at shutdown. A running reservation whose
+//! owner's lease lapsed reads as interrupted (`carmy.in_flight_state`).
 
 use crate::diagnosis::Diagnosis;
 use crate::sql::{END_LEASE_SQL, LEASE_SQL};

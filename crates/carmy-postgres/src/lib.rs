@@ -1,11 +1,11 @@
-//! PostgreSQL store for Carmy (contract §8).
+//! PostgreSQL store for Carmy (docs/semantics.md §8).
 //!
 //! - [`PostgresStore`] implements [`carmy::runtime::IdempotencyStore`] on the table
 //!   `carmy.reservations`: one row per call identity (principal, session_id, request_id), reserved
 //!   with `INSERT … ON CONFLICT DO NOTHING` before the tool runs and completed with one
 //!   autocommitted `UPDATE` by the execution that reserved it. Many gateway replicas share one
 //!   database; each registers a lease in `carmy.instances` so that a reservation whose owner died
-//!   reads as interrupted (contract §4).
+//!   reads as interrupted (docs/semantics.md §4).
 //! - [`migrate`] applies the SQL migrations of the repository's `migrations/` folder (embedded at
 //!   build time) with refinery over one sqlx connection, under a PostgreSQL advisory lock, so
 //!   replicas starting together never race. [`latest_migration_version`] tells readiness checks

@@ -1,4 +1,4 @@
-//! Schema migrations under an advisory lock (contract §8), run by refinery over a sqlx
+//! Schema migrations under an advisory lock (docs/semantics.md §8), run by refinery over a sqlx
 //! connection.
 
 use refinery::{Migration, SchemaVersion};
@@ -16,8 +16,8 @@ mod embedded {
 /// `0x6361726d796d6967`, the ASCII bytes of `carmymig` read as a big-endian `bigint`.
 ///
 /// Operators can see a migration in progress with
-/// `SELECT * FROM pg_locks WHERE locktype = 'advisory' AND classid = 1667330669 AND objid = 2037213543`
-/// (the key's high and low 32 bits).
+/// `SELECT * FROM pg_locks WHERE locktype = 'advisory' AND classid = 1667330669 AND objid =
+/// 2037213543` (the key's high and low 32 bits).
 pub const MIGRATION_LOCK_KEY: i64 = 0x6361_726d_796d_6967;
 
 /// The schema-qualified name of refinery's history table: one row per applied migration, with
@@ -62,7 +62,7 @@ pub enum MigrateError {
 
 /// The highest version among the migrations embedded in this build (`migrations/V<n>__*.sql`),
 /// e.g. `4`. A database is ready for this build when `max(version)` in [`MIGRATION_TABLE`] is at
-/// least this (contract §7 `/readyz`); versions need not be contiguous (see
+/// least this (docs/semantics.md §7 `/readyz`); versions need not be contiguous (see
 /// [`RETIRED_MIGRATIONS`]).
 pub fn latest_migration_version() -> i32 {
     embedded::migrations::runner()
@@ -73,7 +73,7 @@ pub fn latest_migration_version() -> i32 {
         .unwrap_or(0)
 }
 
-/// Applies the embedded migrations to the database at `database_url` (contract §8).
+/// Applies the embedded migrations to the database at `database_url` (docs/semantics.md §8).
 ///
 /// `database_url` is a `postgres://user[:password]@host[:port]/dbname[?params]` URL, used as
 /// sqlx parses it: every parameter keeps its meaning, `sslmode` included (`disable`, `prefer` —

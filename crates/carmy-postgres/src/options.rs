@@ -109,8 +109,8 @@ pub struct PostgresStoreOptions {
     /// [`PostgresStore::from_pool`](crate::PostgresStore::from_pool) (the pool's own setting
     /// applies).
     pub acquire_timeout: Duration,
-    /// How long this process's lease lasts without renewal (contract §4): the store renews it
-    /// every `lease_ttl / 3`; once it lapses, the running reservations this process owns read as
+    /// How long this process's lease lasts without renewal (docs/semantics.md §4): the store renews
+    /// it every `lease_ttl / 3`; once it lapses, the running reservations this process owns read as
     /// interrupted. Between [`MIN_LEASE_TTL`] (1 ms) and [`MAX_LEASE_TTL`] (24 h); default
     /// [`DEFAULT_LEASE_TTL`] (30 s).
     pub lease_ttl: Duration,

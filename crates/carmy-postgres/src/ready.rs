@@ -1,5 +1,5 @@
-//! Readiness of a store (contract §7 `/readyz`): the schema is migrated far enough for this
-//! build and the instance's lease is registered.
+//! Readiness of a store (docs/semantics.md §7 `/readyz`): the schema is migrated far enough for
+//! this build and the instance's lease is registered.
 
 use crate::diagnosis::Diagnosis;
 use crate::failure::ReadFailure;

@@ -1,7 +1,7 @@
 //! [`PostgresStore`]: the durable [`IdempotencyStore`] shared by all gateway replicas
-//! (contract §8). The statements are in [`crate::sql`], the settings in [`crate::options`], the
-//! lease in `lease`, cancel delivery in `cancel`, error classes in `failure`, row decoding in
-//! `decode` and the hot-path connections in `hot`.
+//! (docs/semantics.md §8). The statements are in [`crate::sql`], the settings in
+//! [`crate::options`], the lease in `lease`, cancel delivery in `cancel`, error classes in
+//! `failure`, row decoding in `decode` and the hot-path connections in `hot`.
 
 use crate::cancel::{listen_for_cancels, CANCEL_BACKLOG, CANCEL_CHANNEL};
 use crate::decode::{decode_key, decode_record};
@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 /// (an operator deleted it in between).
 const RESERVE_ATTEMPTS: usize = 3;
 
-/// The PostgreSQL [`IdempotencyStore`] (contract §8): reservations and outcomes in
+/// The PostgreSQL [`IdempotencyStore`] (docs/semantics.md §8): reservations and outcomes in
 /// `carmy.reservations`, this process's lease in `carmy.instances`.
 ///
 /// - `reserve` is one `INSERT … ON CONFLICT DO NOTHING` statement that also reads the existing
@@ -179,9 +179,9 @@ impl PostgresStore {
 
     /// Stops the lease renewer (waiting for a renewal in progress to finish) and ends the lease
     /// now (`lease_expires_at = now()`), so reservations this process still holds read as
-    /// interrupted at once (contract §4). Call it after the drain period, when no execution of
-    /// this process will complete any more. Later calls of the store still work but are not
-    /// covered by a lease. Calling it twice is harmless.
+    /// interrupted at once (docs/semantics.md §4). Call it after the drain period, when no
+    /// execution of this process will complete any more. Later calls of the store still work but
+    /// are not covered by a lease. Calling it twice is harmless.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the lease could not be ended (it then lapses by itself

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// The default listen address (contract §9, `CARMY_LISTEN`).
+/// The default listen address (docs/semantics.md §9, `CARMY_LISTEN`).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 
 /// How long, after the drain period, shutdown waits for cancelled executions to be recorded.
@@ -35,7 +35,7 @@ pub enum AppError {
     /// A tool could not be registered.
     #[error(transparent)]
     Tool(#[from] ToolRegistryError),
-    /// No API keys are configured and the address is not loopback (contract §6).
+    /// No API keys are configured and the address is not loopback (docs/semantics.md §6).
     #[error("refusing to serve anonymously on non-loopback address {0}: configure API keys (gateway: CARMY_API_KEYS or CARMY_API_KEYS_FILE) or allow anonymous network access explicitly (gateway: CARMY_ALLOW_ANONYMOUS_NETWORK=true)")]
     AnonymousOnNetwork(SocketAddr),
     /// Binding or serving failed.
@@ -98,7 +98,7 @@ impl AppBuilder {
         self
     }
 
-    /// Sets the API keys (contract §6); none means anonymous, loopback only.
+    /// Sets the API keys (docs/semantics.md §6); none means anonymous, loopback only.
     #[must_use]
     pub fn api_keys(mut self, keys: ApiKeys) -> Self {
         self.keys = keys;
@@ -225,7 +225,7 @@ impl App {
     /// returns.
     ///
     /// # Errors
-    /// [`AppError::AnonymousOnNetwork`] (contract §6) or [`AppError::Io`].
+    /// [`AppError::AnonymousOnNetwork`] (docs/semantics.md §6) or [`AppError::Io`].
     pub async fn serve(
         self,
         listener: TcpListener,

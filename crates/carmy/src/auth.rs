@@ -1,4 +1,4 @@
-//! API keys and principals (contract §6).
+//! API keys and principals (docs/semantics.md §6).
 //!
 //! Keys are kept only as SHA-256 digests. A presented key is hashed, then compared with every
 //! configured digest in constant time (`subtle`), without stopping at a match, so the time a check
@@ -80,7 +80,7 @@ impl ApiKeys {
         self.entries.len()
     }
 
-    /// The principal of an `Authorization` header value, per contract §6:
+    /// The principal of an `Authorization` header value, per docs/semantics.md §6:
     /// anonymous mode → [`ANONYMOUS_PRINCIPAL`] whatever was sent; otherwise the header must be
     /// `Bearer <known key>`. `None` means 401.
     pub fn authenticate(&self, authorization: Option<&[u8]>) -> Option<String> {

@@ -1,9 +1,9 @@
 //! A bounded in-process cache of finished records in front of another store.
 //!
-//! A finished record never changes (contract §4), so a replica may answer replays and conflicts
-//! for it without a database round trip. Only finished records are cached: an identity that is
-//! vacant, running or interrupted always goes to the store, and the fingerprint is compared on
-//! every cached answer exactly as the store would (contract §3).
+//! A finished record never changes (docs/semantics.md §4), so a replica may answer replays and
+//! conflicts for it without a database round trip. Only finished records are cached: an identity
+//! that is vacant, running or interrupted always goes to the store, and the fingerprint is compared
+//! on every cached answer exactly as the store would (docs/semantics.md §3).
 //!
 //! An operator who deletes or rewrites a finished row with SQL sees the change on a replica only
 //! after the entry expires (the time to live), or at once with the cache disabled.

@@ -1,10 +1,10 @@
-//! A tool call as every front hands it to the engine, checked once (contract §2, §3).
+//! A tool call as every front hands it to the engine, checked once (docs/semantics.md §2, §3).
 //!
 //! [`ValidatedCall`] can only be made by [`ValidatedCall::parse`] (raw JSON text, as the HTTP
 //! front receives it) or [`ValidatedCall::from_values`] (already parsed JSON, as a front that
 //! decodes its own envelope has it). Both run the same stateless checks, and the fields are
 //! private, so a call's fingerprint is always the fingerprint of its own tool, arguments and
-//! metadata. Everything here is stateless: a refused call reserves nothing (contract §3).
+//! metadata. Everything here is stateless: a refused call reserves nothing (docs/semantics.md §3).
 
 use crate::fingerprint::{fingerprint, Fingerprint};
 use crate::identity::validate_identifier;
@@ -93,8 +93,9 @@ pub struct ValidatedCall {
 }
 
 impl ValidatedCall {
-    /// Checks a call received as JSON text: strict JSON (no duplicate members, contract §2),
-    /// identifiers per [`crate::identity`], arguments an object, metadata an object or `null`.
+    /// Checks a call received as JSON text: strict JSON (no duplicate members,
+    /// docs/semantics.md §2), identifiers per [`crate::identity`], arguments an object, metadata an
+    /// object or `null`.
     ///
     /// # Errors
     /// [`CallRejected`] naming the first field that broke a rule.
@@ -182,7 +183,7 @@ impl ValidatedCall {
         &self.session_id
     }
 
-    /// The call's fingerprint (contract §2).
+    /// The call's fingerprint (docs/semantics.md §2).
     pub fn fingerprint(&self) -> &Fingerprint {
         &self.fingerprint
     }

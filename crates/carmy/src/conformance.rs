@@ -1,7 +1,8 @@
 //! The store conformance suite: the same checks run against every [`IdempotencyStore`]
-//! (contract §8). Enabled by the `conformance` feature.
+//! (docs/semantics.md §8). Enabled by the `conformance` feature.
 //!
-//! A store crate generates one test per check with [`store_conformance_tests!`](crate::store_conformance_tests):
+//! A store crate generates one test per check with
+//! [`store_conformance_tests!`](crate::store_conformance_tests):
 //!
 //! ```ignore
 //! async fn fresh_store() -> std::sync::Arc<dyn carmy::runtime::IdempotencyStore> { /* … */ }

@@ -1,4 +1,4 @@
-//! Request fingerprints (contract §2).
+//! Request fingerprints (docs/semantics.md §2).
 //!
 //! Fingerprint `v1` = SHA-256 over the RFC 8785 (JCS) canonical form of the JSON array
 //! `["carmy-fingerprint", "v1", tool, arguments, metadata, exact_numbers]`, where `metadata` is
@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use std::fmt;
 
-/// The algorithm version written beside every stored fingerprint (contract §2).
+/// The algorithm version written beside every stored fingerprint (docs/semantics.md §2).
 pub const FINGERPRINT_VERSION: &str = "v1";
 
 /// A request fingerprint: the algorithm version and the lowercase hex SHA-256 digest (64 chars).

@@ -1,4 +1,4 @@
-//! Validation of the caller-supplied parts of an identity (contract §2).
+//! Validation of the caller-supplied parts of an identity (docs/semantics.md §2).
 
 /// The longest `request_id` or `session_id` accepted, in bytes of UTF-8.
 pub const MAX_IDENTIFIER_BYTES: usize = 255;

@@ -7,8 +7,8 @@
 //! recorded durably before it is returned; every later attempt is answered from the record:
 //! a replay, an `IDEMPOTENCY_CONFLICT`, or an explicit `EXECUTION_UNCERTAIN`.
 //!
-//! The rules are those of the project's contract (`shared/contract.md`); item docs cite its
-//! sections as "contract §N".
+//! The rules are written down in the repository's `docs/semantics.md`; item docs cite its
+//! sections as "docs/semantics.md §N".
 //!
 //! ```no_run
 //! use carmy::tool::FnTool;
@@ -30,9 +30,10 @@
 //!   ([`engine::Answer`], [`engine::Refusal`]); no transport type appears there;
 //! - [`runtime`] (the store trait, its types and lifecycle), [`memory`] (the bounded in-memory
 //!   store), [`cache`] (finished records served from memory), [`outcome`] (recorded outcomes);
-//! - [`fingerprint`] and [`strict_json`] (contract §2), [`identity`] (identifier rules), [`tool`];
-//! - [`http`]: the API of contract §7, with [`http::error`] (the one mapping of refusals to
-//!   status codes and problem details) and the principal extractor;
+//! - [`fingerprint`] and [`strict_json`] (docs/semantics.md §2), [`identity`] (identifier rules),
+//!   [`tool`];
+//! - [`http`]: the API of docs/semantics.md §7, with [`http::error`] (the one mapping of refusals
+//!   to status codes and problem details) and the principal extractor;
 //! - [`auth`] (API keys), [`metrics`], [`fault`] (fault-injection points), [`app`] (the builder).
 
 pub mod app;

@@ -1,4 +1,4 @@
-//! The process-local, bounded store (contract §8).
+//! The process-local, bounded store (docs/semantics.md §8).
 
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
@@ -9,7 +9,7 @@ use crate::runtime::{
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-/// The default number of entries (contract §8, `CARMY_MEMORY_CAPACITY`).
+/// The default number of entries (docs/semantics.md §8, `CARMY_MEMORY_CAPACITY`).
 pub const DEFAULT_MEMORY_CAPACITY: usize = 10_000;
 
 /// A process-local store holding at most `capacity` identities.

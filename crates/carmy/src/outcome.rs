@@ -1,4 +1,4 @@
-//! Recorded outcomes of executions (contract §4).
+//! Recorded outcomes of executions (docs/semantics.md §4).
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 /// An execution's identifier: `exec_` followed by 32 lowercase hex digits (a random UUID).
 ///
-/// One is minted for every call, with or without `request_id` (contract §3), and it is the
+/// One is minted for every call, with or without `request_id` (docs/semantics.md §3), and it is the
 /// `execution_id` that a replay repeats.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -20,7 +20,8 @@ impl ExecutionId {
         Self(format!("exec_{}", uuid::Uuid::new_v4().simple()))
     }
 
-    /// Wraps an id read back from a store. No validation: stores only hand back ids they were given.
+    /// Wraps an id read back from a store. No validation: stores only hand back ids they were
+    /// given.
     pub fn from_stored(id: impl Into<String>) -> Self {
         Self(id.into())
     }
@@ -37,7 +38,7 @@ impl fmt::Display for ExecutionId {
     }
 }
 
-/// How a finished execution ended (contract §4). All four are recorded and replayed alike.
+/// How a finished execution ended (docs/semantics.md §4). All four are recorded and replayed alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionStatus {
@@ -151,7 +152,7 @@ impl From<crate::tool::ToolError> for ExecutionError {
     }
 }
 
-/// A finished execution as it is recorded and replayed (contract §4).
+/// A finished execution as it is recorded and replayed (docs/semantics.md §4).
 ///
 /// Serialized (without `replayed`, which belongs to a response, see
 /// [`ExecutionResult::to_response_json`]) this is the exact text a store keeps; stores must keep it
@@ -234,7 +235,7 @@ impl RecordedResult {
         &self.json
     }
 
-    /// The response body of contract §4: the record with `replayed` before `started_at`,
+    /// The response body of docs/semantics.md §4: the record with `replayed` before `started_at`,
     /// made from the stored text without serialising the outcome again.
     pub fn to_response_json(&self, replayed: bool) -> String {
         // `started_at` and `finished_at` are the record's last members and hold timestamps, so

@@ -1,5 +1,5 @@
 //! The idempotency store abstraction: identities, reservations and the object-safe store trait
-//! (contract §2, §3, §8).
+//! (docs/semantics.md §2, §3, §8).
 //!
 //! A store is used as `Arc<dyn IdempotencyStore>`. The engine calls [`IdempotencyStore::reserve`]
 //! before a tool runs and [`IdempotencyStore::complete`] after it finished; every answer to a later
@@ -15,14 +15,14 @@ pub use crate::fingerprint::FINGERPRINT_VERSION;
 /// The boxed future every store method returns; `'a` borrows the store and the arguments.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// The session used when a call names none (contract §2).
+/// The session used when a call names none (docs/semantics.md §2).
 pub const DEFAULT_SESSION: &str = "default";
 
 /// A call's identity: (principal, session, request_id), kept as three separate values so that no
-/// separator can make two identities collide (contract §2).
+/// separator can make two identities collide (docs/semantics.md §2).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IdempotencyKey {
-    /// Who is calling, from authentication (contract §6), never from the body.
+    /// Who is calling, from authentication (docs/semantics.md §6), never from the body.
     pub principal: String,
     /// The body's `session_id`, or [`DEFAULT_SESSION`].
     pub session_id: String,
@@ -48,13 +48,14 @@ impl IdempotencyKey {
 /// What the engine asks a store to reserve for a new identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecutionIntent {
-    /// The execution id minted for this attempt; it becomes the record's id if the reservation wins.
+    /// The execution id minted for this attempt; it becomes the record's id if the reservation
+    /// wins.
     pub execution_id: ExecutionId,
     /// The tool that will run (kept for operators; the fingerprint already binds it).
     pub tool: String,
 }
 
-/// Whether a reserved but unfinished execution still has a live owner (contract §4).
+/// Whether a reserved but unfinished execution still has a live owner (docs/semantics.md §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InFlightState {
     /// Its owner process holds a live lease: the tool may still be running.
@@ -97,7 +98,7 @@ pub struct StoredRecord {
     pub state: RecordState,
 }
 
-/// The answer of [`IdempotencyStore::reserve`] (contract §3).
+/// The answer of [`IdempotencyStore::reserve`] (docs/semantics.md §3).
 #[allow(clippy::large_enum_variant)] // built once per call; boxing buys nothing
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reservation {
@@ -108,8 +109,8 @@ pub enum Reservation {
     Existing(Existing),
 }
 
-/// How an identity's existing record answers a new attempt (contract §3). Every variant is a
-/// complete answer: nothing here runs a tool.
+/// How an identity's existing record answers a new attempt (docs/semantics.md §3). Every variant is
+/// a complete answer: nothing here runs a tool.
 #[allow(clippy::large_enum_variant)] // built once per call; boxing buys nothing
 #[derive(Clone, Debug, PartialEq)]
 pub enum Existing {
@@ -133,7 +134,7 @@ impl Existing {
     /// Classifies an existing record against the fingerprint of a new attempt.
     ///
     /// The fingerprint is compared first, whatever the state, so a changed call never sees
-    /// another call's outcome (contract §3, case K06).
+    /// another call's outcome (docs/semantics.md §3, case K06).
     pub fn for_record(record: StoredRecord, fingerprint: &Fingerprint) -> Self {
         if &record.fingerprint != fingerprint {
             return Self::Conflict {
@@ -156,7 +157,7 @@ impl From<Existing> for Reservation {
     }
 }
 
-/// An execution read back by id for `GET /v1/executions/{execution_id}` (contract §7).
+/// An execution read back by id for `GET /v1/executions/{execution_id}` (docs/semantics.md §7).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExecutionLookup {
     /// The identity it holds.
@@ -191,7 +192,7 @@ pub enum StoreError {
     },
 }
 
-/// A durable (or process-local) record of reservations and outcomes (contract §8).
+/// A durable (or process-local) record of reservations and outcomes (docs/semantics.md §8).
 ///
 /// Object-safe: the engine holds an `Arc<dyn IdempotencyStore>`. Every method returns a
 /// [`StoreFuture`]. Implementations must:
@@ -284,13 +285,13 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// Reads an identity's record without reserving anything; `None` when vacant.
     ///
     /// Used so that an honest retry still gets its record when a later gate (an unknown tool, a
-    /// changed schema) would reject the call (contract §3).
+    /// changed schema) would reject the call (docs/semantics.md §3).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the store fails.
     fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>>;
 
-    /// Finds an execution by id, only among `principal`'s records (contract §6, §7).
+    /// Finds an execution by id, only among `principal`'s records (docs/semantics.md §6, §7).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the store fails.

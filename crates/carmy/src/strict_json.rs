@@ -1,12 +1,12 @@
-//! Strict JSON reading for fingerprinted values (contract §2).
+//! Strict JSON reading for fingerprinted values (docs/semantics.md §2).
 //!
 //! `serde_json` is the parser; this module only adds the rules a fingerprint needs and plain
 //! `serde_json::Value` does not keep:
 //! - an object with a duplicate member name is rejected (serde_json would keep the last one);
 //! - numbers keep their exact text (the workspace enables `arbitrary_precision`), and a number a
 //!   double cannot represent at all (`1e400`, `1e-400`) is rejected;
-//! - the member name serde_json reserves for its exact numbers is rejected, so a caller's object can
-//!   never pass for a number.
+//! - the member name serde_json reserves for its exact numbers is rejected, so a caller's object
+//!   can never pass for a number.
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};

@@ -18,7 +18,8 @@ pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = Result<Value, ToolError>> 
 /// What a tool knows about the call it serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolContext {
-    /// The authenticated principal (contract §6). Tools keep principals' data apart with it.
+    /// The authenticated principal (docs/semantics.md §6). Tools keep principals' data apart with
+    /// it.
     pub principal: String,
     /// The session (`default` when the call named none).
     pub session_id: String,
@@ -29,7 +30,7 @@ pub struct ToolContext {
 }
 
 /// A tool's own failure, recorded as `status: "failed"` with `error: {code, message}` and replayed
-/// like any other outcome (contract §4).
+/// like any other outcome (docs/semantics.md §4).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct ToolError {
@@ -60,7 +61,7 @@ pub trait Tool: Send + Sync + 'static {
     }
 
     /// The JSON Schema its `arguments` object must satisfy. A call whose arguments fail it is
-    /// rejected with 400 before anything is reserved (contract §3).
+    /// rejected with 400 before anything is reserved (docs/semantics.md §3).
     fn input_schema(&self) -> &Value;
 
     /// Its own deadline; `None` uses the runtime default (`CARMY_TOOL_TIMEOUT_MS`).
@@ -75,7 +76,8 @@ pub trait Tool: Send + Sync + 'static {
 
 type BoxedHandler = dyn Fn(ToolContext, Value) -> ToolFuture<'static> + Send + Sync;
 
-/// A tool made from an async closure: `FnTool::new("echo", schema, |_ctx, args| async move { Ok(args) })`.
+/// A tool made from an async closure: `FnTool::new("echo", schema, |_ctx, args| async move {
+/// Ok(args) })`.
 pub struct FnTool {
     name: String,
     description: String,

@@ -1,5 +1,5 @@
-//! Property tests of the fingerprint (contract §2): invariant under member order, whitespace,
-//! escape spelling and number spelling; changed values never collide; nothing panics.
+//! Property tests of the fingerprint (docs/semantics.md §2): invariant under member order,
+//! whitespace, escape spelling and number spelling; changed values never collide; nothing panics.
 
 use carmy::fingerprint::fingerprint;
 use carmy::strict_json;

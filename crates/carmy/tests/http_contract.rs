@@ -1,5 +1,5 @@
-//! Contract §3 row by row through the real HTTP stack (`Router::oneshot`), including the rows
-//! that need a failing or interrupted store (case K21).
+//! docs/semantics.md §3 row by row through the real HTTP stack (`Router::oneshot`), including the
+//! rows that need a failing or interrupted store (case K21).
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -229,7 +229,7 @@ async fn wait_for_runs(app: &carmy::App, tool: &str, runs: u64) {
     .await;
 }
 
-/// Runs the checks of one row of contract §3; a failure among them names the row.
+/// Runs the checks of one row of docs/semantics.md §3; a failure among them names the row.
 async fn row<T>(name: &str, checks: impl Future<Output = T>) -> T {
     match AssertUnwindSafe(checks).catch_unwind().await {
         Ok(value) => value,
@@ -239,7 +239,7 @@ async fn row<T>(name: &str, checks: impl Future<Output = T>) -> T {
                 .map(String::as_str)
                 .or_else(|| panic.downcast_ref::<&str>().copied())
                 .unwrap_or("(no message)");
-            panic!("contract §3 row \"{name}\" failed: {message}");
+            panic!("docs/semantics.md §3 row \"{name}\" failed: {message}");
         }
     }
 }
@@ -388,7 +388,7 @@ async fn every_row_of_contract_section_3() {
     )
     .await;
 
-    row("recording fails after the tool ran → 503 EXECUTION_UNCERTAIN; the background retry records it and a later retry replays it (contract §4)", async {
+    row("recording fails after the tool ran → 503 EXECUTION_UNCERTAIN; the background retry records it and a later retry replays it (docs/semantics.md §4)", async {
         h.store.complete_failures_left.store(1, Ordering::SeqCst);
         let (status, pending) = post(r, call("echo", json!({"p": 1}), "rec")).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);

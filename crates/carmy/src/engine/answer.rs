@@ -25,8 +25,8 @@ pub enum CancelAnswer {
     Pending(ExecutionId),
 }
 
-/// Why the engine gives no outcome (contract §3, §5). No variant carries store text or another
-/// principal's data.
+/// Why the engine gives no outcome (docs/semantics.md §3, §5). No variant carries store text or
+/// another principal's data.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Refusal {
     /// The call broke a rule (identifiers, JSON, the tool's schema); nothing was reserved.
@@ -50,7 +50,7 @@ pub enum Refusal {
         state: InFlightState,
     },
     /// The tool ran but its outcome is not recorded yet; the engine keeps trying and a later
-    /// retry replays it (contract §4).
+    /// retry replays it (docs/semantics.md §4).
     #[error("execution {execution_id} ran; its outcome is not recorded yet")]
     RecordingPending {
         /// The execution that ran.

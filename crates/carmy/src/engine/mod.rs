@@ -1,4 +1,4 @@
-//! The execution engine: reserve, run detached, record, answer (contract §3, §4).
+//! The execution engine: reserve, run detached, record, answer (docs/semantics.md §3, §4).
 //!
 //! Submodules: [`answer`] (the engine's answers and refusals, and the one mapping of store
 //! failures), `run` (starting an execution and running its tool), `record` (recording outcomes
@@ -33,7 +33,7 @@ pub struct EngineConfig {
     /// records `timed_out`.
     pub default_tool_timeout: Duration,
     /// Largest recorded `data`, in bytes of compact JSON (default 1 MiB); a larger result is
-    /// recorded as `failed` with `RESULT_TOO_LARGE` (contract §4).
+    /// recorded as `failed` with `RESULT_TOO_LARGE` (docs/semantics.md §4).
     pub max_result_bytes: usize,
     /// How long shutdown waits for running executions before recording them `cancelled`.
     pub drain_period: Duration,
@@ -106,7 +106,7 @@ impl Engine {
         &self.metrics
     }
 
-    /// Finds an execution by id among `principal`'s records (contract §6, §7).
+    /// Finds an execution by id among `principal`'s records (docs/semantics.md §6, §7).
     ///
     /// # Errors
     /// [`Refusal::NotFound`] when there is none (or it is another principal's);
@@ -146,12 +146,12 @@ impl Engine {
         Ok(self.store.shutdown().await?)
     }
 
-    /// Executes one call per contract §3: the identity's record is consulted before any gate
-    /// that depends on state, the tool runs only after a successful reservation, and the answer is
-    /// given only after the outcome is recorded.
+    /// Executes one call per docs/semantics.md §3: the identity's record is consulted before any
+    /// gate that depends on state, the tool runs only after a successful reservation, and the
+    /// answer is given only after the outcome is recorded.
     ///
     /// # Errors
-    /// The [`Refusal`] of contract §3 for every row without an outcome.
+    /// The [`Refusal`] of docs/semantics.md §3 for every row without an outcome.
     pub async fn execute(self: &Arc<Self>, call: ValidatedCall) -> Result<Answer, Refusal> {
         let Some(key) = call.key() else {
             let registered = self.runnable_tool(&call)?;

@@ -1,5 +1,5 @@
 //! Recording outcomes and freeing unused reservations, both retried with one backoff until the
-//! store answers (contract §4: an outcome is never lost while the process lives).
+//! store answers (docs/semantics.md §4: an outcome is never lost while the process lives).
 
 use super::Engine;
 use crate::fault;

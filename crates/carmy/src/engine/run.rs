@@ -132,11 +132,12 @@ impl Engine {
     }
 
     /// Admits a tool's value as a `completed` outcome only if it can be recorded and replayed
-    /// exactly (contract §4): at most [`EngineConfig::max_result_bytes`](super::EngineConfig)
-    /// of JSON (`RESULT_TOO_LARGE` otherwise), and reading its stored text back gives the same
-    /// value (`RESULT_NOT_RECORDABLE` otherwise: serde_json gives a few member names a special
-    /// meaning and bounds nesting depth when reading, so such a value would replay differently
-    /// or not at all). Either failure is itself recorded as `failed` and replayed.
+    /// exactly (docs/semantics.md §4): at most
+    /// [`EngineConfig::max_result_bytes`](super::EngineConfig) of JSON (`RESULT_TOO_LARGE`
+    /// otherwise), and reading its stored text back gives the same value (`RESULT_NOT_RECORDABLE`
+    /// otherwise: serde_json gives a few member names a special meaning and bounds nesting depth
+    /// when reading, so such a value would replay differently or not at all). Either failure is
+    /// itself recorded as `failed` and replayed.
     fn check_recordable(&self, data: Value) -> Ending {
         let failed = |error| (ExecutionStatus::Failed, Value::Null, Some(error));
         let Ok(text) = serde_json::to_string(&data) else {

@@ -1,4 +1,4 @@
-//! The principal of an HTTP request, from its `Authorization` header (contract §6).
+//! The principal of an HTTP request, from its `Authorization` header (docs/semantics.md §6).
 
 use super::error::ApiError;
 use super::AppState;

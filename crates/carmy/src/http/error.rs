@@ -1,5 +1,5 @@
-//! The one error type of the HTTP API, answered as RFC 9457 problem details (contract §5), and
-//! the one mapping of the engine's refusals to it.
+//! The one error type of the HTTP API, answered as RFC 9457 problem details (docs/semantics.md §5),
+//! and the one mapping of the engine's refusals to it.
 
 use crate::call::CallRejected;
 use crate::engine::Refusal;
@@ -13,7 +13,8 @@ use serde::Serialize;
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// Everything the API can answer with a non-2xx status. Each variant has a fixed HTTP status and
-/// machine `code` (contract §3, §5); no variant carries database text or another principal's data.
+/// machine `code` (docs/semantics.md §3, §5); no variant carries database text or another
+/// principal's data.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// 400 `INVALID_REQUEST`: bad JSON, bad identifiers, arguments rejected by the schema.
@@ -22,7 +23,7 @@ pub enum ApiError {
     /// 404 `UNKNOWN_TOOL`.
     #[error("no tool named {0:?}")]
     UnknownTool(String),
-    /// 401 `UNAUTHORIZED`: missing or unknown API key (contract §6).
+    /// 401 `UNAUTHORIZED`: missing or unknown API key (docs/semantics.md §6).
     #[error("a valid API key is required: send Authorization: Bearer <key>")]
     Unauthorized,
     /// 404 `NOT_FOUND`: no such route, or no such execution for this principal.
@@ -60,7 +61,7 @@ pub enum ApiError {
         state: InFlightState,
     },
     /// 503 `EXECUTION_UNCERTAIN`: the tool ran but its outcome could not be recorded yet; the
-    /// process keeps retrying and a later retry replays it (contract §4).
+    /// process keeps retrying and a later retry replays it (docs/semantics.md §4).
     #[error("the tool ran but its outcome could not be recorded yet; retry the same call later to get it")]
     RecordingPending {
         /// The execution that ran.
@@ -152,7 +153,7 @@ impl ApiError {
         }
     }
 
-    /// The machine code (contract §3, §5), e.g. `IDEMPOTENCY_CONFLICT`.
+    /// The machine code (docs/semantics.md §3, §5), e.g. `IDEMPOTENCY_CONFLICT`.
     pub fn code(&self) -> &'static str {
         match self {
             Self::InvalidRequest(_) => "INVALID_REQUEST",

@@ -1,5 +1,5 @@
-//! The HTTP API (contract §7): routes, request parsing and responses. The engine answers in the
-//! domain's terms; [`error`] maps them to status codes and problem details in one place, and
+//! The HTTP API (docs/semantics.md §7): routes, request parsing and responses. The engine answers
+//! in the domain's terms; [`error`] maps them to status codes and problem details in one place, and
 //! [`auth`] finds the principal.
 
 mod auth;
@@ -43,7 +43,7 @@ pub(crate) struct AppState {
     pub(crate) body_timeout: std::time::Duration,
 }
 
-/// Builds the router of contract §7 over `state`.
+/// Builds the router of docs/semantics.md §7 over `state`.
 pub(crate) fn router(state: AppState) -> Router {
     let max_body_bytes = state.max_body_bytes;
     let body_timeout = state.body_timeout;
@@ -72,14 +72,15 @@ pub(crate) fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The body of `POST /v1/executions` (contract §7). Unknown members are refused so that a
+/// The body of `POST /v1/executions` (docs/semantics.md §7). Unknown members are refused so that a
 /// misspelt `request_id` never runs a call without replay protection.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ExecutionRequest {
     tool: String,
     arguments: Box<RawValue>,
-    /// Absent means no replay protection; `null` is refused like any non-string (contract §2).
+    /// Absent means no replay protection; `null` is refused like any non-string
+    /// (docs/semantics.md §2).
     #[serde(default, deserialize_with = "present_string")]
     request_id: Option<String>,
     #[serde(default, deserialize_with = "present_string")]
@@ -117,7 +118,7 @@ fn is_json_content_type(headers: &HeaderMap) -> bool {
 }
 
 /// Parses a request body and checks the call; everything here is stateless, so a rejected call
-/// reserves nothing (contract §3).
+/// reserves nothing (docs/semantics.md §3).
 fn validate_call(principal: String, body: &[u8]) -> Result<ValidatedCall, ApiError> {
     let request: ExecutionRequest = serde_json::from_slice(body).map_err(invalid)?;
     let call = CallRequest {
