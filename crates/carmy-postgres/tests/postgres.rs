@@ -63,6 +63,7 @@ fn result(
     .map(|code| ExecutionError {
         code: code.to_owned(),
         message: format!("{code} happened"),
+        effect: None,
     });
     ExecutionResult {
         execution_id: intent.execution_id.clone(),

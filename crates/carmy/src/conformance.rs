@@ -77,6 +77,7 @@ fn result_for(
         error: (status != ExecutionStatus::Completed).then(|| ExecutionError {
             code: "TOOL_ERROR".into(),
             message: "failed".into(),
+            effect: None,
         }),
         data,
         tool: intent.tool.clone(),

@@ -55,4 +55,7 @@ pub mod strict_json;
 pub mod tool;
 
 pub use app::{app, App, AppBuilder, AppError};
-pub use outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult};
+pub use outcome::{
+    Effect, ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
+};
+pub use tool::{Tool, ToolAnnotations, ToolError, ToolErrorKind};

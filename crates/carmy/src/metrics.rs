@@ -59,6 +59,17 @@ impl Metrics {
             .inc();
     }
 
+    /// A tool reported that its effect did not happen (nothing recorded); counted as the
+    /// outcome `not_executed`.
+    pub(crate) fn tool_not_executed(&self, tool: &str) {
+        self.tool_outcomes
+            .get_or_create(&OutcomeLabels {
+                tool: tool.into(),
+                status: "not_executed".into(),
+            })
+            .inc();
+    }
+
     pub(crate) fn tool_finished(&self, tool: &str, status: ExecutionStatus) {
         self.tool_outcomes
             .get_or_create(&OutcomeLabels {

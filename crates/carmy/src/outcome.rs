@@ -76,13 +76,26 @@ impl ExecutionStatus {
     }
 }
 
-/// The error member of a recorded outcome: a machine `code` and a human `message`.
+/// The error member of a recorded outcome: a machine `code`, a human `message`, and `effect:
+/// "unknown"` when the tool's effect may have happened (docs/semantics.md §4).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecutionError {
     /// Machine-readable code, e.g. `TOOL_ERROR`, `TIMEOUT`, `RESULT_TOO_LARGE`.
     pub code: String,
     /// Human-readable explanation.
     pub message: String,
+    /// Present when the effect may have happened, so a reader never takes the failure for
+    /// "nothing happened". Absent in records written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<Effect>,
+}
+
+/// What a failed outcome says about the tool's effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// The effect may or may not have happened; check before acting again.
+    Unknown,
 }
 
 impl ExecutionError {
@@ -95,6 +108,7 @@ impl ExecutionError {
                 deadline.as_millis()
             ),
         )
+        .effect_unknown()
     }
 
     /// `CANCELLED` by a cancel request (status `cancelled`).
@@ -103,6 +117,7 @@ impl ExecutionError {
             "CANCELLED",
             "the execution was cancelled on request; its effects are unknown",
         )
+        .effect_unknown()
     }
 
     /// `CANCELLED` at shutdown, after the drain period (status `cancelled`).
@@ -111,6 +126,7 @@ impl ExecutionError {
             "CANCELLED",
             "the execution was cancelled at shutdown, after the drain period; its effects are unknown",
         )
+        .effect_unknown()
     }
 
     /// `TOOL_PANICKED` (status `failed`).
@@ -119,6 +135,7 @@ impl ExecutionError {
             "TOOL_PANICKED",
             "the tool panicked; its effects are unknown",
         )
+        .effect_unknown()
     }
 
     /// `RESULT_TOO_LARGE`: the result is `bytes` of JSON, over `limit` (status `failed`).
@@ -139,15 +156,31 @@ impl ExecutionError {
         Self {
             code: code.to_owned(),
             message: message.into(),
+            effect: None,
+        }
+    }
+
+    /// The same error, marked `effect: "unknown"`.
+    fn effect_unknown(self) -> Self {
+        Self {
+            effect: Some(Effect::Unknown),
+            ..self
         }
     }
 }
 
 impl From<crate::tool::ToolError> for ExecutionError {
+    /// A recorded tool failure; [`ToolErrorKind::EffectUnknown`](crate::tool::ToolErrorKind) marks the
+    /// effect unknown. (A `NotExecuted` error is never recorded; the engine releases instead.)
     fn from(error: crate::tool::ToolError) -> Self {
-        Self {
+        let recorded = Self {
             code: error.code,
             message: error.message,
+            effect: None,
+        };
+        match error.kind {
+            crate::tool::ToolErrorKind::Failed => recorded,
+            _ => recorded.effect_unknown(),
         }
     }
 }

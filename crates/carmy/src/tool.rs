@@ -29,25 +29,99 @@ pub struct ToolContext {
     pub execution_id: ExecutionId,
 }
 
-/// A tool's own failure, recorded as `status: "failed"` with `error: {code, message}` and replayed
-/// like any other outcome (docs/semantics.md §4).
+/// A tool's own failure (docs/semantics.md §4). What happens to it depends on its
+/// [`ToolErrorKind`]: by default it is recorded as `status: "failed"` with `error: {code,
+/// message}` and replayed like any other outcome.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct ToolError {
-    /// Machine-readable code, e.g. `TOOL_ERROR`, `NOT_FOUND`.
+    /// Machine-readable code, e.g. `TOOL_ERROR`, `NOT_FOUND`, `UPSTREAM_UNAVAILABLE`.
     pub code: String,
     /// Human-readable explanation.
     pub message: String,
+    /// What the failure says about the tool's effect.
+    pub kind: ToolErrorKind,
+}
+
+/// What a [`ToolError`] says about the tool's effect (docs/semantics.md §4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ToolErrorKind {
+    /// The tool finished and failed; recorded `failed`, replayed.
+    #[default]
+    Failed,
+    /// The effect may have happened (e.g. a commit whose acknowledgement was lost): recorded
+    /// `failed` with `error.effect = "unknown"`, replayed, never re-run.
+    EffectUnknown,
+    /// The effect provably did not happen (e.g. the upstream refused the connection): nothing is
+    /// recorded, the reservation is released and the caller is told to retry the same call,
+    /// after `retry_after` when given.
+    NotExecuted {
+        /// How long the caller should wait before retrying (`Retry-After`), if known.
+        retry_after: Option<Duration>,
+    },
 }
 
 impl ToolError {
-    /// A tool error with the given code and message.
+    /// A failure recorded as `failed` and replayed ([`ToolErrorKind::Failed`]).
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             code: code.into(),
             message: message.into(),
+            kind: ToolErrorKind::Failed,
         }
     }
+
+    /// The effect may have happened ([`ToolErrorKind::EffectUnknown`]): recorded, replayed,
+    /// never re-run, and the record says so.
+    pub fn effect_unknown(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            kind: ToolErrorKind::EffectUnknown,
+            ..Self::new(code, message)
+        }
+    }
+
+    /// The effect provably did not happen ([`ToolErrorKind::NotExecuted`]): the reservation is
+    /// released and nothing is recorded. Only for failures where nothing can have reached the
+    /// effect (a connection that was never established, an upstream status documented as
+    /// "nothing happened"); when in doubt use [`ToolError::effect_unknown`].
+    pub fn not_executed(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            kind: ToolErrorKind::NotExecuted { retry_after: None },
+            ..Self::new(code, message)
+        }
+    }
+
+    /// Sets the pause a [`ToolError::not_executed`] caller should wait before retrying; ignored
+    /// for other kinds.
+    #[must_use]
+    pub fn with_retry_after(mut self, pause: Duration) -> Self {
+        if let ToolErrorKind::NotExecuted { retry_after } = &mut self.kind {
+            *retry_after = Some(pause);
+        }
+        self
+    }
+}
+
+/// MCP-style hints about a tool's behaviour, shown by `GET /v1/tools` and `tools/list`
+/// (docs/semantics.md §10). Hints only: Carmy's guarantees never depend on them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolAnnotations {
+    /// A human-readable title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The tool does not change its environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    /// The tool may destroy or overwrite data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    /// Calling it twice with the same arguments has no further effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    /// The tool reaches entities outside the gateway (the internet, other services).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_world_hint: Option<bool>,
 }
 
 /// A named, schema-described async operation an agent can call.
@@ -69,6 +143,11 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
+    /// Its behaviour hints, if it declares any.
+    fn annotations(&self) -> Option<&ToolAnnotations> {
+        None
+    }
+
     /// Runs the tool. The future runs detached from the HTTP connection; it is dropped when the
     /// deadline passes (recorded `timed_out`) or the execution is cancelled (`cancelled`).
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_>;
@@ -83,6 +162,7 @@ pub struct FnTool {
     description: String,
     schema: Value,
     timeout: Option<Duration>,
+    annotations: Option<ToolAnnotations>,
     handler: Box<BoxedHandler>,
 }
 
@@ -98,6 +178,7 @@ impl FnTool {
             description: String::new(),
             schema,
             timeout: None,
+            annotations: None,
             handler: Box::new(move |context, arguments| Box::pin(handler(context, arguments))),
         }
     }
@@ -113,6 +194,13 @@ impl FnTool {
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the behaviour hints shown by `GET /v1/tools`.
+    #[must_use]
+    pub fn with_annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.annotations = Some(annotations);
         self
     }
 }
@@ -132,6 +220,10 @@ impl Tool for FnTool {
 
     fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+
+    fn annotations(&self) -> Option<&ToolAnnotations> {
+        self.annotations.as_ref()
     }
 
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_> {

@@ -30,6 +30,8 @@ struct FaultyStore {
     reserve_fails: AtomicBool,
     /// Reserve in the inner store, then answer as if the connection broke before the answer.
     reserve_indeterminate: AtomicBool,
+    /// Reserve in the inner store, then hold the answer back for a while (an answer in transit).
+    reserve_answer_delayed: AtomicBool,
     complete_failures_left: AtomicUsize,
     release_failures_left: AtomicUsize,
     report_interrupted: AtomicBool,
@@ -50,6 +52,9 @@ impl IdempotencyStore for FaultyStore {
             let answer = self.inner.reserve(key, fingerprint, intent).await?;
             if self.reserve_indeterminate.load(Ordering::SeqCst) {
                 return Err(StoreError::Indeterminate("connection lost".into()));
+            }
+            if self.reserve_answer_delayed.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(300)).await;
             }
             Ok(match answer {
                 Reservation::Existing(Existing::Uncertain { execution_id, .. })
@@ -600,4 +605,38 @@ async fn serve_shuts_the_store_down_once_after_the_drain() {
         .expect("serve returns once shutdown completes")
         .unwrap();
     assert_eq!(h.store.shutdowns.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_goes_away_during_reserve_still_gets_its_execution_recorded() {
+    let h = harness(10);
+    h.store.reserve_answer_delayed.store(true, Ordering::SeqCst);
+    // The caller gives up while the reservation's answer is on its way (a client that
+    // disconnected): the reservation exists, and the tool must still run and be recorded.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(50),
+        post(&h.router, call("echo", json!({"n": 7}), "went-away")),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the call answered before the caller left");
+    assert_eq!(h.store.inner.len(), 1, "the identity is reserved");
+    h.store
+        .reserve_answer_delayed
+        .store(false, Ordering::SeqCst);
+    let replay = eventually(
+        Duration::from_secs(10),
+        "the abandoned execution recorded",
+        || async {
+            let (status, answer) =
+                post(&h.router, call("echo", json!({"n": 7}), "went-away")).await;
+            if status == StatusCode::OK {
+                return Ok(answer);
+            }
+            Err((status, answer))
+        },
+    )
+    .await;
+    assert_eq!(replay["replayed"], true, "{replay}");
+    assert_eq!(replay["data"], json!({"n": 7}));
+    assert_eq!(h.app.engine().metrics().tool_runs("echo"), 1);
 }

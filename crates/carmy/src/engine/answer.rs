@@ -71,6 +71,20 @@ pub enum Refusal {
     /// The store failed; nothing ran (or, for reads, nothing was read).
     #[error("the idempotency store is unavailable")]
     StoreUnavailable,
+    /// The tool reported that its effect provably did not happen
+    /// ([`ToolErrorKind::NotExecuted`](crate::tool::ToolErrorKind)): nothing was recorded and
+    /// the reservation was released, so the same call may be retried (docs/semantics.md §4).
+    #[error("{code}: {message}")]
+    NotExecuted {
+        /// The execution that was started and released.
+        execution_id: ExecutionId,
+        /// The tool's machine code, e.g. `UPSTREAM_UNAVAILABLE`.
+        code: String,
+        /// The tool's explanation.
+        message: String,
+        /// The pause the tool asked for before a retry.
+        retry_after: Option<std::time::Duration>,
+    },
     /// A call without `request_id` whose task ended without an outcome (the runtime is
     /// shutting down); nothing was recorded.
     #[error("the execution ended without an outcome")]

@@ -91,9 +91,9 @@ impl Engine {
         }
     }
 
-    /// The registered tools, by name.
-    pub fn tools(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
-        self.tools.iter()
+    /// The registered tools, by name: a snapshot (the set may change at run time).
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.tools.iter().cloned().collect()
     }
 
     /// How long shutdown lets running executions finish.
@@ -150,9 +150,27 @@ impl Engine {
     /// gate that depends on state, the tool runs only after a successful reservation, and the
     /// answer is given only after the outcome is recorded.
     ///
+    /// The work runs in a task of its own: a caller that stops waiting (a client that
+    /// disconnected, a cancelled MCP request) never leaves a reservation whose tool does not
+    /// start; the execution runs on and is recorded, and a retry replays it (docs/semantics.md
+    /// §4).
+    ///
     /// # Errors
     /// The [`Refusal`] of docs/semantics.md §3 for every row without an outcome.
     pub async fn execute(self: &Arc<Self>, call: ValidatedCall) -> Result<Answer, Refusal> {
+        let engine = Arc::clone(self);
+        let task = self
+            .executions
+            .spawn(async move { engine.execute_attached(call).await });
+        match task.await {
+            Ok(answer) => answer,
+            // A panic here is a bug in the engine (a tool's panic is caught and recorded);
+            // surface it where it would have surfaced without the task.
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        }
+    }
+
+    async fn execute_attached(self: &Arc<Self>, call: ValidatedCall) -> Result<Answer, Refusal> {
         let Some(key) = call.key() else {
             let registered = self.runnable_tool(&call)?;
             let tool = Arc::clone(&registered.tool);

@@ -1,7 +1,8 @@
 //! Recording outcomes and freeing unused reservations, both retried with one backoff until the
 //! store answers (docs/semantics.md §4: an outcome is never lost while the process lives).
 
-use super::Engine;
+use super::run::Delivery;
+use super::{Engine, Refusal};
 use crate::fault;
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
@@ -56,6 +57,20 @@ impl Engine {
         });
     }
 
+    /// Frees the reservation of an execution whose tool reported no effect, before the caller
+    /// is told (so a retry finds the identity free); if the store fails, keeps trying in the
+    /// background.
+    pub(super) async fn release_now(
+        self: &Arc<Self>,
+        key: IdempotencyKey,
+        execution_id: ExecutionId,
+    ) {
+        if let Err(error) = self.store.release(&key, &execution_id).await {
+            tracing::warn!(%execution_id, %error, "freeing a reservation without effect failed; retrying");
+            self.release_in_background(key, execution_id);
+        }
+    }
+
     /// Records the outcome, telling the waiting caller after the first attempt (`Some` when it
     /// succeeded) and retrying failures in the background until the store accepts it.
     pub(super) async fn record(
@@ -63,7 +78,7 @@ impl Engine {
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         result: RecordedResult,
-        recorded: oneshot::Sender<Option<RecordedResult>>,
+        recorded: oneshot::Sender<Delivery>,
     ) {
         let mut recorded = Some(recorded);
         let mut backoff = self.backoff();
@@ -73,7 +88,7 @@ impl Engine {
                     fault::point(fault::AFTER_COMPLETE);
                     if let Some(sender) = recorded.take() {
                         // The caller may have gone; the record stands either way.
-                        let _ = sender.send(Some(result));
+                        let _ = sender.send(Ok(result));
                     } else {
                         tracing::info!(execution_id = %result.result().execution_id, "outcome recorded after retries");
                     }
@@ -82,14 +97,16 @@ impl Engine {
                 Err(StoreError::NotOwner { execution_id }) => {
                     tracing::error!(%execution_id, "the reservation is no longer held by this execution; outcome not recorded");
                     if let Some(sender) = recorded.take() {
-                        let _ = sender.send(None);
+                        let _ = sender.send(Err(Refusal::RecordingPending { execution_id }));
                     }
                     return;
                 }
                 Err(error) => {
                     tracing::warn!(execution_id = %result.result().execution_id, %error, "recording the outcome failed; retrying");
                     if let Some(sender) = recorded.take() {
-                        let _ = sender.send(None);
+                        let _ = sender.send(Err(Refusal::RecordingPending {
+                            execution_id: result.result().execution_id.clone(),
+                        }));
                     }
                     backoff.wait().await;
                 }

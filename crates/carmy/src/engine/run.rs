@@ -8,7 +8,7 @@ use crate::outcome::{
     ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
 };
 use crate::runtime::IdempotencyKey;
-use crate::tool::{Tool, ToolContext};
+use crate::tool::{Tool, ToolContext, ToolError, ToolErrorKind};
 use chrono::{DateTime, SubsecRound, Utc};
 use futures::FutureExt;
 use serde_json::Value;
@@ -19,6 +19,10 @@ use tokio_util::sync::CancellationToken;
 
 /// How a finished tool run ended, before it becomes an [`ExecutionResult`].
 type Ending = (ExecutionStatus, Value, Option<ExecutionError>);
+
+/// What a waiting caller is told by an execution's task: the outcome (recorded, when the call
+/// was protected) or why there is none.
+pub(super) type Delivery = Result<RecordedResult, Refusal>;
 
 impl Engine {
     /// Runs `tool` for `call` as `execution_id` in a task of its own (so a caller that goes away
@@ -50,9 +54,20 @@ impl Engine {
         let engine = Arc::clone(self);
         self.executions.spawn(async move {
             let _running = engine.running_guard(context.execution_id.clone());
-            let result = engine
+            let execution_id = context.execution_id.clone();
+            let result = match engine
                 .run_tool(tool.as_ref(), context, arguments, &cancel)
-                .await;
+                .await
+            {
+                Ok(result) => result,
+                Err(not_executed) => {
+                    if let Some(key) = key {
+                        engine.release_now(key, execution_id.clone()).await;
+                    }
+                    let _ = done_tx.send(Err(not_executed.into_refusal(execution_id)));
+                    return;
+                }
+            };
             // Serialised once, here; the store, the cache and the response use this text.
             let result = RecordedResult::new(result);
             match key {
@@ -61,27 +76,32 @@ impl Engine {
                     engine.record(&key, &fingerprint, result, done_tx).await;
                 }
                 // The caller may have gone; nothing else wants the outcome.
-                None => drop(done_tx.send(Some(result))),
+                None => drop(done_tx.send(Ok(result))),
             }
         });
         match done_rx.await {
-            Ok(Some(result)) => Ok(Answer {
+            Ok(Ok(result)) => Ok(Answer {
                 result,
                 replayed: false,
             }),
-            _ if protected => Err(Refusal::RecordingPending { execution_id }),
-            _ => Err(Refusal::Lost { execution_id }),
+            Ok(Err(refusal)) => Err(refusal),
+            Err(_) if protected => Err(Refusal::RecordingPending { execution_id }),
+            Err(_) => Err(Refusal::Lost { execution_id }),
         }
     }
 
     /// Runs the tool under its deadline and its cancellation token; never panics.
+    ///
+    /// # Errors
+    /// The tool's [`ToolErrorKind::NotExecuted`] error: its effect provably did not happen and
+    /// nothing must be recorded.
     async fn run_tool(
         &self,
         tool: &dyn Tool,
         context: ToolContext,
         arguments: Value,
         cancel: &CancellationToken,
-    ) -> ExecutionResult {
+    ) -> Result<ExecutionResult, NotExecuted> {
         let deadline = tool.timeout().unwrap_or(self.config.default_tool_timeout);
         let started_at = now_millis();
         let execution_id = context.execution_id.clone();
@@ -99,7 +119,13 @@ impl Engine {
         let (status, data, error) = tokio::select! {
             outcome = tokio::time::timeout(deadline, run) => match outcome {
                 Ok(Ok(Ok(data))) => self.check_recordable(data),
-                Ok(Ok(Err(tool_error))) => failed(tool_error.into()),
+                Ok(Ok(Err(tool_error))) => {
+                    if let ToolErrorKind::NotExecuted { retry_after } = tool_error.kind {
+                        self.metrics.tool_not_executed(tool.name());
+                        return Err(NotExecuted { error: tool_error, retry_after });
+                    }
+                    failed(tool_error.into())
+                }
                 Ok(Err(_panic)) => failed(ExecutionError::panicked()),
                 Err(_elapsed) => (
                     ExecutionStatus::TimedOut,
@@ -118,7 +144,7 @@ impl Engine {
             ),
         };
         self.metrics.tool_finished(tool.name(), status);
-        ExecutionResult {
+        Ok(ExecutionResult {
             execution_id,
             status,
             data,
@@ -128,7 +154,7 @@ impl Engine {
             session_id,
             started_at,
             finished_at: now_millis(),
-        }
+        })
     }
 
     /// Admits a tool's value as a `completed` outcome only if it can be recorded and replayed
@@ -161,6 +187,23 @@ impl Engine {
             _ => failed(ExecutionError::not_recordable(
                 "the result would not read back unchanged (reserved member names or nesting deeper than 126 levels)",
             )),
+        }
+    }
+}
+
+/// A tool's report that its effect provably did not happen ([`ToolErrorKind::NotExecuted`]).
+struct NotExecuted {
+    error: ToolError,
+    retry_after: Option<std::time::Duration>,
+}
+
+impl NotExecuted {
+    fn into_refusal(self, execution_id: ExecutionId) -> Refusal {
+        Refusal::NotExecuted {
+            execution_id,
+            code: self.error.code,
+            message: self.error.message,
+            retry_after: self.retry_after,
         }
     }
 }

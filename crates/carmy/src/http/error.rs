@@ -80,6 +80,18 @@ pub enum ApiError {
     /// 503 `STORE_UNAVAILABLE`: the store failed before the tool ran; nothing ran.
     #[error("the idempotency store is unavailable; nothing was run")]
     StoreUnavailable,
+    /// 503 with the tool's own code (e.g. `UPSTREAM_UNAVAILABLE`): the tool reported that its
+    /// effect provably did not happen; nothing was recorded and the identity is free again
+    /// (docs/semantics.md §4, §10). `Retry-After` carries the tool's pause, in whole seconds.
+    #[error("{message}. The call had no effect and nothing was recorded; retry the same call (same request_id){}", retry_hint(*.retry_after))]
+    NotExecuted {
+        /// The tool's machine code.
+        code: String,
+        /// The tool's explanation.
+        message: String,
+        /// The pause the tool asked for.
+        retry_after: Option<std::time::Duration>,
+    },
     /// 503 `NOT_READY`: `/readyz` failed.
     #[error("{0}")]
     NotReady(String),
@@ -106,6 +118,16 @@ impl From<Refusal> for ApiError {
             Refusal::NotFound => Self::NotFound("no such execution".into()),
             Refusal::Capacity => Self::Capacity,
             Refusal::StoreUnavailable => Self::StoreUnavailable,
+            Refusal::NotExecuted {
+                code,
+                message,
+                retry_after,
+                ..
+            } => Self::NotExecuted {
+                code,
+                message,
+                retry_after,
+            },
             Refusal::Lost { execution_id } => {
                 tracing::error!(%execution_id, "an execution's task ended without an outcome");
                 Self::Internal
@@ -118,6 +140,17 @@ impl From<CallRejected> for ApiError {
     fn from(rejected: CallRejected) -> Self {
         Self::InvalidRequest(rejected.into_message())
     }
+}
+
+fn retry_hint(retry_after: Option<std::time::Duration>) -> String {
+    retry_after.map_or_else(String::new, |pause| {
+        format!(" after {} s", retry_after_seconds(pause))
+    })
+}
+
+/// A pause as whole seconds for `Retry-After`: rounded up, at least 1.
+fn retry_after_seconds(pause: std::time::Duration) -> u64 {
+    (pause.as_secs() + u64::from(pause.subsec_nanos() > 0)).max(1)
 }
 
 fn uncertain_detail(state: InFlightState) -> &'static str {
@@ -145,17 +178,20 @@ impl ApiError {
             Self::IdempotencyConflict { .. }
             | Self::ExecutionUncertain { .. }
             | Self::ExecutionFinished { .. } => StatusCode::CONFLICT,
-            Self::RecordingPending { .. } | Self::StoreUnavailable | Self::NotReady(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::RecordingPending { .. }
+            | Self::StoreUnavailable
+            | Self::NotReady(_)
+            | Self::NotExecuted { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Capacity => StatusCode::INSUFFICIENT_STORAGE,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
-    /// The machine code (docs/semantics.md §3, §5), e.g. `IDEMPOTENCY_CONFLICT`.
-    pub fn code(&self) -> &'static str {
+    /// The machine code (docs/semantics.md §3, §5), e.g. `IDEMPOTENCY_CONFLICT`; for
+    /// [`ApiError::NotExecuted`], the tool's own code.
+    pub fn code(&self) -> &str {
         match self {
+            Self::NotExecuted { code, .. } => code,
             Self::InvalidRequest(_) => "INVALID_REQUEST",
             Self::UnknownTool(_) => "UNKNOWN_TOOL",
             Self::Unauthorized => "UNAUTHORIZED",
@@ -194,6 +230,7 @@ impl ApiError {
             Self::Capacity => "Idempotency store full",
             Self::StoreUnavailable => "Store unavailable",
             Self::NotReady(_) => "Not ready",
+            Self::NotExecuted { .. } => "Not executed",
             Self::Internal => "Internal error",
         }
     }
@@ -252,6 +289,16 @@ impl IntoResponse for ApiError {
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if matches!(self, Self::Unauthorized) {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Self::NotExecuted {
+            retry_after: Some(pause),
+            ..
+        } = &self
+        {
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(retry_after_seconds(*pause)),
+            );
         }
         response
     }

@@ -260,12 +260,17 @@ async fn list_tools(State(state): State<AppState>, _principal: Principal) -> Res
     let tools: Vec<Value> = state
         .engine
         .tools()
+        .iter()
         .map(|tool| {
-            json!({
+            let mut entry = json!({
                 "name": tool.name(),
                 "description": tool.description(),
                 "input_schema": tool.input_schema(),
-            })
+            });
+            if let Some(annotations) = tool.annotations() {
+                entry["annotations"] = json!(annotations);
+            }
+            entry
         })
         .collect();
     json_response(StatusCode::OK, json!({ "tools": tools }).to_string())
