@@ -159,6 +159,32 @@ fn order_from_row((order_id, sku, quantity): OrderRow) -> Order {
     }
 }
 
+/// One principal's order by id.
+const SELECT_ONE: &str =
+    "SELECT order_id, sku, quantity FROM carmy.example_orders WHERE principal = $1 AND order_id = $2";
+/// One principal's orders, of one sku or (`$2` null) all, by order id.
+const SELECT_BY_SKU: &str = "SELECT order_id, sku, quantity FROM carmy.example_orders \
+     WHERE principal = $1 AND ($2::text IS NULL OR sku = $2) ORDER BY order_id";
+
+type OrderQuery<'q> =
+    sqlx::query::QueryAs<'q, sqlx::Postgres, OrderRow, sqlx::postgres::PgArguments>;
+
+impl PostgresOrderBook {
+    /// The orders `sql` selects (one of the `SELECT_*` statements), with its parameters bound
+    /// by `bind`, in order id order.
+    async fn select<'q>(
+        &self,
+        sql: &'static str,
+        bind: impl FnOnce(OrderQuery<'q>) -> OrderQuery<'q>,
+    ) -> Result<Vec<Order>, String> {
+        bind(sqlx::query_as::<_, OrderRow>(sql))
+            .fetch_all(&self.pool)
+            .await
+            .map(|rows| rows.into_iter().map(order_from_row).collect())
+            .map_err(|error| error.to_string())
+    }
+}
+
 impl OrderBook for PostgresOrderBook {
     fn create<'a>(
         &'a self,
@@ -181,29 +207,14 @@ impl OrderBook for PostgresOrderBook {
 
     fn get<'a>(&'a self, principal: &'a str, order_id: i64) -> OrderFuture<'a, Option<Order>> {
         Box::pin(async move {
-            sqlx::query_as::<_, OrderRow>(
-                "SELECT order_id, sku, quantity FROM carmy.example_orders WHERE principal = $1 AND order_id = $2",
-            )
-            .bind(principal)
-            .bind(order_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map(|row| row.map(order_from_row))
-            .map_err(|error| error.to_string())
+            let orders = self
+                .select(SELECT_ONE, |query| query.bind(principal).bind(order_id))
+                .await?;
+            Ok(orders.into_iter().next())
         })
     }
 
     fn find<'a>(&'a self, principal: &'a str, sku: Option<&'a str>) -> OrderFuture<'a, Vec<Order>> {
-        Box::pin(async move {
-            sqlx::query_as::<_, OrderRow>(
-                "SELECT order_id, sku, quantity FROM carmy.example_orders WHERE principal = $1 AND ($2::text IS NULL OR sku = $2) ORDER BY order_id",
-            )
-            .bind(principal)
-            .bind(sku)
-            .fetch_all(&self.pool)
-            .await
-            .map(|rows| rows.into_iter().map(order_from_row).collect())
-            .map_err(|error| error.to_string())
-        })
+        Box::pin(self.select(SELECT_BY_SKU, move |query| query.bind(principal).bind(sku)))
     }
 }
