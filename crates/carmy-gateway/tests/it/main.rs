@@ -8,6 +8,7 @@ mod crash_points;
 mod example_orders;
 mod hostile_input;
 mod memory_cases;
+mod order_errors;
 mod postgres_outages;
 mod postgres_replicas;
 mod round_trips;
