@@ -14,3 +14,4 @@ mod postgres_replicas;
 mod round_trips;
 mod security;
 mod shutdown_and_cancel;
+mod test_script;
