@@ -9,8 +9,42 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
 
-/// The boxed future of an [`OrderBook`] call; the error text is for logs and tool errors.
-pub type OrderFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+/// The boxed future of an [`OrderBook`] call.
+pub type OrderFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, OrderError>> + Send + 'a>>;
+
+/// Why an [`OrderBook`] call failed, by what it says about the write (docs/semantics.md §4.1):
+/// the tools turn each into the matching [`ToolErrorKind`](carmy::ToolErrorKind).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OrderError {
+    /// The statement provably never reached the database (no connection could be had): nothing
+    /// changed.
+    #[error("not sent: {0}")]
+    NotSent(String),
+    /// The database refused the statement (a constraint or data error): nothing changed.
+    #[error("refused: {0}")]
+    Refused(String),
+    /// The statement may have been applied: the connection broke or the server failed after the
+    /// statement was sent, so a commit may have happened without its acknowledgement.
+    #[error("unknown: {0}")]
+    Unknown(String),
+}
+
+impl OrderError {
+    /// Classifies an error of a statement that was sent on an acquired connection: a database
+    /// error of class 22 (data exception) or 23 (integrity constraint violation) is a refusal,
+    /// everything else (I/O, protocol, a server shutting down) leaves the effect unknown.
+    fn after_sending(error: &sqlx::Error) -> Self {
+        let refused = error
+            .as_database_error()
+            .and_then(|database| database.code())
+            .is_some_and(|code| code.starts_with("22") || code.starts_with("23"));
+        if refused {
+            Self::Refused(error.to_string())
+        } else {
+            Self::Unknown(error.to_string())
+        }
+    }
+}
 
 /// One order, as the tools return it: `{"order_id", "sku", "quantity"}`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,16 +210,27 @@ impl PostgresOrderBook {
         &self,
         sql: &'static str,
         bind: impl FnOnce(OrderQuery<'q>) -> OrderQuery<'q>,
-    ) -> Result<Vec<Order>, String> {
+    ) -> Result<Vec<Order>, OrderError> {
         bind(sqlx::query_as::<_, OrderRow>(sql))
             .fetch_all(&self.pool)
             .await
             .map(|rows| rows.into_iter().map(order_from_row).collect())
-            .map_err(|error| error.to_string())
+            .map_err(|error| OrderError::after_sending(&error))
+    }
+
+    /// A connection of the pool; failing here means nothing was sent.
+    async fn connection(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, OrderError> {
+        self.pool
+            .acquire()
+            .await
+            .map_err(|error| OrderError::NotSent(error.to_string()))
     }
 }
 
 impl OrderBook for PostgresOrderBook {
+    /// One autocommit `INSERT`. A failure to get a connection is [`OrderError::NotSent`]; once
+    /// the statement is sent, a lost connection is [`OrderError::Unknown`] (the commit may have
+    /// happened and only its acknowledgement been lost).
     fn create<'a>(
         &'a self,
         principal: &'a str,
@@ -193,15 +238,16 @@ impl OrderBook for PostgresOrderBook {
         quantity: i64,
     ) -> OrderFuture<'a, i64> {
         Box::pin(async move {
+            let mut connection = self.connection().await?;
             sqlx::query_scalar(
                 "INSERT INTO carmy.example_orders (principal, sku, quantity) VALUES ($1, $2, $3) RETURNING order_id",
             )
             .bind(principal)
             .bind(sku)
             .bind(quantity)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *connection)
             .await
-            .map_err(|error| error.to_string())
+            .map_err(|error| OrderError::after_sending(&error))
         })
     }
 
