@@ -9,6 +9,7 @@ mod example_orders;
 mod hostile_input;
 mod mcp_client;
 mod mcp_front;
+mod mcp_http;
 mod mcp_replicas;
 mod memory_cases;
 mod postgres_outages;
