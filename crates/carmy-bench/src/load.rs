@@ -1,5 +1,6 @@
 //! The HTTP load generator: `concurrency` workers, each with one kept-alive HTTP/1.1 connection
-//! to the gateway, sending `POST /v1/executions` of the `echo` tool back to back (closed loop).
+//! to the gateway, sending `POST /v1/executions` (or, for the MCP scenarios, an MCP `tools/call`
+//! to `POST /mcp`, docs/semantics.md §11) of the `echo` tool back to back (closed loop).
 //! Only answers of the expected status and kind count as successes; everything else is counted
 //! by kind.
 
@@ -27,6 +28,12 @@ pub enum Scenario {
     /// The request ids of completed calls, other arguments: expect 409
     /// `IDEMPOTENCY_CONFLICT`.
     Conflict,
+    /// [`Scenario::NewIdentity`] as an MCP `tools/call` to `/mcp`: expect a result with
+    /// `"replayed":false` in `_meta["io.carmy/execution"]`.
+    McpNewIdentity,
+    /// [`Scenario::Replay`] as an MCP `tools/call` (the request id in
+    /// `_meta["io.carmy/request_id"]`): expect `"replayed":true`.
+    McpReplay,
 }
 
 impl Scenario {
@@ -36,6 +43,22 @@ impl Scenario {
             Self::NewIdentity => "new identity",
             Self::Replay => "replay",
             Self::Conflict => "conflict",
+            Self::McpNewIdentity => "new identity over /mcp",
+            Self::McpReplay => "replay over /mcp",
+        }
+    }
+
+    /// Whether the calls go to `/mcp`.
+    pub fn is_mcp(self) -> bool {
+        matches!(self, Self::McpNewIdentity | Self::McpReplay)
+    }
+
+    /// The same calls through the HTTP API.
+    pub fn over_http(self) -> Self {
+        match self {
+            Self::McpNewIdentity => Self::NewIdentity,
+            Self::McpReplay => Self::Replay,
+            other => other,
         }
     }
 }
@@ -54,6 +77,13 @@ pub fn call_body(request_id: &str, conflicting: bool) -> String {
         "{}"
     };
     format!(r#"{{"tool":"echo","arguments":{arguments},"request_id":"{request_id}"}}"#)
+}
+
+/// The body of an MCP `tools/call` of `echo` with `{}` under `request_id`.
+pub fn mcp_call_body(request_id: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{}},"_meta":{{"io.carmy/request_id":"{request_id}"}}}}}}"#
+    )
 }
 
 /// One measurement's figures.
@@ -135,15 +165,17 @@ impl Connection {
         Ok(Self { sender })
     }
 
-    /// POSTs `body` to `/v1/executions`; returns the status and the body.
-    async fn post(&mut self, host: &str, body: String) -> Result<(u16, Bytes), String> {
+    /// POSTs `body` to `/v1/executions`, or to `/mcp` when `mcp`; returns the status and the
+    /// body.
+    async fn post(&mut self, host: &str, body: String, mcp: bool) -> Result<(u16, Bytes), String> {
         self.sender
             .ready()
             .await
             .map_err(|error| format!("connection: {error}"))?;
-        let request = hyper::Request::post("/v1/executions")
+        let request = hyper::Request::post(if mcp { "/mcp" } else { "/v1/executions" })
             .header(hyper::header::HOST, host)
             .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(hyper::header::ACCEPT, "application/json, text/event-stream")
             .body(Full::new(Bytes::from(body)))
             .map_err(|error| format!("request: {error}"))?;
         let response = self
@@ -175,9 +207,21 @@ fn check(scenario: Scenario, status: u16, body: &[u8]) -> Result<(), String> {
         Scenario::NewIdentity => status == 200 && contains(body, br#""replayed":false"#),
         Scenario::Replay => status == 200 && contains(body, br#""replayed":true"#),
         Scenario::Conflict => status == 409 && contains(body, br#""IDEMPOTENCY_CONFLICT""#),
+        Scenario::McpNewIdentity | Scenario::McpReplay => {
+            let replayed = scenario == Scenario::McpReplay;
+            let marker: &[u8] = if replayed {
+                br#""replayed":true"#
+            } else {
+                br#""replayed":false"#
+            };
+            status == 200 && contains(body, br#""isError":false"#) && contains(body, marker)
+        }
     };
     if expected {
         return Ok(());
+    }
+    if status == 200 && scenario.is_mcp() && !contains(body, br#""isError":false"#) {
+        return Err("200 isError".to_owned());
     }
     if status == 200 {
         return Err(if contains(body, br#""replayed":true"#) {
@@ -204,19 +248,21 @@ struct Bodies {
 
 impl Bodies {
     fn next(&mut self) -> String {
+        // Workers walk the replay identities in interleaved strides: all are used, none twice
+        // in a row.
+        let index = (self.worker + self.sent * self.concurrency) % self.identities + 1;
         let body = match self.scenario {
             Scenario::NewIdentity => {
                 call_body(&format!("new-{}", uuid::Uuid::new_v4().simple()), false)
             }
-            Scenario::Replay | Scenario::Conflict => {
-                // Workers walk the identities in interleaved strides: all are used, none twice in
-                // a row.
-                let index = (self.worker + self.sent * self.concurrency) % self.identities + 1;
-                call_body(
-                    &replay_request_id(index),
-                    self.scenario == Scenario::Conflict,
-                )
+            Scenario::Replay | Scenario::Conflict => call_body(
+                &replay_request_id(index),
+                self.scenario == Scenario::Conflict,
+            ),
+            Scenario::McpNewIdentity => {
+                mcp_call_body(&format!("new-{}", uuid::Uuid::new_v4().simple()))
             }
+            Scenario::McpReplay => mcp_call_body(&replay_request_id(index)),
         };
         self.sent += 1;
         body
@@ -260,7 +306,7 @@ async fn worker(
                 }
             },
         };
-        let answer = conn.post(&host, bodies.next()).await;
+        let answer = conn.post(&host, bodies.next(), scenario.is_mcp()).await;
         let latency = started.elapsed();
         let outcome = match answer {
             Ok((status, body)) => check(scenario, status, &body),
@@ -360,7 +406,7 @@ pub async fn call_replay_identities(address: SocketAddr, count: usize) -> Result
             let mut index = worker + 1;
             while index <= count {
                 let (status, body) = conn
-                    .post(&host, call_body(&replay_request_id(index), false))
+                    .post(&host, call_body(&replay_request_id(index), false), false)
                     .await?;
                 if status != 200 {
                     return Err(format!(
@@ -392,7 +438,7 @@ pub async fn sequential(
     let host = address.to_string();
     let mut conn = Connection::open(address).await?;
     for body in bodies {
-        let (status, answer) = conn.post(&host, body.clone()).await?;
+        let (status, answer) = conn.post(&host, body.clone(), scenario.is_mcp()).await?;
         check(scenario, status, &answer).map_err(|kind| format!("{body}: {kind}"))?;
     }
     Ok(())
@@ -421,5 +467,20 @@ mod tests {
             Err("503 STORE_UNAVAILABLE".to_owned())
         );
         assert_eq!(check(Scenario::Replay, 502, b"oops"), Err("502".to_owned()));
+        let mcp = |replayed: bool| {
+            format!(
+                r#"{{"result":{{"isError":false,"_meta":{{"io.carmy/execution":{{"replayed":{replayed}}}}}}}}}"#
+            )
+        };
+        assert!(check(Scenario::McpNewIdentity, 200, mcp(false).as_bytes()).is_ok());
+        assert!(check(Scenario::McpReplay, 200, mcp(true).as_bytes()).is_ok());
+        assert_eq!(
+            check(Scenario::McpReplay, 200, mcp(false).as_bytes()),
+            Err("200 not replayed".to_owned())
+        );
+        assert_eq!(
+            check(Scenario::McpReplay, 200, br#"{"result":{"isError":true}}"#),
+            Err("200 isError".to_owned())
+        );
     }
 }

@@ -9,7 +9,8 @@
 //! 2. preloads `--small-rows` completed reservations and completes the replay identities;
 //! 3. measures pgbench with `bench/pgbench/new_identity.sql` (the ceiling for new identities)
 //!    and `read_one.sql` (the ceiling for replays and conflicts);
-//! 4. drives the gateway over HTTP at each concurrency: new identities, replays, conflicts;
+//! 4. drives the gateway over HTTP at each concurrency: new identities, replays, conflicts; and
+//!    new identities and replays through `/mcp` at the target concurrency;
 //! 5. times the in-memory store in-process on one thread;
 //! 6. counts round trips to PostgreSQL per call on the wire, through a counting proxy;
 //! 7. with `--large`, compares new-identity latency on `--small-rows` and `--large-rows` rows;
@@ -329,6 +330,12 @@ async fn run(
             load::call_replay_identities(gw.address, args.replay_identities).await?;
             runs.push(measure_http(args, scenario, concurrency, gw.pid(), gw.address).await);
         }
+    }
+    // The MCP front against the HTTP API: same gateway, same run (docs/semantics.md §11).
+    for scenario in [Scenario::McpNewIdentity, Scenario::McpReplay] {
+        load::call_replay_identities(gw.address, args.replay_identities).await?;
+        let c = report::TARGET_CONCURRENCY;
+        runs.push(measure_http(args, scenario, c, gw.pid(), gw.address).await);
     }
     gw.stop();
 

@@ -16,6 +16,9 @@ pub const TARGET_CONCURRENCY: usize = 32;
 pub const NEW_IDENTITY_RATIO: f64 = 0.6;
 /// Replay calls/s at [`TARGET_CONCURRENCY`] ≥ this × pgbench `read_one.sql` TPS.
 pub const REPLAY_RATIO: f64 = 1.0;
+/// Calls/s through `/mcp` at [`TARGET_CONCURRENCY`] ≥ this × the same calls through
+/// `POST /v1/executions`, new identities and replays alike.
+pub const MCP_RATIO: f64 = 0.8;
 /// New-identity p99 with many rows ≤ this × p99 with few rows.
 pub const FLAT_P99_RATIO: f64 = 1.5;
 /// In-memory reserve + complete pairs per second on one core.
@@ -157,8 +160,10 @@ impl Report {
     /// The ceiling a scenario is compared with (TPS).
     pub fn ceiling(&self, scenario: Scenario) -> f64 {
         match scenario {
-            Scenario::NewIdentity => self.pgbench_new_identity.tps,
-            Scenario::Replay | Scenario::Conflict => self.pgbench_read_one.tps,
+            Scenario::NewIdentity | Scenario::McpNewIdentity => self.pgbench_new_identity.tps,
+            Scenario::Replay | Scenario::Conflict | Scenario::McpReplay => {
+                self.pgbench_read_one.tps
+            }
         }
     }
 
@@ -171,6 +176,7 @@ impl Report {
     /// Judges the targets (fills [`Report::targets`]).
     pub fn judge(&mut self) {
         let mut targets = self.throughput_targets();
+        targets.extend(self.mcp_targets());
         targets.push(self.flatness_target());
         targets.push(self.memory_target());
         targets.push(self.round_trip_target());
@@ -224,6 +230,45 @@ impl Report {
             });
         }
         targets
+    }
+
+    /// The MCP front against the HTTP API, same gateway and run (docs/semantics.md §11).
+    fn mcp_targets(&self) -> Vec<Target> {
+        let c = TARGET_CONCURRENCY;
+        [Scenario::McpNewIdentity, Scenario::McpReplay]
+            .into_iter()
+            .map(|scenario| {
+                let http = scenario.over_http();
+                let name = format!(
+                    "{} calls/s at c={c} >= {MCP_RATIO} x {} over POST /v1/executions",
+                    scenario.label(),
+                    http.label()
+                );
+                match (self.run(scenario, c, true), self.run(http, c, true)) {
+                    (Some(mcp), Some(api)) => {
+                        let value =
+                            mcp.calls_per_second / api.calls_per_second.max(f64::MIN_POSITIVE);
+                        Target {
+                            name,
+                            figure: format!(
+                                "{:.0} vs {:.0} calls/s = {value:.2} x",
+                                mcp.calls_per_second, api.calls_per_second
+                            ),
+                            value: Some(value),
+                            bound: MCP_RATIO,
+                            status: Status::of(value >= MCP_RATIO && mcp.error_count() == 0),
+                        }
+                    }
+                    _ => Target {
+                        name,
+                        figure: format!("not measured (c={c} not in --concurrency)"),
+                        value: None,
+                        bound: MCP_RATIO,
+                        status: Status::Skip,
+                    },
+                }
+            })
+            .collect()
     }
 
     /// New-identity p99 flat from the small to the large table.

@@ -110,6 +110,33 @@ pub struct Config {
           value_parser = InRange::<u64>::at_least(1), global = true)]
     pub replay_cache_ttl_ms: u64,
 
+    /// Allowed `Host` values of `/mcp` (docs/semantics.md §11), comma-separated, each `host` or
+    /// `host:port`; `*` allows every host. Default: the MCP SDK's loopback names (`localhost`,
+    /// `127.0.0.1`, `::1`), which guard a local server against DNS rebinding.
+    #[arg(
+        long,
+        env = "CARMY_MCP_ALLOWED_HOSTS",
+        value_delimiter = ',',
+        global = true
+    )]
+    pub mcp_allowed_hosts: Vec<String>,
+
+    /// `_meta` keys of a `tools/call` read for its request id, in order, after
+    /// `params.idempotencyKey` and `_meta["io.carmy/request_id"]` (comma-separated; empty for
+    /// none).
+    #[arg(
+        long,
+        env = "CARMY_MCP_REQUEST_ID_META",
+        value_delimiter = ',',
+        default_value = "claudecode/toolUseId",
+        global = true
+    )]
+    pub mcp_request_id_meta: Vec<String>,
+
+    /// Refuse MCP calls that carry no request id instead of running them unprotected.
+    #[arg(long, env = "CARMY_MCP_REQUIRE_REQUEST_ID", global = true)]
+    pub mcp_require_request_id: bool,
+
     /// Log format.
     #[arg(long, env = "CARMY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,

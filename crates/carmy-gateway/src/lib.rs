@@ -16,6 +16,7 @@ use carmy::engine::EngineConfig;
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::runtime::IdempotencyStore;
 use carmy::App;
+use carmy_mcp::McpConfig;
 use carmy_postgres::{PostgresStore, PostgresStoreOptions};
 use clap::Parser;
 use config::{Command, Config, LogFormat};
@@ -130,7 +131,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         };
     let mut builder = carmy::app()
         .idempotency_store(store)
-        .api_keys(keys)
+        .api_keys(keys.clone())
         .listen(config.listen)
         .allow_anonymous_network(config.allow_anonymous_network)
         .max_body_bytes(config.max_body_bytes)
@@ -144,10 +145,35 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     for tool in tools::example_tools(orders) {
         builder = builder.tool(tool);
     }
+    let app = builder.build()?;
+    let mcp = carmy_mcp::router(Arc::clone(app.engine()), keys, mcp_config(config));
     Ok(Gateway {
-        app: builder.build()?,
+        app: app.merge_routes(mcp),
         memory,
     })
+}
+
+/// The MCP front's settings from the gateway's (docs/semantics.md §11).
+pub fn mcp_config(config: &Config) -> McpConfig {
+    let listed = |values: &[String]| -> Vec<String> {
+        values
+            .iter()
+            .map(|value| value.trim().to_owned())
+            .filter(|value| !value.is_empty())
+            .collect()
+    };
+    let hosts = listed(&config.mcp_allowed_hosts);
+    let allowed_hosts = if hosts.iter().any(|host| host == "*") {
+        Some(Vec::new())
+    } else {
+        Some(hosts).filter(|hosts| !hosts.is_empty())
+    };
+    McpConfig {
+        allowed_hosts,
+        request_id_meta_keys: listed(&config.mcp_request_id_meta),
+        require_request_id: config.mcp_require_request_id,
+        max_body_bytes: config.max_body_bytes,
+    }
 }
 
 fn init_logging(format: LogFormat) {

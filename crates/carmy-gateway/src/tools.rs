@@ -2,7 +2,7 @@
 //! `sleep` and `fail`.
 
 use crate::orders::{OrderBook, OrderError};
-use carmy::tool::{FnTool, ToolError};
+use carmy::tool::{FnTool, ToolAnnotations, ToolError};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,6 +73,16 @@ fn read_error(error: OrderError) -> ToolError {
     }
 }
 
+/// The hints of a tool that only reads: MCP clients may call it freely, and Carmy's texts name
+/// it where a model should check whether an effect happened (docs/semantics.md §11).
+fn read_only() -> ToolAnnotations {
+    ToolAnnotations {
+        read_only_hint: Some(true),
+        open_world_hint: Some(false),
+        ..ToolAnnotations::default()
+    }
+}
+
 fn create_order(orders: Arc<dyn OrderBook>) -> FnTool {
     let schema = json!({
         "type": "object",
@@ -98,6 +108,13 @@ fn create_order(orders: Arc<dyn OrderBook>) -> FnTool {
         }
     })
     .with_description("Creates an order; returns {\"order_id\": int}. Not idempotent by itself.")
+    .with_annotations(ToolAnnotations {
+        read_only_hint: Some(false),
+        destructive_hint: Some(false),
+        idempotent_hint: Some(false),
+        open_world_hint: Some(false),
+        ..ToolAnnotations::default()
+    })
 }
 
 fn get_order(orders: Arc<dyn OrderBook>) -> FnTool {
@@ -122,6 +139,7 @@ fn get_order(orders: Arc<dyn OrderBook>) -> FnTool {
         }
     })
     .with_description("Reads one of the caller's orders.")
+    .with_annotations(read_only())
 }
 
 fn find_orders(orders: Arc<dyn OrderBook>) -> FnTool {
@@ -142,6 +160,7 @@ fn find_orders(orders: Arc<dyn OrderBook>) -> FnTool {
         }
     })
     .with_description("Lists the caller's orders, optionally for one sku: for reconciliation.")
+    .with_annotations(read_only())
 }
 
 fn echo() -> FnTool {

@@ -195,6 +195,18 @@ impl App {
         self.router.clone()
     }
 
+    /// Serves `routes` beside the HTTP API, e.g. the MCP front's `/mcp` (docs/semantics.md §11).
+    /// The routes keep their own layers; paths they do not claim still get the HTTP API's
+    /// answers (its fallback). [`App::serve`] serves the merged router.
+    ///
+    /// # Panics
+    /// When `routes` claims a path the HTTP API already serves, or has a fallback of its own.
+    #[must_use]
+    pub fn merge_routes(mut self, routes: Router) -> Self {
+        self.router = self.router.merge(routes);
+        self
+    }
+
     /// The engine behind the router.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine

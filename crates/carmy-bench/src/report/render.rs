@@ -75,8 +75,8 @@ impl Report {
         }
         for run in &self.runs {
             let ceiling = match run.scenario {
-                Scenario::NewIdentity => "new_identity",
-                Scenario::Replay | Scenario::Conflict => "read_one",
+                Scenario::NewIdentity | Scenario::McpNewIdentity => "new_identity",
+                Scenario::Replay | Scenario::Conflict | Scenario::McpReplay => "read_one",
             };
             TableRow {
                 label: run.label(),

@@ -1,0 +1,99 @@
+//! The MCP front at the HTTP level (docs/semantics.md §11), with raw requests: the 2026-07-28
+//! per-request lifecycle and an older version sharing one record, the `Host` check and its
+//! setting, the API key, the body limit and strict JSON.
+
+use super::mcp_client::Served;
+use serde_json::{json, Value};
+
+/// POSTs a JSON-RPC message to `/mcp` with `headers`; returns the status and the body text.
+async fn post(served: &Served, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    let mut request = carmy_test_support::client()
+        .post(served.mcp())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_owned());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+fn call(request_id: &str, extra_meta: &Value) -> String {
+    let mut meta = json!({"io.carmy/request_id": request_id});
+    meta.as_object_mut()
+        .unwrap()
+        .extend(extra_meta.as_object().unwrap().clone());
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+           "params": {"name": "echo", "arguments": {"v": 1}, "_meta": meta}})
+    .to_string()
+}
+
+fn execution(body: &str) -> Value {
+    let message: Value = serde_json::from_str(body).unwrap();
+    message["result"]["_meta"]["io.carmy/execution"].clone()
+}
+
+#[tokio::test]
+async fn the_2026_07_28_lifecycle_and_an_older_version_share_one_record() {
+    let gateway = Served::start(&[]).await;
+    let inline = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "echo"),
+    ];
+    let (status, first) = post(&gateway, &headers, &call("v-1", &inline)).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(execution(&first)["replayed"], false, "{first}");
+    let older = [("mcp-protocol-version", "2025-06-18")];
+    let (status, again) = post(&gateway, &older, &call("v-1", &json!({}))).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(execution(&again)["replayed"], true, "{again}");
+    assert_eq!(
+        execution(&again)["execution_id"],
+        execution(&first)["execution_id"]
+    );
+    assert_eq!(gateway.runs("echo"), 1);
+}
+
+#[tokio::test]
+async fn only_allowed_hosts_are_served() {
+    let default = Served::start(&[]).await;
+    let body = call("h-1", &json!({}));
+    let (status, _) = post(&default, &[("host", "carmy.example")], &body).await;
+    assert_eq!(status, 403);
+    let configured = Served::start(&["--mcp-allowed-hosts", "carmy.example,127.0.0.1"]).await;
+    let (status, text) = post(&configured, &[("host", "carmy.example")], &body).await;
+    assert_eq!(status, 200, "{text}");
+    let any = Served::start(&["--mcp-allowed-hosts", "*"]).await;
+    let (status, text) = post(&any, &[("host", "elsewhere.example:9")], &body).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(default.runs("echo"), 0);
+}
+
+#[tokio::test]
+async fn keys_limits_and_strict_json_before_the_sdk() {
+    let gateway = Served::start(&["--api-keys", "k1=alice", "--max-body-bytes", "512"]).await;
+    let body = call("s-1", &json!({}));
+    let (status, text) = post(&gateway, &[], &body).await;
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("UNAUTHORIZED"), "{text}");
+    let key = [("authorization", "Bearer k1")];
+    let (status, text) = post(&gateway, &key, &body).await;
+    assert_eq!(status, 200, "{text}");
+    let large = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": "echo", "arguments": {"pad": "x".repeat(600)}}});
+    let (status, text) = post(&gateway, &key, &large.to_string()).await;
+    assert_eq!(status, 413, "{text}");
+    let duplicate = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"a":1,"a":2}}}"#;
+    let (status, text) = post(&gateway, &key, duplicate).await;
+    assert_eq!(status, 400, "{text}");
+    let error: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(error["error"]["code"], -32700);
+    assert_eq!(gateway.runs("echo"), 1);
+}

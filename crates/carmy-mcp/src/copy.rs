@@ -1,0 +1,306 @@
+//! What a language model reads when a call does not simply succeed (docs/semantics.md §11): one
+//! table, reviewed as product copy. Each entry says what happened, whether the call's effect may
+//! have happened, and the next step. No entry ever tells the model to retry under another
+//! request id: where the effect may have happened that would run it twice, and elsewhere the
+//! same call is the safe retry.
+//!
+//! Placeholders, filled by [`Copy::render`]: `{execution_id}`, `{read_tools}` (the tools whose
+//! annotations say read-only, as ` (for example `a`, `b`)`, or nothing), `{code}` and `{message}`
+//! (the tool's or the record's), `{retry}` (` after N s` when a pause is known, or nothing).
+
+/// Whether the call's effect may have happened, as the text tells the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Nothing ran for this call.
+    DidNotHappen,
+    /// The effect may have happened (or be happening).
+    MayHaveHappened,
+    /// The tool ran and reported a failure; the record says what it knows.
+    ToolReported,
+}
+
+/// The situations a `tools/call` result explains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Situation {
+    /// `IDEMPOTENCY_CONFLICT`: the request id belongs to a different call.
+    Conflict,
+    /// `EXECUTION_UNCERTAIN`, `running`: the same call is still running.
+    Running,
+    /// `EXECUTION_UNCERTAIN`, `interrupted`: the process running it stopped.
+    Interrupted,
+    /// `EXECUTION_UNCERTAIN`, `running`: the tool ran, its outcome is not recorded yet.
+    RecordingPending,
+    /// `IDEMPOTENCY_CAPACITY`: the store is full.
+    Capacity,
+    /// `STORE_UNAVAILABLE`: the store failed before anything ran.
+    StoreUnavailable,
+    /// The tool's own code (e.g. `UPSTREAM_UNAVAILABLE`): provably no effect, nothing recorded.
+    NotExecuted,
+    /// `REQUEST_ID_REQUIRED`: the operator requires a request id and the call had none.
+    RequestIdRequired,
+    /// A recorded `failed` outcome whose effect the tool did not mark unknown.
+    Failed,
+    /// A recorded `failed` (effect unknown), `timed_out` or `cancelled` outcome.
+    EffectUnknown,
+}
+
+/// One entry of the table.
+#[derive(Clone, Copy, Debug)]
+pub struct Copy {
+    /// The situation.
+    pub situation: Situation,
+    /// The machine code shown in `structuredContent.code`; empty where the tool's or the
+    /// record's own code is shown.
+    pub code: &'static str,
+    /// What the text says about the effect.
+    pub effect: Effect,
+    /// What happened.
+    pub what: &'static str,
+    /// Whether the effect may have happened, in words.
+    pub effect_text: &'static str,
+    /// The next step.
+    pub next: &'static str,
+}
+
+/// Every entry, one per [`Situation`].
+pub const TABLE: &[Copy] = &[
+    Copy {
+        situation: Situation::Conflict,
+        code: "IDEMPOTENCY_CONFLICT",
+        effect: Effect::DidNotHappen,
+        what: "Carmy refused this call: its request id already belongs to a different call (another tool or other arguments), execution {execution_id}.",
+        effect_text: "This call did not run, but the earlier call under that id may have taken effect.",
+        next: "Do not repeat this call as it is. To get the earlier call's outcome, repeat that call with exactly its arguments; before any different action, check with a read-only tool{read_tools} whether the earlier call already did what you want, or ask the user.",
+    },
+    Copy {
+        situation: Situation::Running,
+        code: "EXECUTION_UNCERTAIN",
+        effect: Effect::MayHaveHappened,
+        what: "This exact call is still running as execution {execution_id}, started by an earlier attempt.",
+        effect_text: "Its effect may already have happened or be happening now.",
+        next: "Wait a few seconds, then retry the same call unchanged to get its outcome; do not do the same thing another way meanwhile.",
+    },
+    Copy {
+        situation: Situation::Interrupted,
+        code: "EXECUTION_UNCERTAIN",
+        effect: Effect::MayHaveHappened,
+        what: "This exact call was started earlier as execution {execution_id}, but the gateway running it stopped before its outcome was recorded.",
+        effect_text: "Its effect may or may not have happened, and Carmy will not run it again.",
+        next: "Check with a read-only tool{read_tools} whether the effect happened; if you cannot tell, ask the user or the operator before acting again.",
+    },
+    Copy {
+        situation: Situation::RecordingPending,
+        code: "EXECUTION_UNCERTAIN",
+        effect: Effect::MayHaveHappened,
+        what: "The tool ran as execution {execution_id}, but its outcome could not be recorded yet; Carmy keeps trying.",
+        effect_text: "Its effect has probably happened.",
+        next: "Wait a few seconds, then retry the same call unchanged to get the recorded outcome.",
+    },
+    Copy {
+        situation: Situation::Capacity,
+        code: "IDEMPOTENCY_CAPACITY",
+        effect: Effect::DidNotHappen,
+        what: "Carmy's record store is full, so it could not take this call.",
+        effect_text: "Nothing ran; the effect did not happen.",
+        next: "Retry the same call later; if this keeps happening, ask the operator to raise the store's capacity.",
+    },
+    Copy {
+        situation: Situation::StoreUnavailable,
+        code: "STORE_UNAVAILABLE",
+        effect: Effect::DidNotHappen,
+        what: "Carmy's record store is unavailable, so the call was not started.",
+        effect_text: "Nothing ran; the effect did not happen.",
+        next: "Wait a few seconds and retry the same call unchanged; if it keeps failing, tell the user the gateway is unavailable.",
+    },
+    Copy {
+        situation: Situation::NotExecuted,
+        code: "",
+        effect: Effect::DidNotHappen,
+        what: "The tool could not act ({code}: {message}).",
+        effect_text: "Its effect did not happen and nothing was recorded.",
+        next: "Retry the same call unchanged{retry}; if it keeps failing, tell the user.",
+    },
+    Copy {
+        situation: Situation::RequestIdRequired,
+        code: "REQUEST_ID_REQUIRED",
+        effect: Effect::DidNotHappen,
+        what: "This gateway only runs calls that carry a request id, and this call had none.",
+        effect_text: "Nothing ran; the effect did not happen.",
+        next: "Tell the user that the MCP client must send a request id with each call (params.idempotencyKey or _meta \"io.carmy/request_id\"), and ask the operator how to set it up.",
+    },
+    Copy {
+        situation: Situation::Failed,
+        code: "",
+        effect: Effect::ToolReported,
+        what: "The tool failed ({code}: {message}), execution {execution_id}.",
+        effect_text: "The tool reported the failure itself; it is recorded.",
+        next: "Retrying the same call returns this same failure; read the message, fix its cause, and ask the user if the fix is unclear.",
+    },
+    Copy {
+        situation: Situation::EffectUnknown,
+        code: "",
+        effect: Effect::MayHaveHappened,
+        what: "The tool did not finish cleanly ({code}: {message}), execution {execution_id}.",
+        effect_text: "Its effect may have happened.",
+        next: "Check with a read-only tool{read_tools} whether it took effect before acting again; retrying the same call only returns this record.",
+    },
+];
+
+/// The facts a text is filled with.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Facts<'a> {
+    /// The execution, where one exists.
+    pub execution_id: Option<&'a str>,
+    /// Names of the tools whose annotations say read-only.
+    pub read_tools: &'a [String],
+    /// The tool's or the record's code.
+    pub code: &'a str,
+    /// The tool's or the record's message.
+    pub message: &'a str,
+    /// The pause the tool asked for before a retry, in whole seconds.
+    pub retry_after_seconds: Option<u64>,
+}
+
+/// The entry for `situation`.
+pub fn copy(situation: Situation) -> &'static Copy {
+    TABLE
+        .iter()
+        .find(|entry| entry.situation == situation)
+        .expect("the table has an entry for every situation")
+}
+
+impl Copy {
+    /// The text for the model: what happened, the effect, the next step.
+    pub fn render(&self, facts: &Facts<'_>) -> String {
+        let read_tools = if facts.read_tools.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<String> = facts
+                .read_tools
+                .iter()
+                .map(|name| format!("`{name}`"))
+                .collect();
+            format!(" (for example {})", names.join(", "))
+        };
+        let retry = facts
+            .retry_after_seconds
+            .map_or_else(String::new, |seconds| format!(" after {seconds} s"));
+        [self.what, self.effect_text, self.next]
+            .join(" ")
+            .replace("{execution_id}", facts.execution_id.unwrap_or("unknown"))
+            .replace("{read_tools}", &read_tools)
+            .replace("{retry}", &retry)
+            .replace("{code}", facts.code)
+            .replace("{message}", facts.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [Situation; 10] = [
+        Situation::Conflict,
+        Situation::Running,
+        Situation::Interrupted,
+        Situation::RecordingPending,
+        Situation::Capacity,
+        Situation::StoreUnavailable,
+        Situation::NotExecuted,
+        Situation::RequestIdRequired,
+        Situation::Failed,
+        Situation::EffectUnknown,
+    ];
+
+    /// Phrases that would send the model to run the call again under another identity.
+    const NEW_ID: [&str; 8] = [
+        "new id",
+        "new request id",
+        "new request_id",
+        "new key",
+        "different id",
+        "another id",
+        "fresh id",
+        "new idempotency",
+    ];
+
+    /// Verbs a next step starts its advice with.
+    const STEPS: [&str; 6] = ["retry", "wait", "check", "ask", "tell", "repeat"];
+
+    #[test]
+    fn every_situation_has_exactly_one_entry() {
+        assert_eq!(TABLE.len(), ALL.len());
+        for situation in ALL {
+            assert_eq!(
+                TABLE.iter().filter(|e| e.situation == situation).count(),
+                1,
+                "{situation:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_text_names_a_next_step_and_never_a_new_id() {
+        let tools = ["find_orders".to_owned()];
+        let facts = Facts {
+            execution_id: Some("exec_1"),
+            read_tools: &tools,
+            code: "UPSTREAM_UNAVAILABLE",
+            message: "connection refused",
+            retry_after_seconds: Some(2),
+        };
+        for entry in TABLE {
+            let next = entry.next.to_lowercase();
+            assert!(
+                STEPS.iter().any(|step| next.contains(step)),
+                "{:?} names no next step: {next}",
+                entry.situation
+            );
+            let text = entry.render(&facts).to_lowercase();
+            for phrase in NEW_ID {
+                assert!(
+                    !text.contains(phrase),
+                    "{:?} says {phrase:?}",
+                    entry.situation
+                );
+            }
+            assert!(
+                !text.contains('{'),
+                "{:?} left a placeholder: {text}",
+                entry.situation
+            );
+            if entry.effect == Effect::MayHaveHappened {
+                assert!(text.contains("may") || text.contains("probably"), "{text}");
+                assert!(!text.contains("did not happen"), "{text}");
+            }
+            if entry.effect == Effect::DidNotHappen {
+                assert!(text.contains("did not"), "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn placeholders_are_filled() {
+        let tools = ["find_orders".to_owned(), "get_order".to_owned()];
+        let text = copy(Situation::Interrupted).render(&Facts {
+            execution_id: Some("exec_9"),
+            read_tools: &tools,
+            ..Facts::default()
+        });
+        assert!(text.contains("execution exec_9"), "{text}");
+        assert!(
+            text.contains("(for example `find_orders`, `get_order`)"),
+            "{text}"
+        );
+        let text = copy(Situation::NotExecuted).render(&Facts {
+            code: "UPSTREAM_UNAVAILABLE",
+            message: "refused",
+            retry_after_seconds: Some(3),
+            ..Facts::default()
+        });
+        assert_eq!(
+            text,
+            "The tool could not act (UPSTREAM_UNAVAILABLE: refused). Its effect did not happen and nothing was recorded. Retry the same call unchanged after 3 s; if it keeps failing, tell the user."
+        );
+    }
+}

@@ -1,0 +1,104 @@
+//! # carmy-mcp
+//!
+//! Carmy as an MCP server (docs/semantics.md §11): `/mcp` serves `tools/list` and `tools/call`
+//! over Streamable HTTP with the official SDK (`rmcp`), stateless and with JSON responses, so any
+//! replica answers any request. Calls go through the same engine as the HTTP API
+//! ([`carmy::engine::Engine::execute`]), so an execution made over MCP replays over HTTP and the
+//! other way round.
+//!
+//! Modules, one job each:
+//! - `transport`: the HTTP side in front of the SDK: the principal from the API keys, the body
+//!   limit, strict JSON, and `params.idempotencyKey` (which the SDK's types do not carry);
+//! - `identity`: the request id and session of a `tools/call` (docs/semantics.md §11);
+//! - `server`: the SDK's server handler over the engine;
+//! - `results`: the one mapping of [`carmy::engine::Answer`] and [`carmy::engine::Refusal`] to MCP
+//!   results and JSON-RPC errors;
+//! - [`copy`]: the texts a language model reads, in one table.
+
+pub mod copy;
+mod identity;
+mod results;
+mod server;
+mod transport;
+
+use axum::Router;
+use carmy::auth::ApiKeys;
+use carmy::engine::Engine;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use std::sync::Arc;
+
+/// Where the MCP front is served.
+pub const MCP_PATH: &str = "/mcp";
+
+/// The `_meta` keys read for a request id after `params.idempotencyKey` and
+/// `_meta["io.carmy/request_id"]`, by default (`CARMY_MCP_REQUEST_ID_META`): keys that agent
+/// clients already send with every tool call.
+pub const DEFAULT_REQUEST_ID_META_KEYS: &[&str] = &["claudecode/toolUseId"];
+
+/// The `_meta` key of Carmy's own request id.
+pub const REQUEST_ID_META: &str = "io.carmy/request_id";
+
+/// The `_meta` key of the session.
+pub const SESSION_ID_META: &str = "io.carmy/session_id";
+
+/// The `_meta` key of every `tools/call` result: `{execution_id, status, replayed, expires_at}`.
+pub const EXECUTION_META: &str = "io.carmy/execution";
+
+/// Settings of the MCP front (docs/semantics.md §11).
+#[derive(Clone, Debug)]
+pub struct McpConfig {
+    /// Allowed `Host` header values (`host` or `host:port`; `CARMY_MCP_ALLOWED_HOSTS`). `None`
+    /// keeps the SDK's default (loopback names only); an empty list allows every host.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// `_meta` keys read, in order, for a request id when neither `params.idempotencyKey` nor
+    /// `_meta["io.carmy/request_id"]` is sent.
+    pub request_id_meta_keys: Vec<String>,
+    /// Refuse calls without a request id (`CARMY_MCP_REQUIRE_REQUEST_ID`) instead of running
+    /// them unprotected.
+    pub require_request_id: bool,
+    /// Largest request body, in bytes (the HTTP API's limit); larger bodies get 413.
+    pub max_body_bytes: usize,
+}
+
+impl Default for McpConfig {
+    fn default() -> Self {
+        Self {
+            allowed_hosts: None,
+            request_id_meta_keys: DEFAULT_REQUEST_ID_META_KEYS
+                .iter()
+                .map(|key| (*key).to_owned())
+                .collect(),
+            require_request_id: false,
+            max_body_bytes: carmy::http::DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+}
+
+/// The router that serves [`MCP_PATH`] over `engine`, authenticating with `keys` (the HTTP API's
+/// keys, docs/semantics.md §6). Merge it into the application's router
+/// ([`carmy::App::merge_routes`]).
+pub fn router(engine: Arc<Engine>, keys: ApiKeys, config: McpConfig) -> Router {
+    let mut sdk = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        .with_max_request_body_bytes(config.max_body_bytes);
+    if let Some(hosts) = &config.allowed_hosts {
+        sdk = if hosts.is_empty() {
+            sdk.disable_allowed_hosts()
+        } else {
+            sdk.with_allowed_hosts(hosts.clone())
+        };
+    }
+    let gate = transport::Gate::new(keys, config.max_body_bytes);
+    let handler = server::CarmyMcp::new(engine, config);
+    let service = StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        Arc::new(NeverSessionManager::default()),
+        sdk,
+    );
+    Router::new()
+        .route_service(MCP_PATH, service)
+        .layer(axum::middleware::from_fn_with_state(gate, transport::admit))
+}

@@ -1,0 +1,200 @@
+//! The one mapping of the engine's answers to MCP (docs/semantics.md §11), as
+//! `carmy::http::error` is for HTTP: a recorded outcome or a Carmy refusal becomes a
+//! `CallToolResult` (`isError` for everything but `completed`), and a protocol mistake (unknown
+//! tool, arguments failing the schema, malformed identity) a JSON-RPC error.
+//!
+//! Every result carries `_meta["io.carmy/execution"]` = `{execution_id, status, replayed,
+//! expires_at}` (`expires_at` is `null`: records do not expire yet).
+
+use crate::copy::{copy, Facts, Situation};
+use crate::EXECUTION_META;
+use carmy::engine::{Answer, Refusal};
+use carmy::runtime::InFlightState;
+use carmy::{ExecutionResult, ExecutionStatus};
+use rmcp::model::{CallToolResult, ContentBlock, ErrorData, MetaObject};
+use serde_json::{json, Map, Value};
+
+/// The result of a recorded (or unprotected) outcome.
+pub(crate) fn from_answer(answer: &Answer, read_tools: &[String]) -> CallToolResult {
+    let result = answer.result.result();
+    let meta = execution_meta(
+        Some(result.execution_id.as_str()),
+        Some(result.status.as_str()),
+        answer.replayed,
+    );
+    let mut call_result = if result.status == ExecutionStatus::Completed {
+        let text = result.data.to_string();
+        let mut success = CallToolResult::success(vec![ContentBlock::text(text)]);
+        // MCP's structuredContent is an object; other values are in the text only.
+        if result.data.is_object() {
+            success.structured_content = Some(result.data.clone());
+        }
+        success
+    } else {
+        recorded_failure(result, read_tools)
+    };
+    call_result.meta = Some(meta);
+    call_result
+}
+
+/// A recorded `failed`, `timed_out` or `cancelled` outcome, with the recorded error.
+fn recorded_failure(result: &ExecutionResult, read_tools: &[String]) -> CallToolResult {
+    let (code, message, unknown) = result.error.as_ref().map_or(("", "", true), |error| {
+        (
+            error.code.as_str(),
+            error.message.as_str(),
+            error.effect.is_some(),
+        )
+    });
+    let situation = if unknown || result.status != ExecutionStatus::Failed {
+        Situation::EffectUnknown
+    } else {
+        Situation::Failed
+    };
+    let text = copy(situation).render(&Facts {
+        execution_id: Some(result.execution_id.as_str()),
+        read_tools,
+        code,
+        message,
+        retry_after_seconds: None,
+    });
+    let mut structured = json!({
+        "code": code,
+        "message": message,
+        "status": result.status.as_str(),
+        "execution_id": result.execution_id,
+        "effect_may_have_happened": situation == Situation::EffectUnknown,
+    });
+    if let Some(error) = &result.error {
+        structured["error"] = json!(error);
+    }
+    error_result(text, structured)
+}
+
+/// A refusal of the engine: a tool result for the model, or a JSON-RPC error for a protocol
+/// mistake.
+///
+/// # Errors
+/// [`ErrorData`] for [`Refusal::Invalid`] and [`Refusal::UnknownTool`] (invalid params, as
+/// the MCP specification answers an unknown tool) and for refusals `execute` never gives.
+pub(crate) fn from_refusal(
+    refusal: Refusal,
+    read_tools: &[String],
+) -> Result<CallToolResult, ErrorData> {
+    let (situation, execution_id, state) = match &refusal {
+        Refusal::Invalid(message) => return Err(ErrorData::invalid_params(message.clone(), None)),
+        Refusal::UnknownTool(tool) => {
+            return Err(ErrorData::invalid_params(
+                format!("unknown tool {tool:?}"),
+                None,
+            ))
+        }
+        Refusal::Conflict { execution_id } => (Situation::Conflict, Some(execution_id), None),
+        Refusal::Uncertain {
+            execution_id,
+            state,
+        } => {
+            let situation = match state {
+                InFlightState::Running => Situation::Running,
+                InFlightState::Interrupted => Situation::Interrupted,
+            };
+            (situation, Some(execution_id), Some(state.as_str()))
+        }
+        Refusal::RecordingPending { execution_id } => (
+            Situation::RecordingPending,
+            Some(execution_id),
+            Some(InFlightState::Running.as_str()),
+        ),
+        Refusal::Capacity => (Situation::Capacity, None, None),
+        Refusal::StoreUnavailable => (Situation::StoreUnavailable, None, None),
+        Refusal::NotExecuted { .. } => return Ok(not_executed(&refusal)),
+        Refusal::Finished { .. } | Refusal::NotFound | Refusal::Lost { .. } => {
+            tracing::error!(%refusal, "tools/call got a refusal that execute never gives");
+            return Err(ErrorData::internal_error("internal error", None));
+        }
+    };
+    let entry = copy(situation);
+    let execution_id = execution_id.map(carmy::ExecutionId::as_str);
+    let text = entry.render(&Facts {
+        execution_id,
+        read_tools,
+        ..Facts::default()
+    });
+    let mut structured = json!({
+        "code": entry.code,
+        "execution_id": execution_id,
+        "effect_may_have_happened": entry.effect != crate::copy::Effect::DidNotHappen,
+    });
+    if let Some(state) = state {
+        structured["state"] = json!(state);
+    }
+    let mut result = error_result(text, structured);
+    result.meta = Some(execution_meta(execution_id, state, false));
+    Ok(result)
+}
+
+/// The tool's own "nothing happened" failure: the identity is free again.
+fn not_executed(refusal: &Refusal) -> CallToolResult {
+    let Refusal::NotExecuted {
+        execution_id,
+        code,
+        message,
+        retry_after,
+    } = refusal
+    else {
+        unreachable!("called for NotExecuted only");
+    };
+    let seconds =
+        retry_after.map(|pause| (pause.as_secs() + u64::from(pause.subsec_nanos() > 0)).max(1));
+    let text = copy(Situation::NotExecuted).render(&Facts {
+        execution_id: Some(execution_id.as_str()),
+        code,
+        message,
+        retry_after_seconds: seconds,
+        ..Facts::default()
+    });
+    let structured = json!({
+        "code": code,
+        "message": message,
+        "execution_id": execution_id,
+        "retry_after_seconds": seconds,
+        "effect_may_have_happened": false,
+    });
+    let mut result = error_result(text, structured);
+    result.meta = Some(execution_meta(Some(execution_id.as_str()), None, false));
+    result
+}
+
+/// A call refused because the operator requires a request id and it had none.
+pub(crate) fn request_id_required() -> CallToolResult {
+    let entry = copy(Situation::RequestIdRequired);
+    let structured = json!({
+        "code": entry.code,
+        "execution_id": null,
+        "effect_may_have_happened": false,
+    });
+    let mut result = error_result(entry.render(&Facts::default()), structured);
+    result.meta = Some(execution_meta(None, None, false));
+    result
+}
+
+fn error_result(text: String, structured: Value) -> CallToolResult {
+    let mut result = CallToolResult::error(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(structured);
+    result
+}
+
+/// `{"io.carmy/execution": {execution_id, status, replayed, expires_at}}`.
+fn execution_meta(execution_id: Option<&str>, status: Option<&str>, replayed: bool) -> MetaObject {
+    let mut meta = Map::new();
+    meta.insert(
+        EXECUTION_META.to_owned(),
+        json!({
+            "execution_id": execution_id,
+            "status": status,
+            "replayed": replayed,
+            "expires_at": null,
+        }),
+    );
+    MetaObject(meta)
+}

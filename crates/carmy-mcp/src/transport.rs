@@ -1,0 +1,147 @@
+//! The HTTP side in front of the SDK (docs/semantics.md §6, §11): every request to `/mcp` is
+//! authenticated with the HTTP API's keys, its body is read once within the HTTP API's limit and
+//! checked as strict JSON (docs/semantics.md §2: no duplicate members), and a `tools/call`'s
+//! `params.idempotencyKey`, which the SDK's types drop, is kept for the handler.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use carmy::auth::ApiKeys;
+use carmy::http::error::ApiError;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// What the handler learns from the HTTP request: the principal and, for `tools/call`, the
+/// `params.idempotencyKey` member as sent (any JSON; the handler checks that it is a string).
+#[derive(Clone, Debug)]
+pub(crate) struct Caller {
+    pub(crate) principal: String,
+    pub(crate) idempotency_key: Option<Value>,
+}
+
+/// The keys and the body limit, shared by every request.
+#[derive(Clone)]
+pub(crate) struct Gate {
+    keys: Arc<ApiKeys>,
+    max_body_bytes: usize,
+}
+
+impl Gate {
+    pub(crate) fn new(keys: ApiKeys, max_body_bytes: usize) -> Self {
+        Self {
+            keys: Arc::new(keys),
+            max_body_bytes,
+        }
+    }
+}
+
+/// Authenticates, reads and checks the body, records the [`Caller`] in the request's extensions
+/// (the SDK hands them to the handler), and passes the request on with the same body.
+pub(crate) async fn admit(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let Some(principal) = principal(&gate.keys, &parts.headers) else {
+        return ApiError::Unauthorized.into_response();
+    };
+    let mut idempotency_key = None;
+    let body = if parts.method == Method::POST {
+        let bytes = match axum::body::to_bytes(body, gate.max_body_bytes).await {
+            Ok(bytes) => bytes,
+            Err(error) => return body_error(&error, gate.max_body_bytes),
+        };
+        match idempotency_key_of(&bytes) {
+            Ok(key) => idempotency_key = key,
+            Err(message) => return parse_error(&message),
+        }
+        Body::from(bytes)
+    } else {
+        body
+    };
+    parts.extensions.insert(Caller {
+        principal,
+        idempotency_key,
+    });
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// The principal of the `Authorization` header; two headers are ambiguous and refused.
+fn principal(keys: &ApiKeys, headers: &axum::http::HeaderMap) -> Option<String> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let authorization = values.next().map(HeaderValue::as_bytes);
+    if values.next().is_some() {
+        return None;
+    }
+    keys.authenticate(authorization)
+}
+
+/// A body that could not be read: 413 past the limit, 400 otherwise.
+fn body_error(error: &axum::Error, limit: usize) -> Response {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if cause.is::<http_body_util::LengthLimitError>() {
+            return ApiError::PayloadTooLarge { limit }.into_response();
+        }
+        source = cause.source();
+    }
+    ApiError::InvalidRequest(format!("the request body could not be read: {error}")).into_response()
+}
+
+/// A JSON-RPC parse error (-32700), as the MCP specification answers a body that is not JSON.
+fn parse_error(message: &str) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": -32700, "message": format!("the body is not strict JSON: {message}")},
+    });
+    (
+        StatusCode::BAD_REQUEST,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// Checks `bytes` as strict JSON and returns `params.idempotencyKey` of a `tools/call`.
+///
+/// # Errors
+/// The parser's message when the body is not strict JSON (empty bodies pass: the SDK answers
+/// them).
+fn idempotency_key_of(bytes: &Bytes) -> Result<Option<Value>, String> {
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    let text = std::str::from_utf8(bytes).map_err(|error| error.to_string())?;
+    let message = carmy::strict_json::parse(text).map_err(|error| error.to_string())?;
+    if message.get("method").and_then(Value::as_str) != Some("tools/call") {
+        return Ok(None);
+    }
+    Ok(message
+        .get("params")
+        .and_then(|params| params.get("idempotencyKey"))
+        .cloned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_comes_from_a_tools_call_only() {
+        let key = |text: &'static str| idempotency_key_of(&Bytes::from(text));
+        assert_eq!(
+            key(
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","idempotencyKey":"k1"}}"#
+            ),
+            Ok(Some(json!("k1")))
+        );
+        assert_eq!(
+            key(
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"idempotencyKey":"k1"}}"#
+            ),
+            Ok(None)
+        );
+        assert_eq!(key(""), Ok(None));
+        assert!(key(r#"{"method":"tools/call","method":"x"}"#).is_err());
+    }
+}
