@@ -110,6 +110,11 @@ pub struct Config {
           value_parser = InRange::<u64>::at_least(1), global = true)]
     pub replay_cache_ttl_ms: u64,
 
+    /// A TOML file declaring the tools to serve (HTTP upstreams, MCP servers; see the README's
+    /// "Put your own tools behind Carmy"). Unset serves the example tools.
+    #[arg(long, env = "CARMY_TOOLS_FILE", global = true)]
+    pub tools_file: Option<PathBuf>,
+
     /// Log format.
     #[arg(long, env = "CARMY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
@@ -122,6 +127,9 @@ pub enum Command {
     Serve,
     /// Apply the database migrations under the migration lock, then exit.
     Migrate,
+    /// Validate the tools file (and reach each MCP server), print the tool table with secrets
+    /// masked, then exit without serving.
+    CheckConfig,
 }
 
 /// How logs are written to standard error.

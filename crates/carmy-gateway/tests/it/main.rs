@@ -13,3 +13,4 @@ mod postgres_replicas;
 mod round_trips;
 mod security;
 mod shutdown_and_cancel;
+mod tools_file;

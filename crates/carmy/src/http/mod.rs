@@ -175,7 +175,10 @@ async fn create_execution(
     if !is_json_content_type(&headers) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let call = validate_call(principal, &body)?;
+    let traceparent = headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok());
+    let call = validate_call(principal, &body)?.with_traceparent(traceparent);
     let answer = state.engine.execute(call).await?;
     Ok(json_response(
         StatusCode::OK,

@@ -1,0 +1,29 @@
+//! The one pooled HTTP client a gateway uses for every HTTP tool: rustls (on ring) for HTTPS
+//! upstreams, redirects never followed (a redirect would send the call, and its idempotency
+//! key, somewhere the tools file did not name), no automatic retries (docs/semantics.md §10).
+
+use std::time::Duration;
+
+/// How long establishing a connection may take before the call is refused as
+/// `UPSTREAM_UNAVAILABLE` (nothing was sent). A tool's own deadline still applies.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the client could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the upstream HTTP client: {0}")]
+pub struct ClientError(String);
+
+/// Builds the shared upstream client.
+///
+/// # Errors
+/// [`ClientError`] when TLS cannot be set up (e.g. no usable root certificates).
+pub fn upstream_client() -> Result<reqwest::Client, ClientError> {
+    // reqwest is built without a crypto provider of its own; ring is the process default. A
+    // provider already installed (by this or another library) is kept.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(CONNECT_TIMEOUT)
+        .build()
+        .map_err(|error| ClientError(error.to_string()))
+}
