@@ -3,7 +3,7 @@
 //! with secrets masked (docs/semantics.md §10).
 
 use carmy_test_support::replica::gateway_binary;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Writes `text` as `tools.toml` in a fresh directory and returns its path (the directory may
@@ -20,7 +20,7 @@ pub fn write_tools_file(text: &str) -> PathBuf {
 
 /// Runs the gateway binary with `args` and `CARMY_TOOLS_FILE=file`; returns the exit code,
 /// standard output and standard error.
-fn run(file: &PathBuf, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+fn run(file: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
     let mut command = Command::new(gateway_binary());
     command
         .args(args)

@@ -38,7 +38,8 @@ impl Drop for Upstream {
 }
 
 /// Bodies the upstream answers with, by path.
-pub const JSON_BODY: &str = r#"{"id":7,"big":123456789012345678901234567890,"nested":{"b":[1,2.50,"x"]}}"#;
+pub const JSON_BODY: &str =
+    r#"{"big":123456789012345678901234567890,"id":7,"nested":{"b":[1,2.50,"x"]}}"#;
 pub const TEXT_BODY: &str = "plain text, not JSON\n";
 pub const NOT_FOUND_BODY: &str = r#"{"error":"no such customer"}"#;
 pub const SERVER_ERROR_BODY: &str = "upstream exploded";
@@ -54,16 +55,20 @@ async fn answer(method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Re
         .path_and_query()
         .map_or_else(|| uri.path().to_owned(), |pq| pq.as_str().to_owned());
     let path = uri.path().to_owned();
-    let reply = |status: u16, body: String| {
-        (StatusCode::from_u16(status).unwrap(), body).into_response()
-    };
+    let reply =
+        |status: u16, body: String| (StatusCode::from_u16(status).unwrap(), body).into_response();
     match path.as_str() {
         "/json" => reply(201, JSON_BODY.to_owned()),
         "/text" => reply(200, TEXT_BODY.to_owned()),
         "/empty" => StatusCode::NO_CONTENT.into_response(),
         "/missing" => reply(404, NOT_FOUND_BODY.to_owned()),
         "/boom" => reply(500, SERVER_ERROR_BODY.to_owned()),
-        "/busy" => (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "7")], "slow down").into_response(),
+        "/busy" => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", "7")],
+            "slow down",
+        )
+            .into_response(),
         "/big" => reply(200, format!("\"{}\"", "x".repeat(5000))),
         "/slow" => {
             tokio::time::sleep(Duration::from_secs(3)).await;
@@ -114,7 +119,11 @@ impl Upstream {
         let server = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
-        Self { address, arrivals, server }
+        Self {
+            address,
+            arrivals,
+            server,
+        }
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -175,7 +184,11 @@ impl Resetter {
                 drop(stream);
             }
         });
-        Self { address, requests, server }
+        Self {
+            address,
+            requests,
+            server,
+        }
     }
 
     pub fn requests(&self) -> u32 {
