@@ -12,6 +12,7 @@ mod http_tools;
 mod memory_cases;
 mod postgres_outages;
 mod postgres_replicas;
+mod readme_tools;
 mod round_trips;
 mod security;
 mod shutdown_and_cancel;
