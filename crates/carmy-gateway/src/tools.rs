@@ -10,6 +10,16 @@ use std::time::Duration;
 /// Longest `sleep` accepted, in milliseconds (one hour).
 pub const MAX_SLEEP_MS: u64 = 3_600_000;
 
+/// The example tools' names, in the order [`example_tools`] returns them.
+pub const EXAMPLE_TOOL_NAMES: [&str; 6] = [
+    "create_order",
+    "get_order",
+    "find_orders",
+    "echo",
+    "sleep",
+    "fail",
+];
+
 /// All example tools, with orders kept in `orders`.
 pub fn example_tools(orders: Arc<dyn OrderBook>) -> Vec<FnTool> {
     vec![

@@ -96,5 +96,6 @@ fn context() -> ToolContext {
         session_id: "default".into(),
         request_id: Some("r-1".into()),
         execution_id: ExecutionId::generate(),
+        traceparent: None,
     }
 }

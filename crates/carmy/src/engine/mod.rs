@@ -254,6 +254,10 @@ impl Engine {
                 "arguments do not match the tool's schema: {problems}"
             ))
         })?;
+        registered
+            .tool
+            .check_arguments(call.arguments())
+            .map_err(|problem| Refusal::Invalid(format!("arguments: {problem}")))?;
         Ok(registered)
     }
 }

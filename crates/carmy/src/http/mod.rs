@@ -204,7 +204,10 @@ async fn create_execution(
     if !is_json_content_type(&headers) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let call = validate_call(principal, &body)?;
+    let traceparent = headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok());
+    let call = validate_call(principal, &body)?.with_traceparent(traceparent);
     let tool = call.tool().to_owned();
     let answer = state
         .engine
