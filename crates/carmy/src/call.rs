@@ -90,6 +90,7 @@ pub struct ValidatedCall {
     request_id: Option<String>,
     session_id: String,
     fingerprint: Fingerprint,
+    traceparent: Option<String>,
 }
 
 impl ValidatedCall {
@@ -155,6 +156,7 @@ impl ValidatedCall {
                 .session_id
                 .unwrap_or_else(|| DEFAULT_SESSION.to_owned()),
             fingerprint,
+            traceparent: None,
         })
     }
 
@@ -186,6 +188,23 @@ impl ValidatedCall {
     /// The call's fingerprint (docs/semantics.md §2).
     pub fn fingerprint(&self) -> &Fingerprint {
         &self.fingerprint
+    }
+
+    /// Attaches the W3C `traceparent` the call arrived with, if it is well formed
+    /// ([`crate::trace::parse_traceparent`]; a malformed one is dropped, as the Trace Context
+    /// specification asks). Not part of the identity or the fingerprint: a retry may carry another
+    /// trace (docs/semantics.md §13).
+    #[must_use]
+    pub fn with_traceparent(mut self, traceparent: Option<&str>) -> Self {
+        self.traceparent = traceparent
+            .and_then(crate::trace::parse_traceparent)
+            .map(str::to_owned);
+        self
+    }
+
+    /// The checked `traceparent`, if the call carried one.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.traceparent.as_deref()
     }
 
     /// The call's identity, when it carries a `request_id`.

@@ -27,6 +27,12 @@ pub struct ToolContext {
     pub request_id: Option<String>,
     /// This execution's id.
     pub execution_id: ExecutionId,
+    /// The W3C Trace Context `traceparent` the call arrived with (already checked by
+    /// [`crate::trace::parse_traceparent`]; `None` when absent or malformed). Transport-neutral:
+    /// the HTTP front takes it from the `traceparent` header, other fronts from where their
+    /// protocol carries it. A tool that calls an upstream forwards it unchanged as that
+    /// request's `traceparent` (docs/semantics.md §13), so the upstream joins the caller's trace.
+    pub traceparent: Option<String>,
 }
 
 /// A tool's own failure (docs/semantics.md §4). What happens to it depends on its
@@ -104,7 +110,9 @@ impl ToolError {
 
 /// MCP-style hints about a tool's behaviour, shown by `GET /v1/tools` and `tools/list`
 /// (docs/semantics.md §10). Hints only: Carmy's guarantees never depend on them.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ToolAnnotations {
     /// A human-readable title.
