@@ -3,6 +3,7 @@
 //! [`auth`] finds the principal.
 
 mod auth;
+mod bodies;
 pub mod error;
 mod openapi;
 
@@ -18,10 +19,13 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use bodies::{
+    CancellingBody, ExecutionPath, ExecutionState, InFlightBody, ProbeBody, ToolEntry, ToolList,
+    NO_SUCH_EXECUTION,
+};
 use error::ApiError;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
-use serde_json::Value;
 use std::sync::Arc;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
@@ -262,49 +266,6 @@ fn execution_id_from_path(
     Ok(ExecutionId::from_stored(text))
 }
 
-/// The body of `GET /v1/executions/{id}` for an execution without an outcome yet: the members
-/// of a record, in the same order, with `status` `running` or `interrupted`.
-#[derive(Serialize, ToSchema)]
-#[schema(as = InFlightExecution)]
-struct InFlightBody<'a> {
-    #[schema(value_type = String)]
-    execution_id: &'a ExecutionId,
-    #[schema(schema_with = openapi::in_flight_state_schema)]
-    status: &'static str,
-    #[schema(schema_with = openapi::null_schema)]
-    data: (),
-    #[schema(schema_with = openapi::null_schema)]
-    error: (),
-    tool: &'a str,
-    request_id: &'a str,
-    session_id: &'a str,
-}
-
-/// What `GET /v1/executions/{id}` answers: a record, or an execution without an outcome yet.
-#[derive(Serialize, ToSchema)]
-#[serde(untagged)]
-#[allow(dead_code)] // describes the body only
-enum ExecutionState {
-    /// Finished: the record (no `replayed`).
-    Finished(crate::outcome::ExecutionResult),
-    /// Running or interrupted.
-    InFlight(InFlightBody<'static>),
-}
-
-/// The 404 of routes with an execution id.
-const NO_SUCH_EXECUTION: &str = "`NOT_FOUND`: no execution with that id for this principal";
-
-/// The path parameter of execution routes.
-#[derive(utoipa::IntoParams)]
-#[into_params(parameter_in = Path)]
-#[allow(dead_code)] // describes the path only
-struct ExecutionPath {
-    /// An execution id (`exec_` and 32 hex digits); anything that is not 1 to 64 ASCII letters,
-    /// digits, `_` or `-` is 404.
-    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
-    execution_id: String,
-}
-
 /// Reads one of the caller's executions (docs/semantics.md §7).
 #[utoipa::path(
     get,
@@ -340,16 +301,6 @@ async fn get_execution(
         .expect("an in-flight body always serializes"),
     };
     Ok(json_response(StatusCode::OK, body))
-}
-
-/// The 202 body of a cancel whose outcome was not recorded in time.
-#[derive(Serialize, ToSchema)]
-struct CancellingBody<'a> {
-    #[schema(value_type = String)]
-    execution_id: &'a ExecutionId,
-    /// Always `cancelling`.
-    #[schema(example = "cancelling", pattern = "^cancelling$")]
-    status: &'static str,
 }
 
 /// Cancels a running execution of the caller's, on whichever replica runs it (docs/semantics.md
@@ -390,24 +341,6 @@ async fn cancel_execution(
     }
 }
 
-/// The body of `GET /v1/tools`.
-#[derive(Serialize, ToSchema)]
-struct ToolList<'a> {
-    tools: Vec<ToolEntry<'a>>,
-}
-
-/// One tool of `GET /v1/tools`.
-#[derive(Serialize, ToSchema)]
-struct ToolEntry<'a> {
-    name: &'a str,
-    description: &'a str,
-    /// The JSON Schema the call's `arguments` must satisfy.
-    input_schema: &'a Value,
-    /// Behaviour hints (MCP style), when the tool declares any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    annotations: Option<&'a crate::tool::ToolAnnotations>,
-}
-
 /// Lists the tools and their argument schemas.
 #[utoipa::path(
     get,
@@ -434,14 +367,6 @@ async fn list_tools(State(state): State<AppState>, _principal: Principal) -> Res
     };
     let body = serde_json::to_string(&list).expect("a tool list always serializes");
     json_response(StatusCode::OK, body)
-}
-
-/// The body of `/healthz` and `/readyz`.
-#[derive(Serialize, ToSchema)]
-struct ProbeBody {
-    /// `ok` (`/healthz`) or `ready` (`/readyz`).
-    #[schema(pattern = "^(ok|ready)$")]
-    status: &'static str,
 }
 
 fn probe(status: &'static str) -> Response {
