@@ -172,6 +172,33 @@ fn calls(text: &str, tool: &str, outcome: &str) -> Option<f64> {
     )
 }
 
+/// Calls the `wait` tool in a task of its own (it holds until the gate opens).
+fn spawn_wait(app: &carmy::App, request_id: &str) -> tokio::task::JoinHandle<StatusCode> {
+    let router = app.router();
+    let body = json!({"tool": "wait", "arguments": {}, "request_id": request_id});
+    tokio::spawn(async move {
+        let request = Request::post("/v1/executions")
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        router.oneshot(request).await.unwrap().status()
+    })
+}
+
+/// Waits until `carmy_executions_running{tool}` reads `expected`.
+async fn until_running(app: &carmy::App, tool: &str, expected: f64) {
+    let labels = format!("tool=\"{tool}\"");
+    eventually(Duration::from_secs(10), "the running gauge", || async {
+        let running = sample(&metrics(app).await, "carmy_executions_running", &labels);
+        if running == Some(expected) {
+            Ok(())
+        } else {
+            Err(running)
+        }
+    })
+    .await;
+}
+
 /// Makes one call of each outcome, with the gauge checked while one execution runs.
 async fn one_call_of_each_outcome(app: &carmy::App, gate: &tokio::sync::Semaphore) {
     assert_eq!(
@@ -186,27 +213,8 @@ async fn one_call_of_each_outcome(app: &carmy::App, gate: &tokio::sync::Semaphor
         post(app, "echo", json!({"a": 2}), "r1").await,
         StatusCode::CONFLICT
     );
-    let running = tokio::spawn({
-        let router = app.router();
-        async move {
-            let body = json!({"tool": "wait", "arguments": {}, "request_id": "w1"});
-            let request = Request::post("/v1/executions")
-                .header("content-type", "application/json")
-                .body(Body::from(body.to_string()))
-                .unwrap();
-            router.oneshot(request).await.unwrap().status()
-        }
-    });
-    eventually(Duration::from_secs(10), "the wait tool runs", || async {
-        let text = metrics(app).await;
-        let running = sample(&text, "carmy_executions_running", "tool=\"wait\"");
-        if running == Some(1.0) {
-            Ok(())
-        } else {
-            Err(running)
-        }
-    })
-    .await;
+    let running = spawn_wait(app, "w1");
+    until_running(app, "wait", 1.0).await;
     assert_eq!(
         post(app, "wait", json!({}), "w1").await,
         StatusCode::CONFLICT
@@ -336,6 +344,29 @@ async fn every_outcome_is_counted_exactly() {
         let labels = format!("action=\"{action}\"");
         assert_eq!(sample(&text, "carmy_resolutions_total", &labels), Some(0.0));
     }
+}
+
+/// The engine counts a call in its own task: a caller that stopped waiting is counted too.
+#[tokio::test]
+async fn a_call_whose_caller_left_is_counted() {
+    let (app, gate) = app();
+    let waiting = spawn_wait(&app, "left");
+    until_running(&app, "wait", 1.0).await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    assert_eq!(calls(&metrics(&app).await, "wait", "new"), None);
+    gate.add_permits(1);
+    until_running(&app, "wait", 0.0).await;
+    eventually(Duration::from_secs(10), "the call is counted", || async {
+        match calls(&metrics(&app).await, "wait", "new") {
+            Some(count) if count == 1.0 => Ok(()),
+            other => Err(other),
+        }
+    })
+    .await;
+    // It was recorded: the retry replays it.
+    assert_eq!(post(&app, "wait", json!({}), "left").await, StatusCode::OK);
+    assert_eq!(calls(&metrics(&app).await, "wait", "replay"), Some(1.0));
 }
 
 /// Metric names in the dashboard's PromQL: identifiers starting with `carmy_`.

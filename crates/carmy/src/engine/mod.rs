@@ -178,21 +178,26 @@ impl Engine {
             execution_id = tracing::field::Empty,
         );
         let engine = Arc::clone(self);
-        let task = self
-            .executions
-            .spawn(async move { engine.execute_attached(call).await }.instrument(span.clone()));
-        let answer = match task.await {
+        // Counted inside the task, so a caller that stops waiting is counted all the same.
+        let task = self.executions.spawn(
+            async move {
+                let answer = engine.execute_attached(call).await;
+                if let Some(execution_id) = answer::execution_id_of(&answer) {
+                    tracing::Span::current().record("execution_id", execution_id.as_str());
+                }
+                engine
+                    .metrics
+                    .call_answered(&tool_label, answer::call_outcome(&answer));
+                answer
+            }
+            .instrument(span),
+        );
+        match task.await {
             Ok(answer) => answer,
             // A panic here is a bug in the engine (a tool's panic is caught and recorded);
             // surface it where it would have surfaced without the task.
             Err(error) => std::panic::resume_unwind(error.into_panic()),
-        };
-        if let Some(execution_id) = answer::execution_id_of(&answer) {
-            span.record("execution_id", execution_id.as_str());
         }
-        self.metrics
-            .call_answered(&tool_label, answer::call_outcome(&answer));
-        answer
     }
 
     async fn execute_attached(self: &Arc<Self>, call: ValidatedCall) -> Result<Answer, Refusal> {
