@@ -358,9 +358,11 @@ async fn a_call_whose_caller_left_is_counted() {
     gate.add_permits(1);
     until_running(&app, "wait", 0.0).await;
     eventually(Duration::from_secs(10), "the call is counted", || async {
-        match calls(&metrics(&app).await, "wait", "new") {
-            Some(count) if count == 1.0 => Ok(()),
-            other => Err(other),
+        let counted = calls(&metrics(&app).await, "wait", "new");
+        if counted == Some(1.0) {
+            Ok(())
+        } else {
+            Err(counted)
         }
     })
     .await;
