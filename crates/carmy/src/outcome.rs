@@ -194,7 +194,10 @@ impl From<crate::tool::ToolError> for ExecutionError {
 /// [`ExecutionResult::to_response_json`]) this is the exact text a store keeps; stores must keep it
 /// losslessly, so `data` may hold any JSON, including big integers and strings with `\u0000`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[schema(as = ExecutionRecord)]
+#[schema(
+    as = ExecutionRecord,
+    description = "A finished execution's record, as recorded and replayed (docs/semantics.md §4)."
+)]
 pub struct ExecutionResult {
     /// The execution this outcome belongs to.
     pub execution_id: ExecutionId,
@@ -202,11 +205,11 @@ pub struct ExecutionResult {
     pub status: ExecutionStatus,
     /// The tool's value for `completed`, otherwise `null`.
     pub data: Value,
-    /// The error for every status except `completed`, otherwise `None` (`null`).
+    /// The error for every status except `completed`, otherwise `null` (`None`).
     pub error: Option<ExecutionError>,
     /// The tool that ran.
     pub tool: String,
-    /// The caller's `request_id`, or `None` for a call without replay protection.
+    /// The caller's `request_id`; `null` (`None`) for a call without replay protection.
     pub request_id: Option<String>,
     /// The session (`default` when the call named none).
     pub session_id: String,

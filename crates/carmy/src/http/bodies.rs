@@ -84,3 +84,19 @@ pub(super) struct ProbeBody {
     #[schema(pattern = "^(ok|ready)$")]
     pub(super) status: &'static str,
 }
+
+/// The optional request headers of `POST /v1/executions`.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // describes the headers only
+pub(super) struct CallHeaders {
+    /// `wait=N` (RFC 7240): wait up to N seconds for a running duplicate's outcome instead of an
+    /// immediate `EXECUTION_UNCERTAIN` (docs/semantics.md §12). Preferences the server does not
+    /// support are ignored.
+    #[param(rename = "Prefer", required = false)]
+    pub(super) prefer: String,
+    /// W3C Trace Context: joins the execution's span to the caller's trace and is forwarded to
+    /// upstream tools. Not part of the identity; a malformed value is ignored.
+    #[param(required = false)]
+    pub(super) traceparent: String,
+}

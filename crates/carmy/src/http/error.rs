@@ -250,7 +250,10 @@ impl ApiError {
 /// `execution_id` (where an execution exists) and `state` (for `EXECUTION_UNCERTAIN`).
 /// Its OpenAPI schema is `Problem` (`GET /openapi.json`).
 #[derive(Serialize, utoipa::ToSchema)]
-#[schema(as = Problem)]
+#[schema(
+    as = Problem,
+    description = "An RFC 9457 problem: every answer outside 2xx (docs/semantics.md §5). Branch on `code`, never on the text."
+)]
 pub(crate) struct ProblemBody<'a> {
     /// `urn:carmy:problem:` and the code in lower case with `-` for `_`.
     #[serde(rename = "type")]

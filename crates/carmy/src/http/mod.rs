@@ -20,8 +20,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use bodies::{
-    CancellingBody, ExecutionPath, ExecutionState, InFlightBody, ProbeBody, ToolEntry, ToolList,
-    NO_SUCH_EXECUTION,
+    CallHeaders, CancellingBody, ExecutionPath, ExecutionState, InFlightBody, ProbeBody, ToolEntry,
+    ToolList, NO_SUCH_EXECUTION,
 };
 use error::ApiError;
 use serde::Deserialize;
@@ -189,10 +189,7 @@ const REPLAYED_HEADER: &str = "idempotent-replayed";
     path = "/v1/executions",
     tag = "executions",
     security(("bearer" = [])),
-    params(
-        ("Prefer" = Option<String>, Header, description = "`wait=N` (RFC 7240): wait up to N seconds for a running duplicate's outcome instead of an immediate `EXECUTION_UNCERTAIN` (docs/semantics.md §12). Preferences the server does not support are ignored."),
-        ("traceparent" = Option<String>, Header, description = "W3C Trace Context: joins the execution's span to the caller's trace and is forwarded to upstream tools. Not part of the identity; a malformed value is ignored."),
-    ),
+    params(CallHeaders),
     request_body(content = ExecutionRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The outcome: new (`replayed: false`) or the recorded one (`replayed: true`). `status` may be `completed`, `failed`, `timed_out` or `cancelled`; all are recorded and replayed alike.", body = openapi::ExecutionAnswer,

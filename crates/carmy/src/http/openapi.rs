@@ -63,6 +63,7 @@ pub(crate) type Problem = ProblemBody<'static>;
 /// The body itself is made by [`crate::outcome::RecordedResult::to_response_json`]; this type
 /// only describes it.
 #[derive(Serialize, ToSchema)]
+#[schema(description = "The answer to a call: the execution's record and `replayed`.")]
 pub(crate) struct ExecutionAnswer {
     #[serde(flatten)]
     record: ExecutionResult,
@@ -86,7 +87,7 @@ pub(crate) struct Unauthorized(Problem);
 #[response(
     description = "`STORE_UNAVAILABLE` (nothing ran), `EXECUTION_UNCERTAIN` with `state: running` (the tool ran and its outcome is not recorded yet; retry the same call later), or a tool's own code such as `UPSTREAM_UNAVAILABLE` (the tool had no effect; nothing was recorded; retry the same call)",
     content_type = "application/problem+json",
-    headers(("Retry-After" = Option<u64>, description = "Seconds to wait before retrying, when the tool asked for a pause"))
+    headers(("Retry-After" = u64, description = "Seconds to wait before retrying, when the tool asked for a pause"))
 )]
 pub(crate) struct Unavailable(Problem);
 
