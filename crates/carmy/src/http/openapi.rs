@@ -226,20 +226,82 @@ fn camel_case_links(document: &mut serde_json::Value) {
     }
 }
 
-/// The document for a gateway serving `tools`: the generated one, with the call body's `tool`
-/// narrowed to those names (when there are any), so that a client generator or a fuzzer knows
-/// which tools exist. A call naming another tool is still answered (404 `UNKNOWN_TOOL`, or its
-/// record for an honest retry; docs/semantics.md §3).
-pub(crate) fn document_for(tools: &[&str]) -> serde_json::Value {
+/// The document for a gateway serving `tools` (name and argument schema): the generated one,
+/// with the call body described per tool (docs/semantics.md §13): a `oneOf` with one variant
+/// per tool whose `tool` is that name and whose `arguments` is that tool's `input_schema`, so
+/// that a client generator or a fuzzer knows which tools exist and what they take. A schema that
+/// refers to itself (`$ref`, `$id`, …) is not embedded (its references would resolve against this
+/// document); that tool's `arguments` stays "an object". A call naming another tool is still
+/// answered (404 `UNKNOWN_TOOL`, or its record for an honest retry; docs/semantics.md §3).
+pub(crate) fn document_for(tools: &[(&str, &serde_json::Value)]) -> serde_json::Value {
     let mut document = DOCUMENT.clone();
-    if !tools.is_empty() {
-        if let Some(tool) =
-            document.pointer_mut("/components/schemas/ExecutionRequest/properties/tool")
-        {
-            tool["enum"] = serde_json::json!(tools);
+    if tools.is_empty() {
+        return document;
+    }
+    let Some(request) = document.pointer_mut("/components/schemas/ExecutionRequest") else {
+        return document;
+    };
+    let mut generic = request.take();
+    let mut described = serde_json::Map::new();
+    for member in ["description", "example"] {
+        if let Some(value) = generic.as_object_mut().and_then(|o| o.remove(member)) {
+            described.insert(member.to_owned(), value);
         }
     }
+    let variants = tools
+        .iter()
+        .map(|(name, schema)| tool_variant(&generic, name, schema))
+        .collect();
+    described.insert("oneOf".to_owned(), serde_json::Value::Array(variants));
+    *request = serde_json::Value::Object(described);
     document
+}
+
+/// The call body for one tool: the generic body with `tool` fixed to `name` and `arguments`
+/// described by `schema` where it can be embedded.
+fn tool_variant(
+    generic: &serde_json::Value,
+    name: &str,
+    schema: &serde_json::Value,
+) -> serde_json::Value {
+    let mut variant = generic.clone();
+    variant["title"] = serde_json::json!(name);
+    let properties = &mut variant["properties"];
+    properties["tool"] = serde_json::json!({"type": "string", "const": name});
+    if let Some(arguments) = embeddable(schema) {
+        properties["arguments"] = arguments;
+    }
+    variant
+}
+
+/// `schema` ready to embed as a call's `arguments`, or `None` when it has keywords that resolve
+/// against its own document (`$ref`, `$dynamicRef`, `$id`, `$anchor`, …). `$schema` is dropped; a
+/// schema that does not say `"type": "object"` is narrowed to objects, as the engine requires.
+fn embeddable(schema: &serde_json::Value) -> Option<serde_json::Value> {
+    fn self_referring(value: &serde_json::Value) -> bool {
+        match value {
+            serde_json::Value::Object(members) => members.iter().any(|(key, member)| {
+                (key.starts_with('$') && key != "$defs" && key != "$comment" && key != "$schema")
+                    || self_referring(member)
+            }),
+            serde_json::Value::Array(items) => items.iter().any(self_referring),
+            _ => false,
+        }
+    }
+    let mut schema = match schema {
+        serde_json::Value::Object(_) => schema.clone(),
+        serde_json::Value::Bool(true) => serde_json::json!({}),
+        _ => return None,
+    };
+    if self_referring(&schema) {
+        return None;
+    }
+    let members = schema.as_object_mut()?;
+    members.remove("$schema");
+    if members.get("type") != Some(&serde_json::json!("object")) {
+        return Some(serde_json::json!({"type": "object", "allOf": [schema]}));
+    }
+    Some(schema)
 }
 
 /// The OpenAPI description of this API.
@@ -251,13 +313,16 @@ pub(crate) fn document_for(tools: &[&str]) -> serde_json::Value {
 )]
 pub(crate) async fn openapi_json(State(state): State<AppState>) -> Response {
     let tools = state.engine.tools();
-    let names: Vec<&str> = tools.iter().map(|tool| tool.name()).collect();
+    let described: Vec<(&str, &serde_json::Value)> = tools
+        .iter()
+        .map(|tool| (tool.name(), tool.input_schema()))
+        .collect();
     (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
-        document_for(&names).to_string(),
+        document_for(&described).to_string(),
     )
         .into_response()
 }

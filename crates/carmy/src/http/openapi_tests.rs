@@ -160,9 +160,10 @@ async fn the_document_is_served_without_an_api_key() {
     assert_eq!(response.headers()["content-type"], "application/json");
     let body = response.into_body().collect().await.unwrap().to_bytes();
     let served: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(served, document_for(&["echo"]));
-    let tool = &served["components"]["schemas"]["ExecutionRequest"]["properties"]["tool"];
-    assert_eq!(tool["enum"], serde_json::json!(["echo"]));
+    let schema = serde_json::json!({"type": "object"});
+    assert_eq!(served, document_for(&[("echo", &schema)]));
+    let request = &served["components"]["schemas"]["ExecutionRequest"];
+    assert_eq!(request["oneOf"][0]["properties"]["tool"]["const"], "echo");
     let bearer = &served["components"]["securitySchemes"]["bearer"];
     assert_eq!(bearer["scheme"], "bearer");
 }
@@ -191,4 +192,41 @@ fn links_name_their_operations_as_openapi_spells_it() {
         );
         assert!(links[name].get("operation_id").is_none());
     }
+}
+
+#[test]
+fn the_call_body_is_described_per_tool() {
+    let order = serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"sku": {"type": "string"}},
+        "required": ["sku"]
+    });
+    let any = serde_json::json!(true);
+    let referring = serde_json::json!({"$defs": {"a": {"type": "string"}}, "properties": {"x": {"$ref": "#/$defs/a"}}});
+    let document = document_for(&[("order", &order), ("any", &any), ("referring", &referring)]);
+    let request = &document["components"]["schemas"]["ExecutionRequest"];
+    let variants = request["oneOf"].as_array().unwrap();
+    assert_eq!(variants.len(), 3);
+    let arguments = |at: usize| variants[at]["properties"]["arguments"].clone();
+    let mut expected = order.clone();
+    expected.as_object_mut().unwrap().remove("$schema");
+    assert_eq!(arguments(0), expected);
+    assert_eq!(
+        arguments(1),
+        serde_json::json!({"type": "object", "allOf": [{}]})
+    );
+    // A schema with references is not embedded: "an object", as without tools.
+    let generic = &document_for(&[])["components"]["schemas"]["ExecutionRequest"];
+    assert_eq!(arguments(2), generic["properties"]["arguments"]);
+    for (at, name) in ["order", "any", "referring"].iter().enumerate() {
+        assert_eq!(variants[at]["properties"]["tool"]["const"], *name);
+        assert_eq!(variants[at]["required"], generic["required"]);
+        assert_eq!(variants[at]["additionalProperties"], false);
+        assert_eq!(
+            variants[at]["properties"]["request_id"],
+            generic["properties"]["request_id"]
+        );
+    }
+    assert_eq!(request["example"], generic["example"]);
 }
