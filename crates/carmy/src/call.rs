@@ -190,6 +190,23 @@ impl ValidatedCall {
         &self.fingerprint
     }
 
+    /// Attaches the W3C `traceparent` the call arrived with, if it is well formed
+    /// ([`crate::trace::parse_traceparent`]; a malformed one is dropped, as the Trace Context
+    /// specification asks). Not part of the identity or the fingerprint: a retry may carry another
+    /// trace (docs/semantics.md §13).
+    #[must_use]
+    pub fn with_traceparent(mut self, traceparent: Option<&str>) -> Self {
+        self.traceparent = traceparent
+            .and_then(crate::trace::parse_traceparent)
+            .map(str::to_owned);
+        self
+    }
+
+    /// The checked `traceparent`, if the call carried one.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.traceparent.as_deref()
+    }
+
     /// The call's identity, when it carries a `request_id`.
     pub fn key(&self) -> Option<IdempotencyKey> {
         self.request_id.as_ref().map(|request_id| {
@@ -199,23 +216,6 @@ impl ValidatedCall {
                 request_id.clone(),
             )
         })
-    }
-
-    /// Attaches the W3C `traceparent` the call arrived with, for tools that propagate it
-    /// (docs/semantics.md §10). A value that is not a well-formed version-00 `traceparent`
-    /// (`00-<32 lowercase hex>-<16 lowercase hex>-<2 lowercase hex>`, ids not all zero) is
-    /// dropped, as W3C Trace Context asks. Not part of the fingerprint.
-    #[must_use]
-    pub fn with_traceparent(mut self, traceparent: Option<&str>) -> Self {
-        self.traceparent = traceparent
-            .filter(|value| is_traceparent(value))
-            .map(str::to_owned);
-        self
-    }
-
-    /// The call's `traceparent`, if it carried a well-formed one.
-    pub fn traceparent(&self) -> Option<&str> {
-        self.traceparent.as_deref()
     }
 
     /// The arguments, taken out of the call (the tool gets them by value).
@@ -240,18 +240,6 @@ fn check_names(
         validate_identifier("session_id", session_id).map_err(CallRejected::new)?;
     }
     Ok(())
-}
-
-/// Whether `value` is a well-formed version-00 W3C `traceparent`.
-fn is_traceparent(value: &str) -> bool {
-    let parts: Vec<&str> = value.split('-').collect();
-    let hex = |part: &str, len: usize| {
-        part.len() == len && part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    };
-    let nonzero = |part: &str| part.bytes().any(|b| b != b'0');
-    matches!(parts.as_slice(), [version, trace, parent, flags]
-        if *version == "00" && hex(trace, 32) && hex(parent, 16) && hex(flags, 2)
-            && nonzero(trace) && nonzero(parent))
 }
 
 fn check_object(field: &str, value: &Value) -> Result<(), CallRejected> {
@@ -325,7 +313,6 @@ mod tests {
         );
         for bad in [
             "",
-            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
             "00-00000000000000000000000000000000-b7ad6b7169203331-01",
             "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
             "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",

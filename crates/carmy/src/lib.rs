@@ -34,7 +34,8 @@
 //!   [`tool`];
 //! - [`http`]: the API of docs/semantics.md §7, with [`http::error`] (the one mapping of refusals
 //!   to status codes and problem details) and the principal extractor;
-//! - [`auth`] (API keys), [`metrics`], [`fault`] (fault-injection points), [`app`] (the builder).
+//! - [`auth`] (API keys), [`metrics`], [`trace`] (W3C `traceparent`), [`fault`]
+//!   (fault-injection points), [`app`] (the builder).
 
 pub mod app;
 pub mod auth;
@@ -54,6 +55,7 @@ pub mod outcome;
 pub mod runtime;
 pub mod strict_json;
 pub mod tool;
+pub mod trace;
 
 pub use app::{app, App, AppBuilder, AppError};
 pub use outcome::{

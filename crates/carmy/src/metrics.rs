@@ -1,14 +1,124 @@
-//! Process metrics in the Prometheus text format (`GET /metrics`).
+//! Process metrics in the Prometheus text format (`GET /metrics`, docs/semantics.md §13).
 //!
-//! `carmy_tool_runs_total{tool}` counts tool bodies started by this process: the number an
-//! operator (or a test) reads to see that a retry did not run a tool again.
+//! Every name below is part of the operator's interface (the Grafana dashboard in
+//! `deploy/grafana-dashboard.json` is built on exactly these; a test checks it):
+//!
+//! | metric | type | labels | what |
+//! |---|---|---|---|
+//! | `carmy_calls_total` | counter | `tool`, `outcome` | calls answered by the engine, by [`CallOutcome`] |
+//! | `carmy_tool_runs_total` | counter | `tool` | tool bodies started by this process |
+//! | `carmy_tool_outcomes_total` | counter | `tool`, `status` | tool runs finished, by recorded status (or `not_executed`) |
+//! | `carmy_tool_duration_seconds` | histogram | `tool` | how long tool bodies ran |
+//! | `carmy_store_reserve_duration_seconds` | histogram | | one `reserve` round trip to the store |
+//! | `carmy_store_complete_duration_seconds` | histogram | | one attempt to record an outcome |
+//! | `carmy_executions_running` | gauge | `tool` | executions of this process whose outcome is not recorded yet |
+//! | `carmy_prunes_total` | counter | | finished records pruned by retention (docs/semantics.md §12) |
+//! | `carmy_resolutions_total` | counter | `action` (`resolve`, `release`) | uncertain executions closed by an operator or owner (§12) |
+//! | `carmy_late_arrivals_total` | counter | | outcomes that arrived after their execution was resolved, released or taken over (§12) |
+//!
+//! The last three are hooks for the recovery features of docs/semantics.md §12: they are
+//! registered (and read 0) so dashboards and alerts can be written before those features count
+//! anything; [`Metrics::records_pruned`], [`Metrics::resolved`] and [`Metrics::late_arrival`]
+//! are the calls that count them.
+//!
+//! The `tool` label is the call's tool name only when that tool is registered (or the answer
+//! came from a record); a call naming an unknown tool is counted under [`UNREGISTERED_TOOL`], so a
+//! caller cannot grow the label set without bound.
 
 use crate::outcome::ExecutionStatus;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::fmt::Write as _;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// The `tool` label of calls that named no registered tool.
+pub const UNREGISTERED_TOOL: &str = "_unregistered";
+
+/// How the engine answered one call: the `outcome` label of `carmy_calls_total`
+/// (docs/semantics.md §3).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// `new`: the tool ran for this call and its outcome was recorded (or, without `request_id`,
+    /// returned).
+    New,
+    /// `replay`: answered from the record; the tool did not run.
+    Replay,
+    /// `conflict`: `IDEMPOTENCY_CONFLICT`.
+    Conflict,
+    /// `uncertain_running`: `EXECUTION_UNCERTAIN` with `state: running` (409).
+    UncertainRunning,
+    /// `uncertain_interrupted`: `EXECUTION_UNCERTAIN` with `state: interrupted`.
+    UncertainInterrupted,
+    /// `recording_pending`: the tool ran but its outcome is not recorded yet (503
+    /// `EXECUTION_UNCERTAIN`).
+    RecordingPending,
+    /// `capacity`: `IDEMPOTENCY_CAPACITY`; nothing ran.
+    Capacity,
+    /// `unavailable`: `STORE_UNAVAILABLE`; nothing ran.
+    Unavailable,
+    /// `not_executed`: the tool reported that its effect did not happen; the reservation was
+    /// released.
+    NotExecuted,
+    /// `rejected`: invalid call or unknown tool; nothing was reserved.
+    Rejected,
+    /// `lost`: an unprotected call whose task ended without an outcome (shutdown).
+    Lost,
+}
+
+/// What a resolution did: the `action` label of `carmy_resolutions_total`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Resolution {
+    /// `resolve`: an outcome was recorded for an uncertain execution.
+    Resolve,
+    /// `release`: the identity was freed so the next attempt runs the tool.
+    Release,
+}
+
+impl CallOutcome {
+    /// The label value, e.g. `uncertain_running`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::New => "new",
+            Self::Replay => "replay",
+            Self::Conflict => "conflict",
+            Self::UncertainRunning => "uncertain_running",
+            Self::UncertainInterrupted => "uncertain_interrupted",
+            Self::RecordingPending => "recording_pending",
+            Self::Capacity => "capacity",
+            Self::Unavailable => "unavailable",
+            Self::NotExecuted => "not_executed",
+            Self::Rejected => "rejected",
+            Self::Lost => "lost",
+        }
+    }
+}
+
+impl EncodeLabelValue for CallOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
+
+impl Resolution {
+    /// The label value: `resolve` or `release`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Resolve => "resolve",
+            Self::Release => "release",
+        }
+    }
+}
+
+impl EncodeLabelValue for Resolution {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        encoder.write_str(self.as_str())
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolLabels {
@@ -21,38 +131,142 @@ struct OutcomeLabels {
     status: String,
 }
 
-/// The counters of one process. Cloning shares them.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    tool: String,
+    outcome: CallOutcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResolutionLabels {
+    action: Resolution,
+}
+
+type HistogramFamily = Family<ToolLabels, Histogram, fn() -> Histogram>;
+
+/// Buckets of store round trips, in seconds: 0.25 ms to about 4 s.
+fn store_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 15))
+}
+
+/// Buckets of tool runs, in seconds: 1 ms to about 4 min.
+fn tool_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.5, 14))
+}
+
+/// The metrics of one process. Cloning shares them.
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
+    calls: Family<CallLabels, Counter>,
     tool_runs: Family<ToolLabels, Counter>,
     tool_outcomes: Family<OutcomeLabels, Counter>,
+    tool_duration: HistogramFamily,
+    reserve_duration: Histogram,
+    complete_duration: Histogram,
+    running: Family<ToolLabels, Gauge>,
+    prunes: Counter,
+    resolutions: Family<ResolutionLabels, Counter>,
+    late_arrivals: Counter,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
+        let metrics = Self {
+            registry: Arc::new(Registry::default()),
+            calls: Family::default(),
+            tool_runs: Family::default(),
+            tool_outcomes: Family::default(),
+            tool_duration: Family::new_with_constructor(tool_histogram),
+            reserve_duration: store_histogram(),
+            complete_duration: store_histogram(),
+            running: Family::default(),
+            prunes: Counter::default(),
+            resolutions: Family::default(),
+            late_arrivals: Counter::default(),
+        };
+        for action in [Resolution::Resolve, Resolution::Release] {
+            // Created up front so that both read 0 before anything is resolved.
+            drop(
+                metrics
+                    .resolutions
+                    .get_or_create(&ResolutionLabels { action }),
+            );
+        }
         let mut registry = Registry::default();
-        let tool_runs = Family::<ToolLabels, Counter>::default();
-        let tool_outcomes = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
-            "carmy_tool_runs",
-            "Tool bodies started by this process",
-            tool_runs.clone(),
-        );
-        registry.register(
-            "carmy_tool_outcomes",
-            "Tool executions finished by this process, by recorded status",
-            tool_outcomes.clone(),
-        );
+        metrics.register_all(&mut registry);
         Self {
             registry: Arc::new(registry),
-            tool_runs,
-            tool_outcomes,
+            ..metrics
         }
     }
 }
 
 impl Metrics {
+    fn register_all(&self, registry: &mut Registry) {
+        let m = self.clone();
+        registry.register(
+            "carmy_calls",
+            "Calls answered by the engine, by tool and outcome",
+            m.calls,
+        );
+        registry.register(
+            "carmy_tool_runs",
+            "Tool bodies started by this process",
+            m.tool_runs,
+        );
+        registry.register(
+            "carmy_tool_outcomes",
+            "Tool executions finished by this process, by recorded status",
+            m.tool_outcomes,
+        );
+        registry.register(
+            "carmy_tool_duration_seconds",
+            "How long tool bodies ran",
+            m.tool_duration,
+        );
+        registry.register(
+            "carmy_store_reserve_duration_seconds",
+            "Duration of one reserve call to the idempotency store",
+            m.reserve_duration,
+        );
+        registry.register(
+            "carmy_store_complete_duration_seconds",
+            "Duration of one attempt to record an outcome in the idempotency store",
+            m.complete_duration,
+        );
+        registry.register(
+            "carmy_executions_running",
+            "Executions of this process whose outcome is not recorded yet",
+            m.running,
+        );
+        registry.register(
+            "carmy_prunes",
+            "Finished records pruned by retention",
+            m.prunes,
+        );
+        registry.register(
+            "carmy_resolutions",
+            "Uncertain executions resolved or released",
+            m.resolutions,
+        );
+        registry.register(
+            "carmy_late_arrivals",
+            "Outcomes that arrived after their execution was resolved, released or taken over",
+            m.late_arrivals,
+        );
+    }
+
+    /// Counts one call answered with `outcome` (`tool`: see the module docs).
+    pub(crate) fn call_answered(&self, tool: &str, outcome: CallOutcome) {
+        self.calls
+            .get_or_create(&CallLabels {
+                tool: tool.into(),
+                outcome,
+            })
+            .inc();
+    }
+
     pub(crate) fn tool_started(&self, tool: &str) {
         self.tool_runs
             .get_or_create(&ToolLabels { tool: tool.into() })
@@ -61,22 +275,63 @@ impl Metrics {
 
     /// A tool reported that its effect did not happen (nothing recorded); counted as the
     /// outcome `not_executed`.
-    pub(crate) fn tool_not_executed(&self, tool: &str) {
+    pub(crate) fn tool_not_executed(&self, tool: &str, ran: Duration) {
+        self.tool_ended(tool, "not_executed", ran);
+    }
+
+    /// A tool run ended with `status` after `ran`.
+    pub(crate) fn tool_finished(&self, tool: &str, status: ExecutionStatus, ran: Duration) {
+        self.tool_ended(tool, status.as_str(), ran);
+    }
+
+    fn tool_ended(&self, tool: &str, status: &str, ran: Duration) {
         self.tool_outcomes
             .get_or_create(&OutcomeLabels {
                 tool: tool.into(),
-                status: "not_executed".into(),
+                status: status.into(),
             })
+            .inc();
+        self.tool_duration
+            .get_or_create(&ToolLabels { tool: tool.into() })
+            .observe(ran.as_secs_f64());
+    }
+
+    /// One `reserve` round trip took `took`.
+    pub(crate) fn reserve_took(&self, took: Duration) {
+        self.reserve_duration.observe(took.as_secs_f64());
+    }
+
+    /// One attempt to record an outcome took `took`.
+    pub(crate) fn complete_took(&self, took: Duration) {
+        self.complete_duration.observe(took.as_secs_f64());
+    }
+
+    /// Counts an execution of `tool` as running until the guard drops.
+    pub(crate) fn running(&self, tool: &str) -> RunningGuard {
+        let gauge = self
+            .running
+            .get_or_create(&ToolLabels { tool: tool.into() })
+            .clone();
+        gauge.inc();
+        RunningGuard(gauge)
+    }
+
+    /// Hook for retention (docs/semantics.md §12): `count` finished records were pruned.
+    pub fn records_pruned(&self, count: u64) {
+        self.prunes.inc_by(count);
+    }
+
+    /// Hook for recovery (docs/semantics.md §12): one execution was resolved or released.
+    pub fn resolved(&self, action: Resolution) {
+        self.resolutions
+            .get_or_create(&ResolutionLabels { action })
             .inc();
     }
 
-    pub(crate) fn tool_finished(&self, tool: &str, status: ExecutionStatus) {
-        self.tool_outcomes
-            .get_or_create(&OutcomeLabels {
-                tool: tool.into(),
-                status: status.as_str().into(),
-            })
-            .inc();
+    /// Hook for recovery (docs/semantics.md §12): an outcome arrived after its execution was
+    /// decided by someone else, and was kept in the audit log instead of the record.
+    pub fn late_arrival(&self) {
+        self.late_arrivals.inc();
     }
 
     /// How many times this process started `tool`'s body.
@@ -86,11 +341,20 @@ impl Metrics {
             .get()
     }
 
-    /// The OpenMetrics text exposition of every counter.
+    /// The OpenMetrics text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry)
             .expect("writing to a String cannot fail");
         text
+    }
+}
+
+/// Keeps one execution counted in `carmy_executions_running` while it lives.
+pub(crate) struct RunningGuard(Gauge);
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }

@@ -10,8 +10,11 @@ use std::sync::Arc;
 ///
 /// One is minted for every call, with or without `request_id` (docs/semantics.md §3), and it is the
 /// `execution_id` that a replay repeats.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(transparent)]
+#[schema(value_type = String, example = "exec_0f3c9a6b1d2e4f5a8b7c6d5e4f3a2b1c")]
 pub struct ExecutionId(String);
 
 impl ExecutionId {
@@ -39,7 +42,7 @@ impl fmt::Display for ExecutionId {
 }
 
 /// How a finished execution ended (docs/semantics.md §4). All four are recorded and replayed alike.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionStatus {
     /// The tool returned a value.
@@ -78,7 +81,7 @@ impl ExecutionStatus {
 
 /// The error member of a recorded outcome: a machine `code`, a human `message`, and `effect:
 /// "unknown"` when the tool's effect may have happened (docs/semantics.md §4).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExecutionError {
     /// Machine-readable code, e.g. `TOOL_ERROR`, `TIMEOUT`, `RESULT_TOO_LARGE`.
     pub code: String,
@@ -96,7 +99,7 @@ pub struct ExecutionError {
 }
 
 /// What a failed outcome says about the tool's effect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Effect {
     /// The effect may or may not have happened; check before acting again.
@@ -197,7 +200,11 @@ impl From<crate::tool::ToolError> for ExecutionError {
 /// Serialized (without `replayed`, which belongs to a response, see
 /// [`ExecutionResult::to_response_json`]) this is the exact text a store keeps; stores must keep it
 /// losslessly, so `data` may hold any JSON, including big integers and strings with `\u0000`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(
+    as = ExecutionRecord,
+    description = "A finished execution's record, as recorded and replayed (docs/semantics.md §4)."
+)]
 pub struct ExecutionResult {
     /// The execution this outcome belongs to.
     pub execution_id: ExecutionId,
@@ -205,11 +212,11 @@ pub struct ExecutionResult {
     pub status: ExecutionStatus,
     /// The tool's value for `completed`, otherwise `null`.
     pub data: Value,
-    /// The error for every status except `completed`, otherwise `None` (`null`).
+    /// The error for every status except `completed`, otherwise `null` (`None`).
     pub error: Option<ExecutionError>,
     /// The tool that ran.
     pub tool: String,
-    /// The caller's `request_id`, or `None` for a call without replay protection.
+    /// The caller's `request_id`; `null` (`None`) for a call without replay protection.
     pub request_id: Option<String>,
     /// The session (`default` when the call named none).
     pub session_id: String,

@@ -28,9 +28,11 @@ pub struct ToolContext {
     /// This execution's id. The same on every attempt of one execution, so a tool that
     /// forwards it as an idempotency key lets its upstream deduplicate (docs/semantics.md §10).
     pub execution_id: ExecutionId,
-    /// The W3C `traceparent` the call carried (`00-<32 hex>-<16 hex>-<2 hex>`, checked by the
-    /// front), for tools that propagate it upstream (docs/semantics.md §10). Not part of the
-    /// fingerprint: two attempts of one call may carry different ones.
+    /// The W3C Trace Context `traceparent` the call arrived with (already checked by
+    /// [`crate::trace::parse_traceparent`]; `None` when absent or malformed). Transport-neutral:
+    /// the HTTP front takes it from the `traceparent` header, other fronts from where their
+    /// protocol carries it. A tool that calls an upstream forwards it unchanged as that
+    /// request's `traceparent` (docs/semantics.md §13), so the upstream joins the caller's trace.
     pub traceparent: Option<String>,
 }
 
@@ -120,7 +122,9 @@ impl ToolError {
 
 /// MCP-style hints about a tool's behaviour, shown by `GET /v1/tools` and `tools/list`
 /// (docs/semantics.md §10). Hints only: Carmy's guarantees never depend on them.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ToolAnnotations {
     /// A human-readable title.

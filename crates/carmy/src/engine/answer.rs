@@ -1,6 +1,7 @@
 //! What the engine answers, in the domain's terms: every front (HTTP, MCP) maps these to its own
 //! shape. Store failures become answers here and nowhere else.
 
+use crate::metrics::CallOutcome;
 use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use crate::runtime::{Existing, InFlightState, StoreError};
 
@@ -126,5 +127,53 @@ pub(crate) fn from_existing(existing: Existing) -> Result<Answer, Refusal> {
             execution_id,
             state,
         }),
+    }
+}
+
+/// How `answer` counts in `carmy_calls_total` (docs/semantics.md §13).
+pub(crate) fn call_outcome(answer: &Result<Answer, Refusal>) -> CallOutcome {
+    match answer {
+        Ok(Answer {
+            replayed: false, ..
+        }) => CallOutcome::New,
+        Ok(Answer { replayed: true, .. }) => CallOutcome::Replay,
+        Err(refusal) => match refusal {
+            // `Finished` and `NotFound` answer cancels and reads, never a call; listed for
+            // completeness.
+            Refusal::Invalid(_)
+            | Refusal::UnknownTool(_)
+            | Refusal::NotFound
+            | Refusal::Finished { .. } => CallOutcome::Rejected,
+            Refusal::Conflict { .. } => CallOutcome::Conflict,
+            Refusal::Uncertain {
+                state: InFlightState::Running,
+                ..
+            } => CallOutcome::UncertainRunning,
+            Refusal::Uncertain {
+                state: InFlightState::Interrupted,
+                ..
+            } => CallOutcome::UncertainInterrupted,
+            Refusal::RecordingPending { .. } => CallOutcome::RecordingPending,
+            Refusal::Capacity => CallOutcome::Capacity,
+            Refusal::StoreUnavailable => CallOutcome::Unavailable,
+            Refusal::NotExecuted { .. } => CallOutcome::NotExecuted,
+            Refusal::Lost { .. } => CallOutcome::Lost,
+        },
+    }
+}
+
+/// The execution an answer names, if any (for the `carmy.call` span).
+pub(crate) fn execution_id_of(answer: &Result<Answer, Refusal>) -> Option<&ExecutionId> {
+    match answer {
+        Ok(answer) => Some(&answer.result.result().execution_id),
+        Err(
+            Refusal::Conflict { execution_id }
+            | Refusal::Uncertain { execution_id, .. }
+            | Refusal::RecordingPending { execution_id }
+            | Refusal::Finished { execution_id }
+            | Refusal::NotExecuted { execution_id, .. }
+            | Refusal::Lost { execution_id },
+        ) => Some(execution_id),
+        Err(_) => None,
     }
 }

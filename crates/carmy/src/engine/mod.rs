@@ -15,7 +15,7 @@ pub use answer::{Answer, CancelAnswer, Refusal};
 
 use crate::call::ValidatedCall;
 use crate::fault;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, UNREGISTERED_TOOL};
 use crate::outcome::ExecutionId;
 use crate::runtime::{
     ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation, StoreError,
@@ -24,9 +24,10 @@ use crate::runtime::{
 use crate::tool::{RegisteredTool, Tool, ToolRegistry};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 /// Limits and timings of the engine. All durations are wall-clock.
 #[derive(Clone, Debug)]
@@ -159,11 +160,40 @@ impl Engine {
     ///
     /// # Errors
     /// The [`Refusal`] of docs/semantics.md §3 for every row without an outcome.
+    ///
+    /// Every call is counted once in `carmy_calls_total` by its [`CallOutcome`](crate::metrics::CallOutcome) and runs in a
+    /// `carmy.call` span (fields `tool`, `request_id`, `session_id`, `traceparent`, and
+    /// `execution_id` once known); a tool run gets a `carmy.execution` span inside it
+    /// (docs/semantics.md §13).
     pub async fn execute(self: &Arc<Self>, call: ValidatedCall) -> Result<Answer, Refusal> {
+        let tool_label = if self.tools.get(call.tool()).is_some() {
+            call.tool().to_owned()
+        } else {
+            UNREGISTERED_TOOL.to_owned()
+        };
+        let span = tracing::info_span!(
+            "carmy.call",
+            tool = call.tool(),
+            request_id = call.request_id(),
+            session_id = call.session_id(),
+            traceparent = call.traceparent(),
+            execution_id = tracing::field::Empty,
+        );
         let engine = Arc::clone(self);
-        let task = self
-            .executions
-            .spawn(async move { engine.execute_attached(call).await });
+        // Counted inside the task, so a caller that stops waiting is counted all the same.
+        let task = self.executions.spawn(
+            async move {
+                let answer = engine.execute_attached(call).await;
+                if let Some(execution_id) = answer::execution_id_of(&answer) {
+                    tracing::Span::current().record("execution_id", execution_id.as_str());
+                }
+                engine
+                    .metrics
+                    .call_answered(&tool_label, answer::call_outcome(&answer));
+                answer
+            }
+            .instrument(span),
+        );
         match task.await {
             Ok(answer) => answer,
             // A panic here is a bug in the engine (a tool's panic is caught and recorded);
@@ -198,7 +228,10 @@ impl Engine {
             execution_id: ExecutionId::generate(),
             tool: call.tool().to_owned(),
         };
-        match self.store.reserve(&key, call.fingerprint(), &intent).await {
+        let reserving = Instant::now();
+        let reserved = self.store.reserve(&key, call.fingerprint(), &intent).await;
+        self.metrics.reserve_took(reserving.elapsed());
+        match reserved {
             Ok(Reservation::Reserved) => {}
             Ok(Reservation::Existing(existing)) => return answer::from_existing(existing),
             Err(error) => {

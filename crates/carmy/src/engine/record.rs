@@ -83,7 +83,10 @@ impl Engine {
         let mut recorded = Some(recorded);
         let mut backoff = self.backoff();
         loop {
-            match self.store.complete(key, fingerprint, &result).await {
+            let recording = std::time::Instant::now();
+            let completed = self.store.complete(key, fingerprint, &result).await;
+            self.metrics.complete_took(recording.elapsed());
+            match completed {
                 Ok(()) => {
                     fault::point(fault::AFTER_COMPLETE);
                     if let Some(sender) = recorded.take() {

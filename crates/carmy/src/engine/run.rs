@@ -16,6 +16,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// How a finished tool run ended, before it becomes an [`ExecutionResult`].
 type Ending = (ExecutionStatus, Value, Option<ExecutionError>);
@@ -47,14 +48,21 @@ impl Engine {
             execution_id: execution_id.clone(),
             traceparent: call.traceparent().map(str::to_owned),
         };
+        let span = tracing::info_span!(
+            "carmy.execution",
+            execution_id = execution_id.as_str(),
+            tool = tool.name(),
+            traceparent = call.traceparent(),
+        );
         let fingerprint = call.fingerprint().clone();
         let arguments = call.into_arguments();
         let protected = key.is_some();
         let (done_tx, done_rx) = oneshot::channel();
         let cancel = self.track(&execution_id);
         let engine = Arc::clone(self);
-        self.executions.spawn(async move {
+        let task = async move {
             let _running = engine.running_guard(context.execution_id.clone());
+            let _counted = engine.metrics.running(tool.name());
             let execution_id = context.execution_id.clone();
             let result = match engine
                 .run_tool(tool.as_ref(), context, arguments, &cancel)
@@ -79,7 +87,8 @@ impl Engine {
                 // The caller may have gone; nothing else wants the outcome.
                 None => drop(done_tx.send(Ok(result))),
             }
-        });
+        };
+        self.executions.spawn(task.instrument(span));
         match done_rx.await {
             Ok(Ok(result)) => Ok(Answer {
                 result,
@@ -105,6 +114,7 @@ impl Engine {
     ) -> Result<ExecutionResult, NotExecuted> {
         let deadline = tool.timeout().unwrap_or(self.config.default_tool_timeout);
         let started_at = now_millis();
+        let clock = std::time::Instant::now();
         let execution_id = context.execution_id.clone();
         let request_id = context.request_id.clone();
         let session_id = context.session_id.clone();
@@ -122,7 +132,7 @@ impl Engine {
                 Ok(Ok(Ok(data))) => self.check_recordable(data),
                 Ok(Ok(Err(tool_error))) => {
                     if let ToolErrorKind::NotExecuted { retry_after } = tool_error.kind {
-                        self.metrics.tool_not_executed(tool.name());
+                        self.metrics.tool_not_executed(tool.name(), clock.elapsed());
                         return Err(NotExecuted { error: tool_error, retry_after });
                     }
                     failed(tool_error.into())
@@ -144,7 +154,8 @@ impl Engine {
                 }),
             ),
         };
-        self.metrics.tool_finished(tool.name(), status);
+        self.metrics
+            .tool_finished(tool.name(), status, clock.elapsed());
         Ok(ExecutionResult {
             execution_id,
             status,

@@ -298,17 +298,29 @@ impl ApiError {
 
 /// The RFC 9457 body: `type`, `title`, `status`, `detail`, plus the extensions `code`,
 /// `execution_id` (where an execution exists) and `state` (for `EXECUTION_UNCERTAIN`).
-#[derive(Serialize)]
-struct ProblemBody<'a> {
+/// Its OpenAPI schema is `Problem` (`GET /openapi.json`).
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(
+    as = Problem,
+    description = "An RFC 9457 problem: every answer outside 2xx (docs/semantics.md §5). Branch on `code`, never on the text."
+)]
+pub(crate) struct ProblemBody<'a> {
+    /// `urn:carmy:problem:` and the code in lower case with `-` for `_`.
     #[serde(rename = "type")]
     kind: String,
     title: &'a str,
+    /// The HTTP status.
     status: u16,
+    /// What happened and what to do next, for people.
     detail: String,
+    #[schema(schema_with = super::openapi::problem_code_schema)]
     code: &'a str,
+    /// The caller's execution that holds the identity, where one exists.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
     execution_id: Option<&'a ExecutionId>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = super::openapi::in_flight_state_schema)]
     state: Option<&'static str>,
 }
 

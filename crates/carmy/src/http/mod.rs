@@ -3,7 +3,9 @@
 //! [`auth`] finds the principal.
 
 mod auth;
+mod bodies;
 pub mod error;
+mod openapi;
 
 use crate::auth::ApiKeys;
 use crate::call::{CallRejected, CallRequest, ValidatedCall};
@@ -16,16 +18,22 @@ use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::Router;
+use bodies::{
+    CallHeaders, CancellingBody, ExecutionPath, ExecutionState, InFlightBody, ProbeBody, ToolEntry,
+    ToolList, NO_SUCH_EXECUTION,
+};
 use error::ApiError;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
+use utoipa::{OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Default limit of a request body, in bytes (2 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
@@ -43,21 +51,27 @@ pub(crate) struct AppState {
     pub(crate) body_timeout: std::time::Duration,
 }
 
+/// Every route with its OpenAPI description: each handler is registered through `routes!`, which
+/// takes its method and path from the handler's `#[utoipa::path]`, so a route and its
+/// description cannot part (docs/semantics.md §13). Register new routes here the same way.
+pub(crate) fn api_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(create_execution))
+        .routes(routes!(get_execution))
+        .routes(routes!(cancel_execution))
+        .routes(routes!(list_tools))
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(metrics))
+        .routes(routes!(openapi::openapi_json))
+}
+
 /// Builds the router of docs/semantics.md §7 over `state`.
 pub(crate) fn router(state: AppState) -> Router {
     let max_body_bytes = state.max_body_bytes;
     let body_timeout = state.body_timeout;
-    Router::new()
-        .route("/v1/executions", post(create_execution))
-        .route("/v1/executions/{execution_id}", get(get_execution))
-        .route(
-            "/v1/executions/{execution_id}/cancel",
-            post(cancel_execution),
-        )
-        .route("/v1/tools", get(list_tools))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+    let (routes, _document) = api_routes().split_for_parts();
+    routes
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body_bytes))
@@ -74,19 +88,31 @@ pub(crate) fn router(state: AppState) -> Router {
 
 /// The body of `POST /v1/executions` (docs/semantics.md §7). Unknown members are refused so that a
 /// misspelt `request_id` never runs a call without replay protection.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"tool": "echo", "arguments": {"text": "hello"}, "request_id": "req-1"}))]
 struct ExecutionRequest {
+    /// The tool's name: one of the tools this gateway serves (`GET /v1/tools`; the served
+    /// document lists them).
+    #[schema(min_length = 1, max_length = 255)]
     #[serde(deserialize_with = "tool_name")]
     tool: String,
+    /// The tool's arguments; they must also satisfy the tool's `input_schema` (`GET /v1/tools`).
+    #[schema(value_type = Object)]
     arguments: Box<RawValue>,
-    /// Absent means no replay protection; `null` is refused like any non-string
-    /// (docs/semantics.md §2).
+    /// The caller's id for this call, the same on every retry: 1 to 255 bytes of UTF-8 without
+    /// control characters. Absent means no replay protection; `null` is refused like any
+    /// non-string (docs/semantics.md §2).
     #[serde(default, deserialize_with = "request_id")]
+    #[schema(value_type = String, min_length = 1, max_length = 255, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
     request_id: Option<String>,
+    /// The session (default `default`), part of the identity; same rules as `request_id`.
     #[serde(default, deserialize_with = "session_id")]
+    #[schema(value_type = String, min_length = 1, max_length = 255, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")]
     session_id: Option<String>,
+    /// Caller data that is part of the fingerprint: an object, or `null` (the same as absent).
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     metadata: Option<Box<RawValue>>,
 }
 
@@ -184,6 +210,35 @@ fn json_response(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
+/// The header that tells a replayed answer from a fresh one (the body's `replayed` says the same).
+const REPLAYED_HEADER: &str = "idempotent-replayed";
+
+/// Runs a call, or answers it from its identity's record (docs/semantics.md §3).
+#[utoipa::path(
+    post,
+    path = "/v1/executions",
+    tag = "executions",
+    security(("bearer" = [])),
+    params(CallHeaders),
+    request_body(content = ExecutionRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The outcome: new (`replayed: false`) or the recorded one (`replayed: true`). `status` may be `completed`, `failed`, `timed_out` or `cancelled`; all are recorded and replayed alike.", body = openapi::ExecutionAnswer,
+            headers(("Idempotent-Replayed" = bool, description = "`true` when the answer is the recorded one and the tool did not run")),
+            links(
+                ("GetExecution" = (operation_id = "get_execution", parameters(("execution_id" = "$response.body#/execution_id")))),
+                ("CancelExecution" = (operation_id = "cancel_execution", parameters(("execution_id" = "$response.body#/execution_id")))),
+            )),
+        (status = 400, description = "`INVALID_REQUEST`: bad JSON, identifiers, or arguments failing the tool's schema; nothing was reserved", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 404, description = "`UNKNOWN_TOOL`: no tool of that name (and no record for the identity)", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 408, description = "`REQUEST_TIMEOUT`: the body did not arrive in time", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`IDEMPOTENCY_CONFLICT` (the request_id holds a different call) or `EXECUTION_UNCERTAIN` (`state` `running`: retry later; `interrupted`: reconcile, do not retry blindly)", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`UNSUPPORTED_MEDIA_TYPE`: send `Content-Type: application/json`", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, response = openapi::Unavailable),
+        (status = 507, description = "`IDEMPOTENCY_CAPACITY`: the in-memory store is full; nothing ran", body = openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn create_execution(
     State(state): State<AppState>,
     Principal(principal): Principal,
@@ -214,10 +269,15 @@ async fn create_execution(
         .execute(call)
         .await
         .map_err(|refusal| ApiError::for_call(refusal, &state.engine, &tool))?;
-    Ok(json_response(
+    let mut response = json_response(
         StatusCode::OK,
         answer.result.to_response_json(answer.replayed),
-    ))
+    );
+    response.headers_mut().insert(
+        REPLAYED_HEADER,
+        HeaderValue::from_static(if answer.replayed { "true" } else { "false" }),
+    );
+    Ok(response)
 }
 
 /// An execution id from a path. Ids are ASCII letters, digits, `_` and `-`, at most 64 bytes;
@@ -240,19 +300,20 @@ fn execution_id_from_path(
     Ok(ExecutionId::from_stored(text))
 }
 
-/// The body of `GET /v1/executions/{id}` for an execution without an outcome yet: the members
-/// of a record, in the same order, with `status` `running` or `interrupted`.
-#[derive(serde::Serialize)]
-struct InFlightBody<'a> {
-    execution_id: &'a ExecutionId,
-    status: &'static str,
-    data: (),
-    error: (),
-    tool: &'a str,
-    request_id: &'a str,
-    session_id: &'a str,
-}
-
+/// Reads one of the caller's executions (docs/semantics.md §7).
+#[utoipa::path(
+    get,
+    path = "/v1/executions/{execution_id}",
+    tag = "executions",
+    security(("bearer" = [])),
+    params(ExecutionPath),
+    responses(
+        (status = 200, description = "The record, or `running` / `interrupted` before it finishes", body = ExecutionState),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 404, description = NO_SUCH_EXECUTION, body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, response = openapi::Unavailable),
+    )
+)]
 async fn get_execution(
     State(state): State<AppState>,
     Principal(principal): Principal,
@@ -276,6 +337,23 @@ async fn get_execution(
     Ok(json_response(StatusCode::OK, body))
 }
 
+/// Cancels a running execution of the caller's, on whichever replica runs it (docs/semantics.md
+/// §7).
+#[utoipa::path(
+    post,
+    path = "/v1/executions/{execution_id}/cancel",
+    tag = "executions",
+    security(("bearer" = [])),
+    params(ExecutionPath),
+    responses(
+        (status = 200, description = "The recorded outcome (normally `status: cancelled`)", body = crate::outcome::ExecutionResult),
+        (status = 202, description = "Cancellation delivered, no outcome recorded within 10 s; read the execution later", body = CancellingBody<'static>),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 404, description = NO_SUCH_EXECUTION, body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`EXECUTION_FINISHED` (the record is unchanged) or `EXECUTION_UNCERTAIN` with `state: interrupted`", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, response = openapi::Unavailable),
+    )
+)]
 async fn cancel_execution(
     State(state): State<AppState>,
     Principal(principal): Principal,
@@ -288,46 +366,84 @@ async fn cancel_execution(
         }
         CancelAnswer::Pending(execution_id) => Ok(json_response(
             StatusCode::ACCEPTED,
-            json!({"execution_id": execution_id, "status": "cancelling"}).to_string(),
+            serde_json::to_string(&CancellingBody {
+                execution_id: &execution_id,
+                status: "cancelling",
+            })
+            .expect("a cancelling body always serializes"),
         )),
     }
 }
 
+/// Lists the tools and their argument schemas.
+#[utoipa::path(
+    get,
+    path = "/v1/tools",
+    tag = "tools",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Every tool this gateway serves", body = ToolList<'static>),
+        (status = 401, response = openapi::Unauthorized),
+    )
+)]
 async fn list_tools(State(state): State<AppState>, _principal: Principal) -> Response {
-    let tools: Vec<Value> = state
-        .engine
-        .tools()
-        .iter()
-        .map(|tool| {
-            let mut entry = json!({
-                "name": tool.name(),
-                "description": tool.description(),
-                "input_schema": tool.input_schema(),
-            });
-            if let Some(annotations) = tool.annotations() {
-                entry["annotations"] = json!(annotations);
-            }
-            entry
-        })
-        .collect();
-    json_response(StatusCode::OK, json!({ "tools": tools }).to_string())
+    let tools = state.engine.tools();
+    let list = ToolList {
+        tools: tools
+            .iter()
+            .map(|tool| ToolEntry {
+                name: tool.name(),
+                description: tool.description(),
+                input_schema: tool.input_schema(),
+                annotations: tool.annotations(),
+            })
+            .collect(),
+    };
+    let body = serde_json::to_string(&list).expect("a tool list always serializes");
+    json_response(StatusCode::OK, body)
 }
 
+fn probe(status: &'static str) -> Response {
+    let body = serde_json::to_string(&ProbeBody { status }).expect("a probe body serializes");
+    json_response(StatusCode::OK, body)
+}
+
+/// Liveness: the process serves.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "`{\"status\":\"ok\"}`", body = ProbeBody))
+)]
 async fn healthz() -> Response {
-    json_response(StatusCode::OK, r#"{"status":"ok"}"#.into())
+    probe("ok")
 }
 
+/// Readiness: the store is reachable and migrated.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "`{\"status\":\"ready\"}`", body = ProbeBody),
+        (status = 503, description = "`NOT_READY`", body = openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
 async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
     state.engine.check_ready().await.map_err(|refusal| {
         tracing::warn!(%refusal, "not ready");
         ApiError::NotReady("the idempotency store is not ready".into())
     })?;
-    Ok(json_response(
-        StatusCode::OK,
-        r#"{"status":"ready"}"#.into(),
-    ))
+    Ok(probe("ready"))
 }
 
+/// Prometheus metrics of this process (the names are listed in `carmy::metrics`).
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "The Prometheus text exposition", body = String, content_type = "text/plain"))
+)]
 async fn metrics(State(state): State<AppState>) -> Response {
     (
         [(

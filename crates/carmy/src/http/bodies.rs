@@ -1,0 +1,102 @@
+//! The JSON bodies the HTTP API answers with (docs/semantics.md §7), as the handlers serialise
+//! them; their `ToSchema` derives are what `GET /openapi.json` describes (docs/semantics.md §13).
+
+use crate::outcome::ExecutionId;
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// The body of `GET /v1/executions/{id}` for an execution without an outcome yet: the members
+/// of a record, in the same order, with `status` `running` or `interrupted`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = InFlightExecution)]
+pub(super) struct InFlightBody<'a> {
+    #[schema(value_type = String)]
+    pub(super) execution_id: &'a ExecutionId,
+    #[schema(schema_with = super::openapi::in_flight_state_schema)]
+    pub(super) status: &'static str,
+    #[schema(schema_with = super::openapi::null_schema)]
+    pub(super) data: (),
+    #[schema(schema_with = super::openapi::null_schema)]
+    pub(super) error: (),
+    pub(super) tool: &'a str,
+    pub(super) request_id: &'a str,
+    pub(super) session_id: &'a str,
+}
+
+/// What `GET /v1/executions/{id}` answers: a record, or an execution without an outcome yet.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // describes the body only
+pub(super) enum ExecutionState {
+    /// Finished: the record (no `replayed`).
+    Finished(crate::outcome::ExecutionResult),
+    /// Running or interrupted.
+    InFlight(InFlightBody<'static>),
+}
+
+/// The 404 of routes with an execution id.
+pub(super) const NO_SUCH_EXECUTION: &str = "`NOT_FOUND`: no execution with that id for this principal (a call without `request_id` is not recorded, so its execution cannot be read or cancelled)";
+
+/// The path parameter of execution routes.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // describes the path only
+pub(super) struct ExecutionPath {
+    /// An execution id (`exec_` and 32 hex digits); anything that is not 1 to 64 ASCII letters,
+    /// digits, `_` or `-` is 404.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    pub(super) execution_id: String,
+}
+
+/// The 202 body of a cancel whose outcome was not recorded in time.
+#[derive(Serialize, ToSchema)]
+pub(super) struct CancellingBody<'a> {
+    #[schema(value_type = String)]
+    pub(super) execution_id: &'a ExecutionId,
+    /// Always `cancelling`.
+    #[schema(example = "cancelling", pattern = "^cancelling$")]
+    pub(super) status: &'static str,
+}
+
+/// The body of `GET /v1/tools`.
+#[derive(Serialize, ToSchema)]
+pub(super) struct ToolList<'a> {
+    pub(super) tools: Vec<ToolEntry<'a>>,
+}
+
+/// One tool of `GET /v1/tools`.
+#[derive(Serialize, ToSchema)]
+pub(super) struct ToolEntry<'a> {
+    pub(super) name: &'a str,
+    pub(super) description: &'a str,
+    /// The JSON Schema the call's `arguments` must satisfy.
+    pub(super) input_schema: &'a Value,
+    /// Behaviour hints (MCP style), when the tool declares any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) annotations: Option<&'a crate::tool::ToolAnnotations>,
+}
+
+/// The body of `/healthz` and `/readyz`.
+#[derive(Serialize, ToSchema)]
+pub(super) struct ProbeBody {
+    /// `ok` (`/healthz`) or `ready` (`/readyz`).
+    #[schema(pattern = "^(ok|ready)$")]
+    pub(super) status: &'static str,
+}
+
+/// The optional request headers of `POST /v1/executions`.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // describes the headers only
+pub(super) struct CallHeaders {
+    /// `wait=N` (RFC 7240): wait up to N seconds for a running duplicate's outcome instead of an
+    /// immediate `EXECUTION_UNCERTAIN` (docs/semantics.md §12). Preferences the server does not
+    /// support are ignored.
+    #[param(rename = "Prefer", required = false)]
+    pub(super) prefer: String,
+    /// W3C Trace Context: joins the execution's span to the caller's trace and is forwarded to
+    /// upstream tools. Not part of the identity; a malformed value is ignored.
+    #[param(required = false)]
+    pub(super) traceparent: String,
+}
