@@ -27,6 +27,7 @@ pub struct Metrics {
     registry: Arc<Registry>,
     tool_runs: Family<ToolLabels, Counter>,
     tool_outcomes: Family<OutcomeLabels, Counter>,
+    records_damaged: Counter,
 }
 
 impl Default for Metrics {
@@ -44,15 +45,32 @@ impl Default for Metrics {
             "Tool executions finished by this process, by recorded status",
             tool_outcomes.clone(),
         );
+        let records_damaged = Counter::default();
+        registry.register(
+            "carmy_records_damaged",
+            "Records found unreadable (RECORD_DAMAGED answers) by this process",
+            records_damaged.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             tool_runs,
             tool_outcomes,
+            records_damaged,
         }
     }
 }
 
 impl Metrics {
+    /// A record could not be read back (docs/semantics.md §5, `RECORD_DAMAGED`).
+    pub(crate) fn record_damaged(&self) {
+        self.records_damaged.inc();
+    }
+
+    /// How many `RECORD_DAMAGED` answers this process gave.
+    pub fn records_damaged(&self) -> u64 {
+        self.records_damaged.get()
+    }
+
     pub(crate) fn tool_started(&self, tool: &str) {
         self.tool_runs
             .get_or_create(&ToolLabels { tool: tool.into() })

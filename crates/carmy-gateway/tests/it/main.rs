@@ -11,6 +11,7 @@ mod memory_cases;
 mod order_errors;
 mod postgres_outages;
 mod postgres_replicas;
+mod record_damaged;
 mod round_trips;
 mod security;
 mod shutdown_and_cancel;

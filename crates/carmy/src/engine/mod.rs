@@ -112,7 +112,7 @@ impl Engine {
     ///
     /// # Errors
     /// [`Refusal::NotFound`] when there is none (or it is another principal's);
-    /// [`Refusal::StoreUnavailable`].
+    /// [`Refusal::RecordDamaged`]; [`Refusal::StoreUnavailable`].
     pub async fn find(
         &self,
         principal: &str,
@@ -120,16 +120,29 @@ impl Engine {
     ) -> Result<ExecutionLookup, Refusal> {
         self.store
             .find_execution(principal, execution_id)
-            .await?
+            .await
+            .map_err(|error| self.refusal(error))?
             .ok_or(Refusal::NotFound)
     }
 
     /// Reads an identity's record without reserving anything; `None` when vacant.
     ///
     /// # Errors
-    /// [`Refusal::StoreUnavailable`].
+    /// [`Refusal::RecordDamaged`]; [`Refusal::StoreUnavailable`].
     pub async fn lookup(&self, key: &IdempotencyKey) -> Result<Option<StoredRecord>, Refusal> {
-        Ok(self.store.lookup(key).await?)
+        self.store
+            .lookup(key)
+            .await
+            .map_err(|error| self.refusal(error))
+    }
+
+    /// A store failure as the engine's answer, counting damaged records
+    /// (`carmy_records_damaged_total`).
+    fn refusal(&self, error: StoreError) -> Refusal {
+        if matches!(error, StoreError::RecordDamaged { .. }) {
+            self.metrics.record_damaged();
+        }
+        error.into()
     }
 
     /// Whether the store is reachable and ready (for readiness probes).
@@ -205,7 +218,7 @@ impl Engine {
                 if matches!(error, StoreError::Indeterminate(_)) {
                     self.release_in_background(key, intent.execution_id);
                 }
-                return Err(error.into());
+                return Err(self.refusal(error));
             }
         }
         fault::point(fault::AFTER_RESERVE);

@@ -104,6 +104,15 @@ pub enum ApiError {
     /// 503 `NOT_READY`: `/readyz` failed.
     #[error("{0}")]
     NotReady(String),
+    /// 500 `RECORD_DAMAGED`: the identity's record exists but cannot be read back (a damaged
+    /// row); the tool did run, nothing ran now (docs/semantics.md §5).
+    #[error("the recorded outcome of execution {execution_id} cannot be read back ({problem}); the tool did run, so nothing was run again: an operator must repair the record (see README, \"Inspecting reservations with SQL\")")]
+    RecordDamaged {
+        /// The execution whose record is damaged.
+        execution_id: ExecutionId,
+        /// What is wrong.
+        problem: String,
+    },
     /// 500 `INTERNAL`: a bug. The detail is generic; the cause goes to the log.
     #[error("internal error")]
     Internal,
@@ -131,6 +140,13 @@ impl From<Refusal> for ApiError {
             Refusal::NotFound => Self::NotFound("no such execution".into()),
             Refusal::Capacity => Self::Capacity,
             Refusal::StoreUnavailable => Self::StoreUnavailable,
+            Refusal::RecordDamaged {
+                execution_id,
+                problem,
+            } => Self::RecordDamaged {
+                execution_id,
+                problem,
+            },
             Refusal::NotExecuted {
                 code,
                 message,
@@ -233,7 +249,7 @@ impl ApiError {
             | Self::NotReady(_)
             | Self::NotExecuted { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Capacity => StatusCode::INSUFFICIENT_STORAGE,
-            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Internal | Self::RecordDamaged { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -258,6 +274,7 @@ impl ApiError {
             Self::Capacity => "IDEMPOTENCY_CAPACITY",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::NotReady(_) => "NOT_READY",
+            Self::RecordDamaged { .. } => "RECORD_DAMAGED",
             Self::Internal => "INTERNAL",
         }
     }
@@ -281,6 +298,7 @@ impl ApiError {
             Self::StoreUnavailable => "Store unavailable",
             Self::NotReady(_) => "Not ready",
             Self::NotExecuted { .. } => "Not executed",
+            Self::RecordDamaged { .. } => "Record damaged",
             Self::Internal => "Internal error",
         }
     }
@@ -290,7 +308,8 @@ impl ApiError {
             Self::IdempotencyConflict { execution_id }
             | Self::ExecutionUncertain { execution_id, .. }
             | Self::RecordingPending { execution_id }
-            | Self::ExecutionFinished { execution_id } => Some(execution_id),
+            | Self::ExecutionFinished { execution_id }
+            | Self::RecordDamaged { execution_id, .. } => Some(execution_id),
             _ => None,
         }
     }
