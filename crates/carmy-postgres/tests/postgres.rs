@@ -135,6 +135,13 @@ fn assert_unavailable<T: std::fmt::Debug>(outcome: Result<T, StoreError>) -> Str
     }
 }
 
+fn assert_not_ready<T: std::fmt::Debug>(outcome: Result<T, StoreError>) -> String {
+    match outcome {
+        Err(StoreError::NotReady(reason)) => reason,
+        other => panic!("expected NotReady, got {other:?}"),
+    }
+}
+
 /// The text of a [`ConnectError::Unavailable`]; panics on anything else.
 fn assert_cannot_connect<T: std::fmt::Debug>(outcome: Result<T, ConnectError>) -> String {
     match outcome {
@@ -1172,11 +1179,12 @@ async fn check_ready_after_migrate_and_not_before() {
     // Unmigrated: the store starts, but is not ready and reserves nothing.
     let db = TestDb::create().await;
     let store = db.store().await;
-    let reason = assert_unavailable(store.check_ready().await);
+    let reason = assert_not_ready(store.check_ready().await);
     assert_eq!(
         reason,
         format!(
-            "migrations not applied (found no table carmy.refinery_schema_history, need version {})",
+            "schema carmy is not migrated (found no table carmy.refinery_schema_history, need \
+             version {}): run migrations (carmy-gateway migrate, or carmy_postgres::migrate)",
             latest_migration_version()
         )
     );
@@ -1213,11 +1221,12 @@ async fn check_ready_after_migrate_and_not_before() {
         .execute(&pool)
         .await
         .unwrap();
-    let reason = assert_unavailable(store.check_ready().await);
+    let reason = assert_not_ready(store.check_ready().await);
     assert_eq!(
         reason,
         format!(
-            "migrations not applied (found version {}, need {latest})",
+            "schema carmy is not migrated (found version {}, need {latest}): run migrations \
+             (carmy-gateway migrate, or carmy_postgres::migrate)",
             latest - 1
         )
     );
@@ -1225,10 +1234,13 @@ async fn check_ready_after_migrate_and_not_before() {
         .execute(&pool)
         .await
         .unwrap();
-    let reason = assert_unavailable(store.check_ready().await);
+    let reason = assert_not_ready(store.check_ready().await);
     assert_eq!(
         reason,
-        format!("migrations not applied (found none, need {latest})")
+        format!(
+            "schema carmy is not migrated (found none, need {latest}): run migrations \
+             (carmy-gateway migrate, or carmy_postgres::migrate)"
+        )
     );
 
     store.shutdown().await.unwrap();

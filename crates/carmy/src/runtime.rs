@@ -183,6 +183,11 @@ pub enum StoreError {
     /// held by an execution that never runs. The text is for logs only.
     #[error("idempotency store failed mid-request: {0}")]
     Indeterminate(String),
+    /// The store is reachable but not prepared for this build (e.g. its schema is not migrated):
+    /// answered like [`StoreError::Unavailable`], and readiness (`/readyz`) shows the text,
+    /// which says what to do and holds no database text (docs/semantics.md §7).
+    #[error("idempotency store not ready: {0}")]
+    NotReady(String),
     /// A row exists but its recorded outcome cannot be read back as a record of the same
     /// execution and status (e.g. a hand-written SQL fix stored something else): the tool did
     /// run, the store is fine, and nothing may be run again for this identity until an operator

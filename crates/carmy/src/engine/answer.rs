@@ -121,7 +121,9 @@ impl From<StoreError> for Refusal {
                     problem,
                 }
             }
-            StoreError::Unavailable(reason) | StoreError::Indeterminate(reason) => {
+            StoreError::Unavailable(reason)
+            | StoreError::Indeterminate(reason)
+            | StoreError::NotReady(reason) => {
                 tracing::warn!(%reason, "idempotency store unavailable");
                 Self::StoreUnavailable
             }

@@ -153,6 +153,23 @@ impl Engine {
         Ok(self.store.check_ready().await?)
     }
 
+    /// Whether the store is ready, with a reason safe to show (`/readyz`, the startup log): the
+    /// store's own [`StoreError::NotReady`] text (e.g. `schema carmy is not migrated …: run
+    /// migrations`), or a fixed sentence when it failed (the cause is logged here).
+    ///
+    /// # Errors
+    /// The reason, as a sentence.
+    pub async fn readiness(&self) -> Result<(), String> {
+        match self.store.check_ready().await {
+            Ok(()) => Ok(()),
+            Err(StoreError::NotReady(reason)) => Err(reason),
+            Err(error) => {
+                tracing::warn!(%error, "the idempotency store is not ready");
+                Err("the idempotency store is unreachable or failing; the gateway's log has the cause".into())
+            }
+        }
+    }
+
     /// Ends what the store holds for this process (its lease); call after [`Engine::drain`].
     ///
     /// # Errors
