@@ -17,7 +17,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// `carmy-gateway [OPTIONS] [COMMAND]`. Every option can be given as a flag or through the
-/// environment variable shown in `--help`.
+/// environment variable shown in `--help`. Only `--database-url` and `--log-format` also follow
+/// the subcommand (`carmy-gateway migrate --database-url …`): they are all `migrate` reads, so
+/// `carmy-gateway migrate --help` lists only them.
 #[derive(Clone, Parser)]
 #[command(
     name = "carmy-gateway",
@@ -30,7 +32,7 @@ pub struct Config {
     pub command: Option<Command>,
 
     /// Address to serve on.
-    #[arg(long, env = "CARMY_LISTEN", default_value = carmy::app::DEFAULT_LISTEN, global = true)]
+    #[arg(long, env = "CARMY_LISTEN", default_value = carmy::app::DEFAULT_LISTEN)]
     pub listen: SocketAddr,
 
     /// PostgreSQL URL; unset uses the in-memory store.
@@ -39,75 +41,75 @@ pub struct Config {
 
     /// API keys as `key=principal` pairs, comma separated; unset (with no keys file) means
     /// anonymous mode, loopback only.
-    #[arg(long, env = "CARMY_API_KEYS", hide_env_values = true, global = true)]
+    #[arg(long, env = "CARMY_API_KEYS", hide_env_values = true)]
     pub api_keys: Option<String>,
 
     /// A file of `key=principal` lines (`#` starts a comment), added to `--api-keys`.
-    #[arg(long, env = "CARMY_API_KEYS_FILE", global = true)]
+    #[arg(long, env = "CARMY_API_KEYS_FILE")]
     pub api_keys_file: Option<PathBuf>,
 
     /// Serve without API keys on a non-loopback address (every caller is `anonymous`).
-    #[arg(long, env = "CARMY_ALLOW_ANONYMOUS_NETWORK", global = true)]
+    #[arg(long, env = "CARMY_ALLOW_ANONYMOUS_NETWORK")]
     pub allow_anonymous_network: bool,
 
     /// Entries of the in-memory store (used when `DATABASE_URL` is unset).
     #[arg(long, env = "CARMY_MEMORY_CAPACITY", default_value_t = carmy::memory::DEFAULT_MEMORY_CAPACITY,
-          value_parser = InRange::<usize>::at_least(1), global = true)]
+          value_parser = InRange::<usize>::at_least(1))]
     pub memory_capacity: usize,
 
     /// Default tool deadline in milliseconds; a tool still running then is recorded `timed_out`.
     #[arg(long, env = "CARMY_TOOL_TIMEOUT_MS", default_value_t = millis(EngineConfig::default().default_tool_timeout),
-          value_parser = InRange::<u64>::at_least(1), global = true)]
+          value_parser = InRange::<u64>::at_least(1))]
     pub tool_timeout_ms: u64,
 
     /// Largest recorded result in bytes of JSON; larger results are recorded as
     /// `RESULT_TOO_LARGE`.
     #[arg(long, env = "CARMY_MAX_RESULT_BYTES", default_value_t = EngineConfig::default().max_result_bytes,
-          value_parser = InRange::<usize>::at_least(1), global = true)]
+          value_parser = InRange::<usize>::at_least(1))]
     pub max_result_bytes: usize,
 
     /// Largest request body in bytes; larger bodies get 413.
     #[arg(long, env = "CARMY_MAX_BODY_BYTES", default_value_t = carmy::http::DEFAULT_MAX_BODY_BYTES,
-          value_parser = InRange::<usize>::at_least(1), global = true)]
+          value_parser = InRange::<usize>::at_least(1))]
     pub max_body_bytes: usize,
 
     /// How long a request body may take to arrive after its headers (ms); slower bodies get 408.
     #[arg(long, env = "CARMY_BODY_TIMEOUT_MS", default_value_t = millis(carmy::http::DEFAULT_BODY_TIMEOUT),
-          value_parser = InRange::<u64>::at_least(1), global = true)]
+          value_parser = InRange::<u64>::at_least(1))]
     pub body_timeout_ms: u64,
 
     /// On shutdown, how long running executions may finish (ms) before they are recorded
     /// `cancelled` (0: at once).
-    #[arg(long, env = "CARMY_DRAIN_MS", default_value_t = millis(EngineConfig::default().drain_period), global = true)]
+    #[arg(long, env = "CARMY_DRAIN_MS", default_value_t = millis(EngineConfig::default().drain_period))]
     pub drain_ms: u64,
 
     /// PostgreSQL connections in the pool; the store opens as many again for its hot path
     /// (reserve and complete), so a replica uses up to twice this many.
     #[arg(long, env = "CARMY_DB_POOL_SIZE", default_value_t = carmy_postgres::DEFAULT_MAX_CONNECTIONS,
-          value_parser = InRange::<u32>::at_least(1), global = true)]
+          value_parser = InRange::<u32>::at_least(1))]
     pub db_pool_size: u32,
 
     /// Longest wait for a pooled connection (ms) before answering 503.
     #[arg(long, env = "CARMY_DB_ACQUIRE_TIMEOUT_MS", default_value_t = millis(carmy_postgres::DEFAULT_ACQUIRE_TIMEOUT),
-          value_parser = InRange::<u64>::at_least(1), global = true)]
+          value_parser = InRange::<u64>::at_least(1))]
     pub db_acquire_timeout_ms: u64,
 
     /// Lease of this process's executions (ms): another replica reports an execution
     /// `interrupted` once its owner has not renewed for this long. From 1 ms to 24 h (the
     /// store's limit).
     #[arg(long, env = "CARMY_LEASE_TTL_MS", default_value_t = millis(carmy_postgres::DEFAULT_LEASE_TTL),
-          value_parser = InRange::<u64>::new(1, MAX_LEASE_TTL_MS), global = true)]
+          value_parser = InRange::<u64>::new(1, MAX_LEASE_TTL_MS))]
     pub lease_ttl_ms: u64,
 
     /// Finished records kept in this process's replay cache (PostgreSQL only; 0 disables it).
     /// Replays and conflicts of cached records need no database round trip.
-    #[arg(long, env = "CARMY_REPLAY_CACHE_ENTRIES", default_value_t = carmy::cache::DEFAULT_CACHE_ENTRIES, global = true)]
+    #[arg(long, env = "CARMY_REPLAY_CACHE_ENTRIES", default_value_t = carmy::cache::DEFAULT_CACHE_ENTRIES)]
     pub replay_cache_entries: u64,
 
     /// How long a cached record is served (ms) before the database is asked again; bounds how
     /// long an operator's SQL change to a finished row can go unseen by this process.
     #[arg(long, env = "CARMY_REPLAY_CACHE_TTL_MS", default_value_t = millis(carmy::cache::DEFAULT_CACHE_TTL),
-          value_parser = InRange::<u64>::at_least(1), global = true)]
+          value_parser = InRange::<u64>::at_least(1))]
     pub replay_cache_ttl_ms: u64,
 
     /// Allowed `Host` values of `/mcp` (docs/semantics.md §11), comma-separated, each `host` or

@@ -201,8 +201,10 @@ pub fn mcp_config(config: &Config) -> McpConfig {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a person at a terminal, never in a file or a log collector.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     // A second initialisation (tests) is harmless: keep the first subscriber.
     let _ = match format {
@@ -249,9 +251,7 @@ async fn run(config: Config) -> Result<(), GatewayError> {
         Command::CheckConfig => configured::check_config(&config),
         Command::Serve => {
             let gateway = build(&config).await?;
-            let listener = tokio::net::TcpListener::bind(config.listen)
-                .await
-                .map_err(carmy::AppError::Io)?;
+            let listener = carmy::app::bind(config.listen).await?;
             gateway
                 .app
                 .serve(listener, carmy::app::shutdown_signal())

@@ -42,6 +42,8 @@ pub enum Situation {
     Failed,
     /// A recorded `failed` (effect unknown), `timed_out` or `cancelled` outcome.
     EffectUnknown,
+    /// `RECORD_DAMAGED`: the identity's record exists but cannot be read back.
+    RecordDamaged,
 }
 
 /// One entry of the table.
@@ -144,6 +146,14 @@ pub const TABLE: &[Copy] = &[
         effect_text: "Its effect may have happened.",
         next: "Check with a read-only tool{read_tools} whether it took effect before acting again; retrying the same call only returns this record.",
     },
+    Copy {
+        situation: Situation::RecordDamaged,
+        code: "RECORD_DAMAGED",
+        effect: Effect::MayHaveHappened,
+        what: "Carmy has a record of this call, execution {execution_id}, but the record is damaged and cannot be read.",
+        effect_text: "The call ran earlier, so its effect may have happened.",
+        next: "Do not do the same thing another way; check with a read-only tool{read_tools} whether it took effect, and ask the operator to repair execution {execution_id}.",
+    },
 ];
 
 /// The facts a text is filled with.
@@ -199,7 +209,7 @@ impl Copy {
 mod tests {
     use super::*;
 
-    const ALL: [Situation; 10] = [
+    const ALL: [Situation; 11] = [
         Situation::Conflict,
         Situation::Running,
         Situation::Interrupted,
@@ -210,6 +220,7 @@ mod tests {
         Situation::RequestIdRequired,
         Situation::Failed,
         Situation::EffectUnknown,
+        Situation::RecordDamaged,
     ];
 
     /// Phrases that would send the model to run the call again under another identity.

@@ -105,6 +105,9 @@ pub(crate) fn from_refusal(
             Some(execution_id),
             Some(InFlightState::Running.as_str()),
         ),
+        Refusal::RecordDamaged { execution_id, .. } => {
+            (Situation::RecordDamaged, Some(execution_id), None)
+        }
         Refusal::Capacity => (Situation::Capacity, None, None),
         Refusal::StoreUnavailable => (Situation::StoreUnavailable, None, None),
         Refusal::NotExecuted { .. } => return Ok(not_executed(&refusal)),

@@ -12,8 +12,9 @@ use sqlx::Row;
 /// `fingerprint_version`, `state`, `outcome`, `in_flight_state`) of a row into a record.
 ///
 /// # Errors
-/// [`StoreError::Unavailable`] for a damaged row: an unknown state, an outcome that is not a
-/// record, or an outcome whose status or execution id disagrees with its columns.
+/// [`StoreError::RecordDamaged`] for a damaged row: an unknown state, an outcome that is not a
+/// record, or an outcome whose status or execution id disagrees with its columns
+/// (docs/semantics.md §5, §8.3).
 pub(crate) fn decode_record(row: &PgRow) -> Result<StoredRecord, StoreError> {
     let execution_id: String = row.try_get("execution_id").map_err(unavailable)?;
     let tool: String = row.try_get("tool").map_err(unavailable)?;
@@ -22,8 +23,9 @@ pub(crate) fn decode_record(row: &PgRow) -> Result<StoredRecord, StoreError> {
     let state: String = row.try_get("state").map_err(unavailable)?;
     let outcome: Option<String> = row.try_get("outcome").map_err(unavailable)?;
     let in_flight: Option<String> = row.try_get("in_flight_state").map_err(unavailable)?;
-    let damaged = |why: &str| {
-        StoreError::Unavailable(format!("damaged reservation row {execution_id}: {why}"))
+    let damaged = |why: &str| StoreError::RecordDamaged {
+        execution_id: ExecutionId::from_stored(execution_id.clone()),
+        problem: why.to_owned(),
     };
 
     let state = if state == "running" {

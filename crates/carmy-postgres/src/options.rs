@@ -119,6 +119,28 @@ pub struct PostgresStoreOptions {
     pub instance_id: String,
 }
 
+/// Options with defaults for the database at this URL ([`PostgresStoreOptions::new`]), so that
+/// `PostgresStore::connect(url)` works.
+impl From<&str> for PostgresStoreOptions {
+    fn from(database_url: &str) -> Self {
+        Self::new(database_url)
+    }
+}
+
+/// As `From<&str>`.
+impl From<String> for PostgresStoreOptions {
+    fn from(database_url: String) -> Self {
+        Self::new(database_url)
+    }
+}
+
+/// As `From<&str>`.
+impl From<&String> for PostgresStoreOptions {
+    fn from(database_url: &String) -> Self {
+        Self::new(database_url.as_str())
+    }
+}
+
 impl PostgresStoreOptions {
     /// Options for `database_url` with every default: 10 connections, 5 s acquire timeout,
     /// 30 s lease, a fresh random instance id.

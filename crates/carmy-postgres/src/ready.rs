@@ -11,7 +11,8 @@ use sqlx::postgres::PgPool;
 
 /// `Ok` when `max(version)` in [`crate::MIGRATION_TABLE`] is at least
 /// [`latest_migration_version`] and the lease row is written (registering it now if needed);
-/// otherwise [`StoreError::Unavailable`] with the reason (see
+/// [`StoreError::NotReady`] when the schema is behind (`schema carmy is not migrated (…): run
+/// migrations …`); otherwise [`StoreError::Unavailable`] with the reason (see
 /// [`PostgresStore`](crate::PostgresStore)).
 pub(crate) async fn check_ready(
     pool: &PgPool,
@@ -26,15 +27,11 @@ pub(crate) async fn check_ready(
     match applied {
         Some(version) if version >= needed => {}
         Some(version) => {
-            return Err(StoreError::Unavailable(format!(
-                "migrations not applied (found version {version}, need {needed})"
+            return Err(not_migrated(&format!(
+                "found version {version}, need {needed}"
             )))
         }
-        None => {
-            return Err(StoreError::Unavailable(format!(
-                "migrations not applied (found none, need {needed})"
-            )))
-        }
+        None => return Err(not_migrated(&format!("found none, need {needed}"))),
     }
     if let Err(error) = lease.ensure_registered().await {
         return Err(StoreError::Unavailable(format!(
@@ -45,13 +42,22 @@ pub(crate) async fn check_ready(
     Ok(())
 }
 
+/// [`StoreError::NotReady`]: the schema is behind this build, with what was found and what to do.
+fn not_migrated(found: &str) -> StoreError {
+    StoreError::NotReady(format!(
+        "schema carmy is not migrated ({found}): run migrations (carmy-gateway migrate, or carmy_postgres::migrate)"
+    ))
+}
+
 /// Why [`READY_SQL`] failed, as `check_ready` reports it (see [`ReadFailure`]).
 async fn history_unreadable(diagnosis: &Diagnosis, error: sqlx::Error, needed: i32) -> StoreError {
     StoreError::Unavailable(match ReadFailure::of(&error) {
-        ReadFailure::NoTable => format!(
-            "migrations not applied (found no table {}, need version {needed})",
-            crate::MIGRATION_TABLE
-        ),
+        ReadFailure::NoTable => {
+            return not_migrated(&format!(
+                "found no table {}, need version {needed}",
+                crate::MIGRATION_TABLE
+            ))
+        }
         ReadFailure::Unreachable => {
             format!("database unreachable: {}", diagnosis.explain(error).await)
         }

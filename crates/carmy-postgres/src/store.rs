@@ -46,11 +46,13 @@ const RESERVE_ATTEMPTS: usize = 3;
 /// Migrate the schema with [`crate::migrate`]. A store created before that starts but is not
 /// ready: [`IdempotencyStore::check_ready`] is `Ok` only when `max(version)` in
 /// `carmy.refinery_schema_history` is at least [`crate::latest_migration_version`] and the
-/// instance row is written; otherwise it is [`StoreError::Unavailable`] with the reason:
-/// `database unreachable: <cause>` (nothing listening, TLS failure, unknown database or role, …),
-/// `migrations not applied (found version N, need M)` (or `found none`, or `found no table
-/// carmy.refinery_schema_history`), `cannot read carmy.refinery_schema_history: <error>` (e.g. a
-/// permission), or `cannot register the instance lease: <cause>`.
+/// instance row is written. A schema behind this build is [`StoreError::NotReady`]: `schema
+/// carmy is not migrated (found version N, need M): run migrations (…)` (or `found none`, or
+/// `found no table carmy.refinery_schema_history`), shown by `/readyz`. Otherwise it is
+/// [`StoreError::Unavailable`] with the reason: `database unreachable: <cause>` (nothing
+/// listening, TLS failure, unknown database or role, …), `cannot read
+/// carmy.refinery_schema_history: <error>` (e.g. a permission), or `cannot register the
+/// instance lease: <cause>`.
 ///
 /// Every [`StoreError::Unavailable`] text carries its cause. When the pool times out waiting
 /// for a new connection, the store makes one direct connection attempt (at most one per second,
@@ -75,8 +77,10 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    /// Opens a pool per `options`, registers this instance in `carmy.instances` with
-    /// `lease_expires_at = now() + lease_ttl` and starts the lease renewer.
+    /// Opens a pool per `options` (a [`PostgresStoreOptions`], or just a URL: `&str` or
+    /// `String`, with every other setting at its default), registers this instance in
+    /// `carmy.instances` with `lease_expires_at = now() + lease_ttl` and starts the lease
+    /// renewer. Run [`crate::migrate`] first.
     ///
     /// When the instance row cannot be written (typically: the schema is not migrated yet), the
     /// store is still returned: [`IdempotencyStore::check_ready`] then reports why, the renewer
@@ -91,7 +95,8 @@ impl PostgresStore {
     /// text then carries the cause, e.g. `database "x" does not exist`, `Connection refused`, or
     /// a TLS failure (a server without TLS under `sslmode=require`, an untrusted certificate
     /// under `verify-ca` / `verify-full`).
-    pub async fn connect(options: PostgresStoreOptions) -> Result<Self, ConnectError> {
+    pub async fn connect(options: impl Into<PostgresStoreOptions>) -> Result<Self, ConnectError> {
+        let options = options.into();
         let connect = options.connect_options()?;
         options.lease_ttl_millis()?;
         let pool = pool_options(options.max_connections, options.acquire_timeout)

@@ -136,6 +136,13 @@ fn assert_unavailable<T: std::fmt::Debug>(outcome: Result<T, StoreError>) -> Str
     }
 }
 
+fn assert_not_ready<T: std::fmt::Debug>(outcome: Result<T, StoreError>) -> String {
+    match outcome {
+        Err(StoreError::NotReady(reason)) => reason,
+        other => panic!("expected NotReady, got {other:?}"),
+    }
+}
+
 /// The text of a [`ConnectError::Unavailable`]; panics on anything else.
 fn assert_cannot_connect<T: std::fmt::Debug>(outcome: Result<T, ConnectError>) -> String {
     match outcome {
@@ -162,10 +169,11 @@ async fn migrate_twice_is_a_noop() {
         vec![
             (1, "reservations"),
             (3, "document_history"),
-            (4, "in_flight_state")
+            (4, "in_flight_state"),
+            (5, "outcome_is_record")
         ]
     );
-    assert_eq!(latest_migration_version(), 4);
+    assert_eq!(latest_migration_version(), 5);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -220,7 +228,7 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3, 4]);
+    assert_eq!(versions, vec![1, 3, 4, 5]);
     pool.close().await;
 }
 
@@ -375,7 +383,10 @@ async fn schema_is_documented_and_constrained() {
     .unwrap();
     assert_eq!(
         functions,
-        vec![("in_flight_state".to_owned(), "s".to_owned(), true)]
+        vec![
+            ("in_flight_state".to_owned(), "s".to_owned(), true),
+            ("outcome_is_record".to_owned(), "i".to_owned(), true)
+        ]
     );
     let view: String =
         sqlx::query_scalar("SELECT pg_get_viewdef('carmy.uncertain_executions'::regclass)")
@@ -1003,8 +1014,25 @@ async fn outcomes_round_trip_exactly() {
     pool.close().await;
 }
 
+/// `StoreError::RecordDamaged`, with its execution id and problem.
+fn assert_damaged<T: std::fmt::Debug>(
+    outcome: Result<T, StoreError>,
+    execution_id: &ExecutionId,
+) -> String {
+    match outcome {
+        Err(StoreError::RecordDamaged {
+            execution_id: damaged,
+            problem,
+        }) => {
+            assert_eq!(&damaged, execution_id);
+            problem
+        }
+        other => panic!("expected RecordDamaged, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_damaged_outcome_row_is_unavailable() {
+async fn a_damaged_outcome_is_refused_by_the_schema_and_reported_as_damaged() {
     let db = TestDb::migrated().await;
     let store = db.store().await;
     let pool = db.pool().await;
@@ -1017,23 +1045,78 @@ async fn a_damaged_outcome_row_is_unavailable() {
         .await
         .unwrap();
 
+    // Hand edits that would damage the row fail at the UPDATE (migration V5).
+    let other = intent("echo");
+    for (outcome, state) in [
+        ("{\"not\":\"a record\"}".to_owned(), "completed"),
+        (done.to_record_json(), "failed"),
+        (
+            result(&k, &other, ExecutionStatus::Completed, order(1)).to_record_json(),
+            "completed",
+        ),
+    ] {
+        let refused = sqlx::query("UPDATE carmy.reservations SET outcome = $1, state = $2")
+            .bind(&outcome)
+            .bind(state)
+            .execute(&pool)
+            .await
+            .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("reservations_outcome_is_record"),
+            "{outcome} as {state}: {refused}"
+        );
+    }
+    let not_json = sqlx::query("UPDATE carmy.reservations SET outcome = 'order 1 done'")
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(not_json.to_string().contains("json"), "{not_json}");
+    // A full record of the same execution and status is accepted, \u0000 included.
+    let mut resolved = done.clone();
+    resolved.data = serde_json::json!({"note": "a\u{0}b"});
+    sqlx::query("UPDATE carmy.reservations SET outcome = $1")
+        .bind(resolved.to_record_json())
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.lookup(&k).await.unwrap().unwrap().state,
+        RecordState::Finished(resolved)
+    );
+
+    // Forced past the schema, a damaged row is RECORD_DAMAGED, never "unavailable".
+    sqlx::query("ALTER TABLE carmy.reservations DROP CONSTRAINT reservations_outcome_is_record")
+        .execute(&pool)
+        .await
+        .unwrap();
     sqlx::query("UPDATE carmy.reservations SET outcome = '{\"not\":\"a record\"}'")
         .execute(&pool)
         .await
         .unwrap();
-    let reason = assert_unavailable(store.lookup(&k).await);
-    assert!(reason.contains("damaged reservation row"), "{reason}");
-    assert_unavailable(store.reserve(&k, &fp('a'), &intent("echo")).await);
-    assert_unavailable(store.find_execution("alice", &holder.execution_id).await);
-
+    let problem = assert_damaged(store.lookup(&k).await, &holder.execution_id);
+    assert!(
+        problem.starts_with("outcome is not a record: "),
+        "{problem}"
+    );
+    assert_damaged(
+        store.reserve(&k, &fp('a'), &intent("echo")).await,
+        &holder.execution_id,
+    );
+    assert_damaged(
+        store.find_execution("alice", &holder.execution_id).await,
+        &holder.execution_id,
+    );
     // A state column that disagrees with the outcome's status is damaged too.
     sqlx::query("UPDATE carmy.reservations SET outcome = $1, state = 'failed'")
         .bind(done.to_record_json())
         .execute(&pool)
         .await
         .unwrap();
-    let reason = assert_unavailable(store.lookup(&k).await);
-    assert!(reason.contains("status"), "{reason}");
+    let problem = assert_damaged(store.lookup(&k).await, &holder.execution_id);
+    assert_eq!(problem, "outcome status differs from the state column");
+    store.check_ready().await.unwrap();
 
     store.shutdown().await.unwrap();
     pool.close().await;
@@ -1097,11 +1180,12 @@ async fn check_ready_after_migrate_and_not_before() {
     // Unmigrated: the store starts, but is not ready and reserves nothing.
     let db = TestDb::create().await;
     let store = db.store().await;
-    let reason = assert_unavailable(store.check_ready().await);
+    let reason = assert_not_ready(store.check_ready().await);
     assert_eq!(
         reason,
         format!(
-            "migrations not applied (found no table carmy.refinery_schema_history, need version {})",
+            "schema carmy is not migrated (found no table carmy.refinery_schema_history, need \
+             version {}): run migrations (carmy-gateway migrate, or carmy_postgres::migrate)",
             latest_migration_version()
         )
     );
@@ -1138,11 +1222,12 @@ async fn check_ready_after_migrate_and_not_before() {
         .execute(&pool)
         .await
         .unwrap();
-    let reason = assert_unavailable(store.check_ready().await);
+    let reason = assert_not_ready(store.check_ready().await);
     assert_eq!(
         reason,
         format!(
-            "migrations not applied (found version {}, need {latest})",
+            "schema carmy is not migrated (found version {}, need {latest}): run migrations \
+             (carmy-gateway migrate, or carmy_postgres::migrate)",
             latest - 1
         )
     );
@@ -1150,10 +1235,13 @@ async fn check_ready_after_migrate_and_not_before() {
         .execute(&pool)
         .await
         .unwrap();
-    let reason = assert_unavailable(store.check_ready().await);
+    let reason = assert_not_ready(store.check_ready().await);
     assert_eq!(
         reason,
-        format!("migrations not applied (found none, need {latest})")
+        format!(
+            "schema carmy is not migrated (found none, need {latest}): run migrations \
+             (carmy-gateway migrate, or carmy_postgres::migrate)"
+        )
     );
 
     store.shutdown().await.unwrap();

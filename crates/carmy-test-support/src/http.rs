@@ -83,6 +83,17 @@ pub async fn post_text(client: &reqwest::Client, replica: &Replica, body: &str) 
 
 /// How many times this replica's process started `tool` (from `/metrics`).
 pub async fn tool_runs(client: &reqwest::Client, replica: &Replica, tool: &str) -> u64 {
+    metric(
+        client,
+        replica,
+        &format!("carmy_tool_runs_total{{tool=\"{tool}\"}}"),
+    )
+    .await
+}
+
+/// The value of the counter `series` (a name with its labels, as `/metrics` prints it, e.g.
+/// `carmy_records_damaged_total`) of this replica's process; 0 when it is not shown.
+pub async fn metric(client: &reqwest::Client, replica: &Replica, series: &str) -> u64 {
     let text = client
         .get(replica.url("/metrics"))
         .send()
@@ -91,7 +102,7 @@ pub async fn tool_runs(client: &reqwest::Client, replica: &Replica, tool: &str) 
         .text()
         .await
         .unwrap();
-    let prefix = format!("carmy_tool_runs_total{{tool=\"{tool}\"}} ");
+    let prefix = format!("{series} ");
     text.lines()
         .find_map(|line| line.strip_prefix(&prefix))
         .map_or(0, |count| count.trim().parse().unwrap())

@@ -38,7 +38,15 @@ pub enum AppError {
     /// No API keys are configured and the address is not loopback (docs/semantics.md §6).
     #[error("refusing to serve anonymously on non-loopback address {0}: configure API keys (gateway: CARMY_API_KEYS or CARMY_API_KEYS_FILE) or allow anonymous network access explicitly (gateway: CARMY_ALLOW_ANONYMOUS_NETWORK=true)")]
     AnonymousOnNetwork(SocketAddr),
-    /// Binding or serving failed.
+    /// The listen address could not be bound (in use, not local, no permission).
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        /// The address that was asked for.
+        address: SocketAddr,
+        /// Why binding failed.
+        source: std::io::Error,
+    },
+    /// Serving failed.
     #[error("serving failed: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -175,7 +183,7 @@ impl AppBuilder {
     pub async fn run(self) -> Result<(), AppError> {
         let app = self.build()?;
         app.check_listen_address(app.listen)?;
-        let listener = TcpListener::bind(app.listen).await?;
+        let listener = bind(app.listen).await?;
         app.serve(listener, shutdown_signal()).await
     }
 }
@@ -255,6 +263,9 @@ impl App {
             })
         };
         tracing::info!(address = %listener.local_addr()?, "serving");
+        if let Err(reason) = self.engine.readiness().await {
+            tracing::warn!(%reason, "the idempotency store is not ready: calls answer 503 and /readyz says why until it is");
+        }
         let server = axum::serve(listener, self.router).with_graceful_shutdown({
             let stopping = stopping.clone();
             async move {
@@ -281,6 +292,17 @@ impl App {
         }
         Ok(())
     }
+}
+
+/// Binds `address` for [`App::serve`].
+///
+/// # Errors
+/// [`AppError::Bind`] naming the address and the cause (e.g. `cannot listen on 127.0.0.1:8080:
+/// Address already in use (os error 98)`).
+pub async fn bind(address: SocketAddr) -> Result<TcpListener, AppError> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|source| AppError::Bind { address, source })
 }
 
 /// Completes on ctrl-c or SIGTERM.

@@ -68,6 +68,8 @@ pub enum CallOutcome {
     Rejected,
     /// `lost`: an unprotected call whose task ended without an outcome (shutdown).
     Lost,
+    /// `record_damaged`: the identity's record could not be read back (`RECORD_DAMAGED`).
+    RecordDamaged,
 }
 
 /// What a resolution did: the `action` label of `carmy_resolutions_total`.
@@ -94,6 +96,7 @@ impl CallOutcome {
             Self::NotExecuted => "not_executed",
             Self::Rejected => "rejected",
             Self::Lost => "lost",
+            Self::RecordDamaged => "record_damaged",
         }
     }
 }
@@ -168,6 +171,7 @@ pub struct Metrics {
     prunes: Counter,
     resolutions: Family<ResolutionLabels, Counter>,
     late_arrivals: Counter,
+    records_damaged: Counter,
 }
 
 impl Default for Metrics {
@@ -184,6 +188,7 @@ impl Default for Metrics {
             prunes: Counter::default(),
             resolutions: Family::default(),
             late_arrivals: Counter::default(),
+            records_damaged: Counter::default(),
         };
         for action in [Resolution::Resolve, Resolution::Release] {
             // Created up front so that both read 0 before anything is resolved.
@@ -203,6 +208,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// A record could not be read back (docs/semantics.md §5, `RECORD_DAMAGED`).
+    pub(crate) fn record_damaged(&self) {
+        self.records_damaged.inc();
+    }
+
+    /// How many `RECORD_DAMAGED` answers this process gave.
+    pub fn records_damaged(&self) -> u64 {
+        self.records_damaged.get()
+    }
+
     fn register_all(&self, registry: &mut Registry) {
         let m = self.clone();
         registry.register(
@@ -254,6 +269,11 @@ impl Metrics {
             "carmy_late_arrivals",
             "Outcomes that arrived after their execution was resolved, released or taken over",
             m.late_arrivals,
+        );
+        registry.register(
+            "carmy_records_damaged",
+            "Records found unreadable (RECORD_DAMAGED answers) by this process",
+            m.records_damaged,
         );
     }
 

@@ -183,6 +183,23 @@ pub enum StoreError {
     /// held by an execution that never runs. The text is for logs only.
     #[error("idempotency store failed mid-request: {0}")]
     Indeterminate(String),
+    /// The store is reachable but not prepared for this build (e.g. its schema is not migrated):
+    /// answered like [`StoreError::Unavailable`], and readiness (`/readyz`) shows the text,
+    /// which says what to do and holds no database text (docs/semantics.md §7).
+    #[error("idempotency store not ready: {0}")]
+    NotReady(String),
+    /// A row exists but its recorded outcome cannot be read back as a record of the same
+    /// execution and status (e.g. a hand-written SQL fix stored something else): the tool did
+    /// run, the store is fine, and nothing may be run again for this identity until an operator
+    /// repairs the row. `RECORD_DAMAGED` (500, docs/semantics.md §5). `problem` says what is
+    /// wrong in words safe to show to the row's principal (never database text).
+    #[error("the record of execution {execution_id} is damaged: {problem}")]
+    RecordDamaged {
+        /// The execution whose record is damaged (from the row's own column).
+        execution_id: ExecutionId,
+        /// What is wrong, e.g. `outcome is not a record: expected value at line 1 column 1`.
+        problem: String,
+    },
     /// `complete` named an execution that does not hold the identity (a stale executor), or the
     /// identity is already finished with another outcome. Nothing was written.
     #[error("execution {execution_id} does not hold this reservation")]

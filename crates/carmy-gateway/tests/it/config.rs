@@ -1,5 +1,6 @@
 //! Configuration of the real binary: an out-of-range setting stops the gateway before it serves,
-//! with a message naming the variable, its flag and the accepted range.
+//! with a message naming the variable, its flag and the accepted range; `migrate --help` shows only
+//! its own options; a taken address is named; logs written to a pipe carry no colour codes.
 
 use carmy_test_support::replica::gateway_binary;
 use std::process::Command;
@@ -65,4 +66,35 @@ fn the_help_shows_the_crates_defaults() {
     ] {
         assert!(help.contains(&default), "{default} missing from:\n{help}");
     }
+}
+
+#[test]
+fn migrate_help_lists_only_the_options_migrate_reads() {
+    let output = Command::new(gateway_binary())
+        .args(["migrate", "--help"])
+        .output()
+        .expect("run carmy-gateway migrate --help");
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    let options: Vec<&str> = help
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix("--"))
+        .map(|rest| rest.split_whitespace().next().unwrap_or_default())
+        .collect();
+    assert_eq!(options, ["database-url", "log-format"], "{help}");
+}
+
+#[test]
+fn a_taken_address_is_named_and_logs_to_a_pipe_have_no_colour() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let (code, stderr) = run_with(&[("CARMY_LISTEN", &address), ("CARMY_LOG_FORMAT", "text")]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot listen on {address}: Address already in use"
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains('\u{1b}'), "ANSI escapes in {stderr:?}");
 }

@@ -18,6 +18,7 @@ mod order_errors;
 mod postgres_outages;
 mod postgres_replicas;
 mod readme_tools;
+mod record_damaged;
 mod round_trips;
 mod security;
 mod shutdown_and_cancel;

@@ -86,6 +86,18 @@ pub enum Refusal {
         /// The pause the tool asked for before a retry.
         retry_after: Option<std::time::Duration>,
     },
+    /// The identity's (or the execution's) record exists but cannot be read back
+    /// ([`StoreError::RecordDamaged`]): the tool ran, nothing was run now, and nothing will be
+    /// until an operator repairs the row. Fronts answer it as an internal error of the record,
+    /// never as "nothing was run" (HTTP: 500 `RECORD_DAMAGED`, docs/semantics.md §5); it does
+    /// not make the store unready. Counted in `carmy_records_damaged_total`.
+    #[error("the record of execution {execution_id} is damaged: {problem}")]
+    RecordDamaged {
+        /// The execution whose record is damaged.
+        execution_id: ExecutionId,
+        /// What is wrong, safe to show to the record's principal.
+        problem: String,
+    },
     /// A call without `request_id` whose task ended without an outcome (the runtime is
     /// shutting down); nothing was recorded.
     #[error("the execution ended without an outcome")]
@@ -100,7 +112,19 @@ impl From<StoreError> for Refusal {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::Capacity => Self::Capacity,
-            StoreError::Unavailable(reason) | StoreError::Indeterminate(reason) => {
+            StoreError::RecordDamaged {
+                execution_id,
+                problem,
+            } => {
+                tracing::error!(%execution_id, %problem, "a recorded outcome cannot be read back; repair the row");
+                Self::RecordDamaged {
+                    execution_id,
+                    problem,
+                }
+            }
+            StoreError::Unavailable(reason)
+            | StoreError::Indeterminate(reason)
+            | StoreError::NotReady(reason) => {
                 tracing::warn!(%reason, "idempotency store unavailable");
                 Self::StoreUnavailable
             }
@@ -158,6 +182,7 @@ pub(crate) fn call_outcome(answer: &Result<Answer, Refusal>) -> CallOutcome {
             Refusal::StoreUnavailable => CallOutcome::Unavailable,
             Refusal::NotExecuted { .. } => CallOutcome::NotExecuted,
             Refusal::Lost { .. } => CallOutcome::Lost,
+            Refusal::RecordDamaged { .. } => CallOutcome::RecordDamaged,
         },
     }
 }

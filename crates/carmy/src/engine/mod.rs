@@ -113,7 +113,7 @@ impl Engine {
     ///
     /// # Errors
     /// [`Refusal::NotFound`] when there is none (or it is another principal's);
-    /// [`Refusal::StoreUnavailable`].
+    /// [`Refusal::RecordDamaged`]; [`Refusal::StoreUnavailable`].
     pub async fn find(
         &self,
         principal: &str,
@@ -121,16 +121,29 @@ impl Engine {
     ) -> Result<ExecutionLookup, Refusal> {
         self.store
             .find_execution(principal, execution_id)
-            .await?
+            .await
+            .map_err(|error| self.refusal(error))?
             .ok_or(Refusal::NotFound)
     }
 
     /// Reads an identity's record without reserving anything; `None` when vacant.
     ///
     /// # Errors
-    /// [`Refusal::StoreUnavailable`].
+    /// [`Refusal::RecordDamaged`]; [`Refusal::StoreUnavailable`].
     pub async fn lookup(&self, key: &IdempotencyKey) -> Result<Option<StoredRecord>, Refusal> {
-        Ok(self.store.lookup(key).await?)
+        self.store
+            .lookup(key)
+            .await
+            .map_err(|error| self.refusal(error))
+    }
+
+    /// A store failure as the engine's answer, counting damaged records
+    /// (`carmy_records_damaged_total`).
+    fn refusal(&self, error: StoreError) -> Refusal {
+        if matches!(error, StoreError::RecordDamaged { .. }) {
+            self.metrics.record_damaged();
+        }
+        error.into()
     }
 
     /// Whether the store is reachable and ready (for readiness probes).
@@ -139,6 +152,23 @@ impl Engine {
     /// [`Refusal::StoreUnavailable`] (the reason is logged).
     pub async fn check_ready(&self) -> Result<(), Refusal> {
         Ok(self.store.check_ready().await?)
+    }
+
+    /// Whether the store is ready, with a reason safe to show (`/readyz`, the startup log): the
+    /// store's own [`StoreError::NotReady`] text (e.g. `schema carmy is not migrated …: run
+    /// migrations`), or a fixed sentence when it failed (the cause is logged here).
+    ///
+    /// # Errors
+    /// The reason, as a sentence.
+    pub async fn readiness(&self) -> Result<(), String> {
+        match self.store.check_ready().await {
+            Ok(()) => Ok(()),
+            Err(StoreError::NotReady(reason)) => Err(reason),
+            Err(error) => {
+                tracing::warn!(%error, "the idempotency store is not ready");
+                Err("the idempotency store is unreachable or failing; the gateway's log has the cause".into())
+            }
+        }
     }
 
     /// Ends what the store holds for this process (its lease); call after [`Engine::drain`].
@@ -238,7 +268,7 @@ impl Engine {
                 if matches!(error, StoreError::Indeterminate(_)) {
                     self.release_in_background(key, intent.execution_id);
                 }
-                return Err(error.into());
+                return Err(self.refusal(error));
             }
         }
         fault::point(fault::AFTER_RESERVE);

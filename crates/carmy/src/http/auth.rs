@@ -1,4 +1,5 @@
-//! The principal of an HTTP request, from its `Authorization` header (docs/semantics.md §6).
+//! The principal of an HTTP request, from its `Authorization` header (docs/semantics.md §6). A
+//! server without API keys refuses any `Authorization` header (401, [`ApiError::NoApiKeys`]).
 
 use super::error::ApiError;
 use super::AppState;
@@ -18,6 +19,11 @@ impl FromRequestParts<AppState> for Principal {
         if values.next().is_some() {
             // Two credentials are ambiguous: refuse rather than pick one.
             return Err(ApiError::Unauthorized);
+        }
+        if authorization.is_some() && state.keys.is_empty() {
+            // A caller that sends a credential expects to be someone; a server without keys
+            // cannot check it, so it says so instead of running the call as `anonymous`.
+            return Err(ApiError::NoApiKeys);
         }
         state
             .keys

@@ -32,6 +32,10 @@ pub enum ApiError {
     /// 401 `UNAUTHORIZED`: missing or unknown API key (docs/semantics.md §6).
     #[error("a valid API key is required: send Authorization: Bearer <key>")]
     Unauthorized,
+    /// 401 `UNAUTHORIZED`: an `Authorization` header sent to a server that has no API keys
+    /// (docs/semantics.md §6): it cannot be checked, so the call is not run as `anonymous`.
+    #[error("this server has no API keys configured, so it cannot check the Authorization header: send the request without it (every caller is the principal anonymous), or configure API keys on the server (gateway: CARMY_API_KEYS or CARMY_API_KEYS_FILE)")]
+    NoApiKeys,
     /// 404 `NOT_FOUND`: no such route, or no such execution for this principal.
     #[error("{0}")]
     NotFound(String),
@@ -104,6 +108,15 @@ pub enum ApiError {
     /// 503 `NOT_READY`: `/readyz` failed.
     #[error("{0}")]
     NotReady(String),
+    /// 500 `RECORD_DAMAGED`: the identity's record exists but cannot be read back (a damaged
+    /// row); the tool did run, nothing ran now (docs/semantics.md §5).
+    #[error("the recorded outcome of execution {execution_id} cannot be read back ({problem}); the tool did run, so nothing was run again: an operator must repair the record (see README, \"Inspecting reservations with SQL\")")]
+    RecordDamaged {
+        /// The execution whose record is damaged.
+        execution_id: ExecutionId,
+        /// What is wrong.
+        problem: String,
+    },
     /// 500 `INTERNAL`: a bug. The detail is generic; the cause goes to the log.
     #[error("internal error")]
     Internal,
@@ -131,6 +144,13 @@ impl From<Refusal> for ApiError {
             Refusal::NotFound => Self::NotFound("no such execution".into()),
             Refusal::Capacity => Self::Capacity,
             Refusal::StoreUnavailable => Self::StoreUnavailable,
+            Refusal::RecordDamaged {
+                execution_id,
+                problem,
+            } => Self::RecordDamaged {
+                execution_id,
+                problem,
+            },
             Refusal::NotExecuted {
                 code,
                 message,
@@ -220,7 +240,7 @@ impl ApiError {
         match self {
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::UnknownTool { .. } | Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized | Self::NoApiKeys => StatusCode::UNAUTHORIZED,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -233,7 +253,7 @@ impl ApiError {
             | Self::NotReady(_)
             | Self::NotExecuted { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Capacity => StatusCode::INSUFFICIENT_STORAGE,
-            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Internal | Self::RecordDamaged { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -244,7 +264,7 @@ impl ApiError {
             Self::NotExecuted { code, .. } => code,
             Self::InvalidRequest(_) => "INVALID_REQUEST",
             Self::UnknownTool { .. } => "UNKNOWN_TOOL",
-            Self::Unauthorized => "UNAUTHORIZED",
+            Self::Unauthorized | Self::NoApiKeys => "UNAUTHORIZED",
             Self::NotFound(_) => "NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
@@ -258,6 +278,7 @@ impl ApiError {
             Self::Capacity => "IDEMPOTENCY_CAPACITY",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::NotReady(_) => "NOT_READY",
+            Self::RecordDamaged { .. } => "RECORD_DAMAGED",
             Self::Internal => "INTERNAL",
         }
     }
@@ -266,7 +287,7 @@ impl ApiError {
         match self {
             Self::InvalidRequest(_) => "Invalid request",
             Self::UnknownTool { .. } => "Unknown tool",
-            Self::Unauthorized => "Unauthorized",
+            Self::Unauthorized | Self::NoApiKeys => "Unauthorized",
             Self::NotFound(_) => "Not found",
             Self::MethodNotAllowed => "Method not allowed",
             Self::PayloadTooLarge { .. } => "Payload too large",
@@ -281,6 +302,7 @@ impl ApiError {
             Self::StoreUnavailable => "Store unavailable",
             Self::NotReady(_) => "Not ready",
             Self::NotExecuted { .. } => "Not executed",
+            Self::RecordDamaged { .. } => "Record damaged",
             Self::Internal => "Internal error",
         }
     }
@@ -290,7 +312,8 @@ impl ApiError {
             Self::IdempotencyConflict { execution_id }
             | Self::ExecutionUncertain { execution_id, .. }
             | Self::RecordingPending { execution_id }
-            | Self::ExecutionFinished { execution_id } => Some(execution_id),
+            | Self::ExecutionFinished { execution_id }
+            | Self::RecordDamaged { execution_id, .. } => Some(execution_id),
             _ => None,
         }
     }
@@ -345,11 +368,13 @@ impl IntoResponse for ApiError {
             execution_id: self.execution_id(),
             state,
         };
-        let text = serde_json::to_string(&body).expect("a problem body always serializes");
+        let mut text = serde_json::to_string(&body).expect("a problem body always serializes");
+        // A body that ends with a newline does not run into the shell prompt after curl.
+        text.push('\n');
         let mut response = (status, text).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        if matches!(self, Self::Unauthorized) {
+        if matches!(self, Self::Unauthorized | Self::NoApiKeys) {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         if let Some(pause) = self.retry_after() {

@@ -198,7 +198,10 @@ fn is_body_timeout(rejection: &BytesRejection) -> bool {
     false
 }
 
-fn json_response(status: StatusCode, body: String) -> Response {
+/// A JSON response; `body` gets a final newline (docs/semantics.md §7), so that `curl` output
+/// does not run into the shell prompt.
+fn json_response(status: StatusCode, mut body: String) -> Response {
+    body.push('\n');
     (
         status,
         [(
@@ -430,9 +433,9 @@ async fn healthz() -> Response {
     )
 )]
 async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
-    state.engine.check_ready().await.map_err(|refusal| {
-        tracing::warn!(%refusal, "not ready");
-        ApiError::NotReady("the idempotency store is not ready".into())
+    state.engine.readiness().await.map_err(|reason| {
+        tracing::warn!(%reason, "not ready");
+        ApiError::NotReady(format!("not ready: {reason}"))
     })?;
     Ok(probe("ready"))
 }

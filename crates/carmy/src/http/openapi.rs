@@ -128,6 +128,11 @@ pub(crate) fn every_error() -> Vec<ApiError> {
             retry_after: None,
         },
         ApiError::NotReady(String::new()),
+        ApiError::NoApiKeys,
+        ApiError::RecordDamaged {
+            execution_id: ExecutionId::from_stored("exec_0"),
+            problem: String::new(),
+        },
         ApiError::Internal,
     ]
 }
@@ -153,6 +158,8 @@ fn listed(error: &ApiError) {
         | ApiError::StoreUnavailable
         | ApiError::NotExecuted { .. }
         | ApiError::NotReady(_)
+        | ApiError::NoApiKeys
+        | ApiError::RecordDamaged { .. }
         | ApiError::Internal => {}
     }
 }
