@@ -6,7 +6,7 @@
 //! Every result carries `_meta["io.carmy/execution"]` = `{execution_id, status, replayed,
 //! expires_at}` (`expires_at` is `null`: records do not expire yet).
 
-use crate::copy::{copy, Facts, Situation};
+use crate::copy::{entry, Effect, Facts, Situation};
 use crate::EXECUTION_META;
 use carmy::engine::{Answer, Refusal};
 use carmy::runtime::InFlightState;
@@ -14,8 +14,12 @@ use carmy::{ExecutionResult, ExecutionStatus};
 use rmcp::model::{CallToolResult, ContentBlock, ErrorData, MetaObject};
 use serde_json::{json, Map, Value};
 
-/// The result of a recorded (or unprotected) outcome.
-pub(crate) fn from_answer(answer: &Answer, read_tools: &[String]) -> CallToolResult {
+/// The result of a recorded (or unprotected) outcome; `read_tools` is asked only for the text
+/// of a failure.
+pub(crate) fn from_answer(
+    answer: &Answer,
+    read_tools: impl FnOnce() -> Vec<String>,
+) -> CallToolResult {
     let result = answer.result.result();
     let meta = execution_meta(
         Some(result.execution_id.as_str()),
@@ -31,7 +35,7 @@ pub(crate) fn from_answer(answer: &Answer, read_tools: &[String]) -> CallToolRes
         }
         success
     } else {
-        recorded_failure(result, read_tools)
+        recorded_failure(result, &read_tools())
     };
     call_result.meta = Some(meta);
     call_result
@@ -51,7 +55,7 @@ fn recorded_failure(result: &ExecutionResult, read_tools: &[String]) -> CallTool
     } else {
         Situation::Failed
     };
-    let text = copy(situation).render(&Facts {
+    let text = entry(situation).render(&Facts {
         execution_id: Some(result.execution_id.as_str()),
         read_tools,
         code,
@@ -107,23 +111,28 @@ pub(crate) fn from_refusal(
         ),
         Refusal::Capacity => (Situation::Capacity, None, None),
         Refusal::StoreUnavailable => (Situation::StoreUnavailable, None, None),
-        Refusal::NotExecuted { .. } => return Ok(not_executed(&refusal)),
+        Refusal::NotExecuted {
+            execution_id,
+            code,
+            message,
+            retry_after,
+        } => return Ok(not_executed(execution_id, code, message, *retry_after)),
         Refusal::Finished { .. } | Refusal::NotFound | Refusal::Lost { .. } => {
             tracing::error!(%refusal, "tools/call got a refusal that execute never gives");
             return Err(ErrorData::internal_error("internal error", None));
         }
     };
-    let entry = copy(situation);
+    let copy = entry(situation);
     let execution_id = execution_id.map(carmy::ExecutionId::as_str);
-    let text = entry.render(&Facts {
+    let text = copy.render(&Facts {
         execution_id,
         read_tools,
         ..Facts::default()
     });
     let mut structured = json!({
-        "code": entry.code,
+        "code": copy.code,
         "execution_id": execution_id,
-        "effect_may_have_happened": entry.effect != crate::copy::Effect::DidNotHappen,
+        "effect_may_have_happened": copy.effect != Effect::DidNotHappen,
     });
     if let Some(state) = state {
         structured["state"] = json!(state);
@@ -134,19 +143,16 @@ pub(crate) fn from_refusal(
 }
 
 /// The tool's own "nothing happened" failure: the identity is free again.
-fn not_executed(refusal: &Refusal) -> CallToolResult {
-    let Refusal::NotExecuted {
-        execution_id,
-        code,
-        message,
-        retry_after,
-    } = refusal
-    else {
-        unreachable!("called for NotExecuted only");
-    };
+fn not_executed(
+    execution_id: &carmy::ExecutionId,
+    code: &str,
+    message: &str,
+    retry_after: Option<std::time::Duration>,
+) -> CallToolResult {
+    // Whole seconds, rounded up, at least 1: as HTTP's Retry-After.
     let seconds =
         retry_after.map(|pause| (pause.as_secs() + u64::from(pause.subsec_nanos() > 0)).max(1));
-    let text = copy(Situation::NotExecuted).render(&Facts {
+    let text = entry(Situation::NotExecuted).render(&Facts {
         execution_id: Some(execution_id.as_str()),
         code,
         message,
@@ -167,13 +173,13 @@ fn not_executed(refusal: &Refusal) -> CallToolResult {
 
 /// A call refused because the operator requires a request id and it had none.
 pub(crate) fn request_id_required() -> CallToolResult {
-    let entry = copy(Situation::RequestIdRequired);
+    let copy = entry(Situation::RequestIdRequired);
     let structured = json!({
-        "code": entry.code,
+        "code": copy.code,
         "execution_id": null,
         "effect_may_have_happened": false,
     });
-    let mut result = error_result(entry.render(&Facts::default()), structured);
+    let mut result = error_result(copy.render(&Facts::default()), structured);
     result.meta = Some(execution_meta(None, None, false));
     result
 }
