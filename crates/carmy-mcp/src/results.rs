@@ -204,3 +204,129 @@ fn execution_meta(execution_id: Option<&str>, status: Option<&str>, replayed: bo
     );
     MetaObject(meta)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use carmy::{ExecutionError, ExecutionId, RecordedResult};
+    use std::time::Duration;
+
+    fn id() -> ExecutionId {
+        ExecutionId::from_stored("exec_1")
+    }
+
+    fn refused(refusal: Refusal) -> (Value, Value, String) {
+        let result = from_refusal(refusal, &["find_orders".to_owned()]).unwrap();
+        assert_eq!(result.is_error, Some(true));
+        let meta = result.meta.clone().unwrap().0[EXECUTION_META].clone();
+        let text = serde_json::to_value(&result.content[0]).unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (result.structured_content.unwrap(), meta, text)
+    }
+
+    #[test]
+    fn every_carmy_refusal_is_a_tool_result_with_its_code() {
+        let running = InFlightState::Running;
+        let cases = [
+            (
+                Refusal::Conflict { execution_id: id() },
+                "IDEMPOTENCY_CONFLICT",
+                Value::Null,
+            ),
+            (
+                Refusal::Uncertain {
+                    execution_id: id(),
+                    state: running,
+                },
+                "EXECUTION_UNCERTAIN",
+                json!("running"),
+            ),
+            (
+                Refusal::Uncertain {
+                    execution_id: id(),
+                    state: InFlightState::Interrupted,
+                },
+                "EXECUTION_UNCERTAIN",
+                json!("interrupted"),
+            ),
+            (
+                Refusal::RecordingPending { execution_id: id() },
+                "EXECUTION_UNCERTAIN",
+                json!("running"),
+            ),
+            (Refusal::Capacity, "IDEMPOTENCY_CAPACITY", Value::Null),
+            (Refusal::StoreUnavailable, "STORE_UNAVAILABLE", Value::Null),
+        ];
+        for (refusal, code, state) in cases {
+            let (fields, meta, text) = refused(refusal);
+            assert_eq!(fields["code"], code, "{text}");
+            assert_eq!(fields.get("state").cloned().unwrap_or(Value::Null), state);
+            assert_eq!(meta["status"], state);
+            assert_eq!(meta["replayed"], false);
+            assert_eq!(meta["expires_at"], Value::Null);
+        }
+        let (fields, meta, text) = refused(Refusal::NotExecuted {
+            execution_id: id(),
+            code: "UPSTREAM_UNAVAILABLE".into(),
+            message: "connection refused".into(),
+            retry_after: Some(Duration::from_millis(1500)),
+        });
+        assert_eq!(fields["code"], "UPSTREAM_UNAVAILABLE");
+        assert_eq!(fields["retry_after_seconds"], 2);
+        assert_eq!(meta["execution_id"], "exec_1");
+        assert!(
+            text.contains("Retry the same call unchanged after 2 s"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn protocol_mistakes_and_impossible_refusals_are_json_rpc_errors() {
+        let code = |refusal| from_refusal(refusal, &[]).unwrap_err().code.0;
+        assert_eq!(code(Refusal::Invalid("bad".into())), -32602);
+        assert_eq!(code(Refusal::UnknownTool("x".into())), -32602);
+        assert_eq!(code(Refusal::Lost { execution_id: id() }), -32603);
+        assert_eq!(code(Refusal::NotFound), -32603);
+    }
+
+    fn recorded(status: ExecutionStatus, data: Value, error: Option<ExecutionError>) -> Answer {
+        Answer {
+            result: RecordedResult::new(ExecutionResult {
+                execution_id: id(),
+                status,
+                data,
+                error,
+                tool: "t".into(),
+                request_id: Some("r".into()),
+                session_id: "default".into(),
+                started_at: chrono::Utc::now(),
+                finished_at: chrono::Utc::now(),
+            }),
+            replayed: true,
+        }
+    }
+
+    #[test]
+    fn recorded_outcomes() {
+        let done = from_answer(
+            &recorded(ExecutionStatus::Completed, json!([1]), None),
+            Vec::new,
+        );
+        assert_eq!(done.is_error, Some(false));
+        assert_eq!(done.structured_content, None, "an array is text only");
+        assert_eq!(done.meta.unwrap().0[EXECUTION_META]["replayed"], true);
+        let timeout = ExecutionError::timeout(Duration::from_secs(1));
+        let timed_out = from_answer(
+            &recorded(ExecutionStatus::TimedOut, Value::Null, Some(timeout)),
+            || vec!["find_orders".to_owned()],
+        );
+        assert_eq!(timed_out.is_error, Some(true));
+        let fields = timed_out.structured_content.unwrap();
+        assert_eq!(fields["code"], "TIMEOUT");
+        assert_eq!(fields["status"], "timed_out");
+        assert_eq!(fields["effect_may_have_happened"], true);
+        assert_eq!(fields["error"]["effect"], "unknown");
+    }
+}
