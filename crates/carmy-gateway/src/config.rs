@@ -137,6 +137,11 @@ pub struct Config {
     #[arg(long, env = "CARMY_MCP_REQUIRE_REQUEST_ID", global = true)]
     pub mcp_require_request_id: bool,
 
+    /// A TOML file declaring the tools to serve (HTTP upstreams, MCP servers; see the README's
+    /// "Put your own tools behind Carmy"). Unset serves the example tools.
+    #[arg(long, env = "CARMY_TOOLS_FILE", global = true)]
+    pub tools_file: Option<PathBuf>,
+
     /// Log format.
     #[arg(long, env = "CARMY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
@@ -149,6 +154,9 @@ pub enum Command {
     Serve,
     /// Apply the database migrations under the migration lock, then exit.
     Migrate,
+    /// Validate the tools file (and reach each MCP server), print the tool table with secrets
+    /// masked, then exit without serving.
+    CheckConfig,
 }
 
 /// How logs are written to standard error.

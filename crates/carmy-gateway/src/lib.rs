@@ -4,9 +4,14 @@
 //! docs/semantics.md §9 ([`tools`]) and their order book ([`orders`]), and the wiring of the Carmy
 //! runtime to the in-memory store (no `DATABASE_URL`) or to `PostgresStore` (with one).
 //!
-//! `carmy-gateway` serves; `carmy-gateway migrate` applies the database migrations and exits.
+//! With `CARMY_TOOLS_FILE` it serves the tools that file declares instead ([`configured`],
+//! crate `carmy-tools`, docs/semantics.md §10).
+//!
+//! `carmy-gateway` serves; `carmy-gateway migrate` applies the database migrations and exits;
+//! `carmy-gateway check-config` validates the tools file and prints the tool table.
 
 pub mod config;
+pub mod configured;
 pub mod orders;
 pub mod tools;
 
@@ -41,6 +46,12 @@ pub enum GatewayError {
     /// `migrate` needs `DATABASE_URL`.
     #[error("DATABASE_URL is required for this command")]
     NoDatabase,
+    /// The tools file is unreadable or has a mistake (named with file, line, tool and field).
+    #[error(transparent)]
+    ToolsFile(#[from] carmy_tools::ConfigError),
+    /// The upstream HTTP client could not be built.
+    #[error("{0}")]
+    UpstreamClient(String),
     /// Building or serving the application failed.
     #[error(transparent)]
     App(#[from] carmy::AppError),
@@ -77,7 +88,8 @@ pub fn load_api_keys(config: &Config) -> Result<ApiKeys, GatewayError> {
     ApiKeys::parse(&text).map_err(|error| GatewayError::ApiKeys(error.to_string()))
 }
 
-/// Builds the gateway for `config`: with `DATABASE_URL`, migrates (under the migration lock),
+/// Builds the gateway for `config`: the tools file first (a mistake stops here, before any
+/// store is touched); with `DATABASE_URL`, migrates (under the migration lock),
 /// creates `carmy.example_orders` for the example tools if it is missing
 /// ([`PostgresOrderBook::prepare`]) and uses `PostgresStore` and that table; without, the
 /// in-memory store and orders.
@@ -86,6 +98,11 @@ pub fn load_api_keys(config: &Config) -> Result<ApiKeys, GatewayError> {
 /// [`GatewayError`] when keys, migrations or the database fail.
 pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     let keys = load_api_keys(config)?;
+    let tools_file = configured::load(config)?;
+    let configured_tools = match &tools_file {
+        Some(file) => configured::tools(file, config.max_result_bytes)?,
+        None => Vec::new(),
+    };
     let mut memory = None;
     let (store, orders): (Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>) =
         match &config.database_url {
@@ -142,8 +159,13 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
             drain_period: Duration::from_millis(config.drain_ms),
             ..EngineConfig::default()
         });
-    for tool in tools::example_tools(orders) {
-        builder = builder.tool(tool);
+    if tools_file.as_ref().is_none_or(|file| file.example_tools) {
+        for tool in tools::example_tools(orders) {
+            builder = builder.tool(tool);
+        }
+    }
+    for tool in configured_tools {
+        builder = builder.shared_tool(tool);
     }
     let app = builder.build()?;
     let mcp = carmy_mcp::router(Arc::clone(app.engine()), keys, mcp_config(config));
@@ -225,6 +247,7 @@ async fn run(config: Config) -> Result<(), GatewayError> {
             );
             Ok(())
         }
+        Command::CheckConfig => configured::check_config(&config),
         Command::Serve => {
             let gateway = build(&config).await?;
             let listener = tokio::net::TcpListener::bind(config.listen)

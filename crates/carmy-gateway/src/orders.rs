@@ -9,8 +9,42 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Mutex, PoisonError};
 
-/// The boxed future of an [`OrderBook`] call; the error text is for logs and tool errors.
-pub type OrderFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+/// The boxed future of an [`OrderBook`] call.
+pub type OrderFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, OrderError>> + Send + 'a>>;
+
+/// Why an [`OrderBook`] call failed, by what it says about the write (docs/semantics.md §4.1):
+/// the tools turn each into the matching [`ToolErrorKind`](carmy::ToolErrorKind).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OrderError {
+    /// The statement provably never reached the database (no connection could be had): nothing
+    /// changed.
+    #[error("not sent: {0}")]
+    NotSent(String),
+    /// The database refused the statement (a constraint or data error): nothing changed.
+    #[error("refused: {0}")]
+    Refused(String),
+    /// The statement may have been applied: the connection broke or the server failed after the
+    /// statement was sent, so a commit may have happened without its acknowledgement.
+    #[error("unknown: {0}")]
+    Unknown(String),
+}
+
+impl OrderError {
+    /// Classifies an error of a statement that was sent on an acquired connection: a database
+    /// error of class 22 (data exception) or 23 (integrity constraint violation) is a refusal,
+    /// everything else (I/O, protocol, a server shutting down) leaves the effect unknown.
+    fn after_sending(error: &sqlx::Error) -> Self {
+        let refused = error
+            .as_database_error()
+            .and_then(|database| database.code())
+            .is_some_and(|code| code.starts_with("22") || code.starts_with("23"));
+        if refused {
+            Self::Refused(error.to_string())
+        } else {
+            Self::Unknown(error.to_string())
+        }
+    }
+}
 
 /// One order, as the tools return it: `{"order_id", "sku", "quantity"}`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -159,7 +193,44 @@ fn order_from_row((order_id, sku, quantity): OrderRow) -> Order {
     }
 }
 
+/// One principal's order by id.
+const SELECT_ONE: &str =
+    "SELECT order_id, sku, quantity FROM carmy.example_orders WHERE principal = $1 AND order_id = $2";
+/// One principal's orders, of one sku or (`$2` null) all, by order id.
+const SELECT_BY_SKU: &str = "SELECT order_id, sku, quantity FROM carmy.example_orders \
+     WHERE principal = $1 AND ($2::text IS NULL OR sku = $2) ORDER BY order_id";
+
+type OrderQuery<'q> =
+    sqlx::query::QueryAs<'q, sqlx::Postgres, OrderRow, sqlx::postgres::PgArguments>;
+
+impl PostgresOrderBook {
+    /// The orders `sql` selects (one of the `SELECT_*` statements), with its parameters bound
+    /// by `bind`, in order id order.
+    async fn select<'q>(
+        &self,
+        sql: &'static str,
+        bind: impl FnOnce(OrderQuery<'q>) -> OrderQuery<'q>,
+    ) -> Result<Vec<Order>, OrderError> {
+        bind(sqlx::query_as::<_, OrderRow>(sql))
+            .fetch_all(&self.pool)
+            .await
+            .map(|rows| rows.into_iter().map(order_from_row).collect())
+            .map_err(|error| OrderError::after_sending(&error))
+    }
+
+    /// A connection of the pool; failing here means nothing was sent.
+    async fn connection(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, OrderError> {
+        self.pool
+            .acquire()
+            .await
+            .map_err(|error| OrderError::NotSent(error.to_string()))
+    }
+}
+
 impl OrderBook for PostgresOrderBook {
+    /// One autocommit `INSERT`. A failure to get a connection is [`OrderError::NotSent`]; once
+    /// the statement is sent, a lost connection is [`OrderError::Unknown`] (the commit may have
+    /// happened and only its acknowledgement been lost).
     fn create<'a>(
         &'a self,
         principal: &'a str,
@@ -167,43 +238,29 @@ impl OrderBook for PostgresOrderBook {
         quantity: i64,
     ) -> OrderFuture<'a, i64> {
         Box::pin(async move {
+            let mut connection = self.connection().await?;
             sqlx::query_scalar(
                 "INSERT INTO carmy.example_orders (principal, sku, quantity) VALUES ($1, $2, $3) RETURNING order_id",
             )
             .bind(principal)
             .bind(sku)
             .bind(quantity)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *connection)
             .await
-            .map_err(|error| error.to_string())
+            .map_err(|error| OrderError::after_sending(&error))
         })
     }
 
     fn get<'a>(&'a self, principal: &'a str, order_id: i64) -> OrderFuture<'a, Option<Order>> {
         Box::pin(async move {
-            sqlx::query_as::<_, OrderRow>(
-                "SELECT order_id, sku, quantity FROM carmy.example_orders WHERE principal = $1 AND order_id = $2",
-            )
-            .bind(principal)
-            .bind(order_id)
-            .fetch_optional(&self.pool)
-            .await
-            .map(|row| row.map(order_from_row))
-            .map_err(|error| error.to_string())
+            let orders = self
+                .select(SELECT_ONE, |query| query.bind(principal).bind(order_id))
+                .await?;
+            Ok(orders.into_iter().next())
         })
     }
 
     fn find<'a>(&'a self, principal: &'a str, sku: Option<&'a str>) -> OrderFuture<'a, Vec<Order>> {
-        Box::pin(async move {
-            sqlx::query_as::<_, OrderRow>(
-                "SELECT order_id, sku, quantity FROM carmy.example_orders WHERE principal = $1 AND ($2::text IS NULL OR sku = $2) ORDER BY order_id",
-            )
-            .bind(principal)
-            .bind(sku)
-            .fetch_all(&self.pool)
-            .await
-            .map(|rows| rows.into_iter().map(order_from_row).collect())
-            .map_err(|error| error.to_string())
-        })
+        Box::pin(self.select(SELECT_BY_SKU, move |query| query.bind(principal).bind(sku)))
     }
 }

@@ -1,7 +1,7 @@
 //! The example tools of docs/semantics.md §9: `create_order`, `get_order`, `find_orders`, `echo`,
 //! `sleep` and `fail`.
 
-use crate::orders::OrderBook;
+use crate::orders::{OrderBook, OrderError};
 use carmy::tool::{FnTool, ToolAnnotations, ToolError};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -9,6 +9,16 @@ use std::time::Duration;
 
 /// Longest `sleep` accepted, in milliseconds (one hour).
 pub const MAX_SLEEP_MS: u64 = 3_600_000;
+
+/// The example tools' names, in the order [`example_tools`] returns them.
+pub const EXAMPLE_TOOL_NAMES: [&str; 6] = [
+    "create_order",
+    "get_order",
+    "find_orders",
+    "echo",
+    "sleep",
+    "fail",
+];
 
 /// All example tools, with orders kept in `orders`.
 pub fn example_tools(orders: Arc<dyn OrderBook>) -> Vec<FnTool> {
@@ -34,6 +44,45 @@ fn integer(arguments: &Value, name: &str) -> Option<i64> {
     })
 }
 
+/// How long a caller is asked to wait after the order book could not be reached.
+const ORDER_BOOK_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The order book could not be reached: nothing happened, retry the same call.
+fn order_book_unavailable() -> ToolError {
+    ToolError::not_executed("ORDER_BOOK_UNAVAILABLE", "the order book is unavailable")
+        .with_retry_after(ORDER_BOOK_RETRY_AFTER)
+}
+
+/// A failed write, by what it says about the order (docs/semantics.md §4.1): never sent is "not
+/// executed" (released, 503, retry), refused is a plain failure, and a connection lost after
+/// sending is "effect unknown", because the commit may have happened without its reply.
+fn write_error(error: OrderError) -> ToolError {
+    tracing::warn!(%error, "order book failed while creating an order");
+    match error {
+        OrderError::NotSent(_) => order_book_unavailable(),
+        OrderError::Refused(_) => {
+            ToolError::new("ORDER_REFUSED", "the order book refused the order")
+        }
+        OrderError::Unknown(_) => ToolError::effect_unknown(
+            "ORDER_OUTCOME_UNKNOWN",
+            "the connection to the order book was lost after the order was sent; the order may \
+             exist: look for it with find_orders (by sku) before creating another",
+        ),
+    }
+}
+
+/// A failed read: a read changes nothing, so every failure is "not executed" (retry the same
+/// call) except a refusal of the query itself.
+fn read_error(error: OrderError) -> ToolError {
+    tracing::warn!(%error, "order book failed while reading");
+    match error {
+        OrderError::Refused(_) => {
+            ToolError::new("ORDER_REFUSED", "the order book refused the query")
+        }
+        OrderError::NotSent(_) | OrderError::Unknown(_) => order_book_unavailable(),
+    }
+}
+
 /// The hints of a tool that only reads: MCP clients may call it freely, and Carmy's texts name
 /// it where a model should check whether an effect happened (docs/semantics.md §11).
 fn read_only() -> ToolAnnotations {
@@ -42,11 +91,6 @@ fn read_only() -> ToolAnnotations {
         open_world_hint: Some(false),
         ..ToolAnnotations::default()
     }
-}
-
-fn store_error(error: String) -> ToolError {
-    tracing::warn!(%error, "order book failed");
-    ToolError::new("ORDER_BOOK_UNAVAILABLE", "the order book is unavailable")
 }
 
 fn create_order(orders: Arc<dyn OrderBook>) -> FnTool {
@@ -69,7 +113,7 @@ fn create_order(orders: Arc<dyn OrderBook>) -> FnTool {
             let order_id = orders
                 .create(&context.principal, &sku, quantity)
                 .await
-                .map_err(store_error)?;
+                .map_err(write_error)?;
             Ok(json!({"order_id": order_id}))
         }
     })
@@ -97,7 +141,7 @@ fn get_order(orders: Arc<dyn OrderBook>) -> FnTool {
             match orders
                 .get(&context.principal, order_id)
                 .await
-                .map_err(store_error)?
+                .map_err(read_error)?
             {
                 Some(order) => Ok(order.to_json()),
                 None => Err(ToolError::new("NOT_FOUND", format!("no order {order_id}"))),
@@ -121,7 +165,7 @@ fn find_orders(orders: Arc<dyn OrderBook>) -> FnTool {
             let found = orders
                 .find(&context.principal, sku)
                 .await
-                .map_err(store_error)?;
+                .map_err(read_error)?;
             Ok(json!({"orders": found.iter().map(|order| order.to_json()).collect::<Vec<_>>()}))
         }
     })

@@ -47,6 +47,7 @@ struct Counts {
     conflict: AtomicU64,
     uncertain: AtomicU64,
     unavailable: AtomicU64,
+    not_executed: AtomicU64,
     transport_errors: AtomicU64,
     other: AtomicU64,
     violations: AtomicU64,
@@ -171,6 +172,10 @@ async fn client_loop(
             }
             (503, Some("STORE_UNAVAILABLE")) => {
                 counts.unavailable.fetch_add(1, Ordering::Relaxed);
+            }
+            // The order book could not be reached: released, nothing recorded (§4.1).
+            (503, Some("ORDER_BOOK_UNAVAILABLE")) => {
+                counts.not_executed.fetch_add(1, Ordering::Relaxed);
             }
             _ => {
                 eprintln!("VIOLATION: unexpected answer {status}: {body} -> {answer}");
@@ -352,6 +357,24 @@ async fn soak_under_faults() {
     .fetch_one(&mut database)
     .await
     .unwrap();
+    // A record that does not say "effect unknown" tells the truth: a failed create_order
+    // without it never has an order (docs/semantics.md §4.1).
+    let failed_with_an_order: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM carmy.reservations r \
+         WHERE r.tool = 'create_order' AND r.state = 'failed' \
+         AND (r.outcome::jsonb -> 'error' ->> 'effect') IS DISTINCT FROM 'unknown' \
+         AND EXISTS (SELECT 1 FROM carmy.example_orders o WHERE o.sku = r.request_id)",
+    )
+    .fetch_one(&mut database)
+    .await
+    .unwrap();
+    let effect_unknown: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM carmy.reservations \
+         WHERE state <> 'running' AND (outcome::jsonb -> 'error' ->> 'effect') = 'unknown'",
+    )
+    .fetch_one(&mut database)
+    .await
+    .unwrap();
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM carmy.reservations")
         .fetch_one(&mut database)
         .await
@@ -371,6 +394,10 @@ async fn soak_under_faults() {
             running_without_a_killed_owner,
         ),
         ("rows beyond the identities sent", (rows - sent).max(0)),
+        (
+            "failed create_order records without effect unknown that have an order",
+            failed_with_an_order,
+        ),
     ] {
         if bad > 0 {
             eprintln!("VIOLATION: {bad} {what}");
@@ -380,14 +407,16 @@ async fn soak_under_faults() {
 
     let c = &counts;
     println!(
-        "soak: {seconds} s, {} calls ({} ok, {} conflict, {} uncertain, {} unavailable, {} transport errors), \
-         {} identities, {rows} rows, {orders} orders, {replays_checked} replays checked, \
+        "soak: {seconds} s, {} calls ({} ok, {} conflict, {} uncertain, {} unavailable, {} not executed, \
+         {} transport errors), {} identities, {rows} rows ({effect_unknown} effect unknown), \
+         {orders} orders, {replays_checked} replays checked, \
          {} replica kills, {} PostgreSQL restarts, violations = {}",
         c.calls.load(Ordering::Relaxed),
         c.ok.load(Ordering::Relaxed),
         c.conflict.load(Ordering::Relaxed),
         c.uncertain.load(Ordering::Relaxed),
         c.unavailable.load(Ordering::Relaxed),
+        c.not_executed.load(Ordering::Relaxed),
         c.transport_errors.load(Ordering::Relaxed),
         sent,
         kills.load(Ordering::Relaxed),

@@ -64,6 +64,7 @@ fn result(
         code: code.to_owned(),
         message: format!("{code} happened"),
         effect: None,
+        details: None,
     });
     ExecutionResult {
         execution_id: intent.execution_id.clone(),

@@ -90,6 +90,7 @@ pub struct ValidatedCall {
     request_id: Option<String>,
     session_id: String,
     fingerprint: Fingerprint,
+    traceparent: Option<String>,
 }
 
 impl ValidatedCall {
@@ -155,6 +156,7 @@ impl ValidatedCall {
                 .session_id
                 .unwrap_or_else(|| DEFAULT_SESSION.to_owned()),
             fingerprint,
+            traceparent: None,
         })
     }
 
@@ -199,6 +201,23 @@ impl ValidatedCall {
         })
     }
 
+    /// Attaches the W3C `traceparent` the call arrived with, for tools that propagate it
+    /// (docs/semantics.md §10). A value that is not a well-formed version-00 `traceparent`
+    /// (`00-<32 lowercase hex>-<16 lowercase hex>-<2 lowercase hex>`, ids not all zero) is
+    /// dropped, as W3C Trace Context asks. Not part of the fingerprint.
+    #[must_use]
+    pub fn with_traceparent(mut self, traceparent: Option<&str>) -> Self {
+        self.traceparent = traceparent
+            .filter(|value| is_traceparent(value))
+            .map(str::to_owned);
+        self
+    }
+
+    /// The call's `traceparent`, if it carried a well-formed one.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.traceparent.as_deref()
+    }
+
     /// The arguments, taken out of the call (the tool gets them by value).
     pub fn into_arguments(self) -> Value {
         self.arguments
@@ -221,6 +240,18 @@ fn check_names(
         validate_identifier("session_id", session_id).map_err(CallRejected::new)?;
     }
     Ok(())
+}
+
+/// Whether `value` is a well-formed version-00 W3C `traceparent`.
+fn is_traceparent(value: &str) -> bool {
+    let parts: Vec<&str> = value.split('-').collect();
+    let hex = |part: &str, len: usize| {
+        part.len() == len && part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let nonzero = |part: &str| part.bytes().any(|b| b != b'0');
+    matches!(parts.as_slice(), [version, trace, parent, flags]
+        if *version == "00" && hex(trace, 32) && hex(parent, 16) && hex(flags, 2)
+            && nonzero(trace) && nonzero(parent))
 }
 
 fn check_object(field: &str, value: &Value) -> Result<(), CallRejected> {
@@ -282,6 +313,30 @@ mod tests {
             long.unwrap_err().message(),
             "tool must be 1 to 255 bytes long"
         );
+    }
+
+    #[test]
+    fn only_well_formed_traceparents_are_kept() {
+        let call = || ValidatedCall::parse("p".into(), request("{}", None)).unwrap();
+        let good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        assert_eq!(
+            call().with_traceparent(Some(good)).traceparent(),
+            Some(good)
+        );
+        for bad in [
+            "",
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\nx: y",
+        ] {
+            assert_eq!(
+                call().with_traceparent(Some(bad)).traceparent(),
+                None,
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -78,6 +78,7 @@ fn result_for(
             code: "TOOL_ERROR".into(),
             message: "failed".into(),
             effect: None,
+            details: None,
         }),
         data,
         tool: intent.tool.clone(),

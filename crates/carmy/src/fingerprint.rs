@@ -11,7 +11,7 @@
 //! Nothing else enters the fingerprint: no headers, trace ids, timestamps or retry counters.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::fmt;
 
@@ -53,81 +53,17 @@ pub fn fingerprint(
     arguments: &Value,
     metadata: Option<&Value>,
 ) -> Result<Fingerprint, FingerprintError> {
-    let empty = Value::Object(Map::new());
-    let metadata = metadata.unwrap_or(&empty);
-    let mut exact_numbers = Vec::new();
-    collect_inexact_numbers(arguments, &mut "/3".to_owned(), &mut exact_numbers)?;
-    collect_inexact_numbers(metadata, &mut "/4".to_owned(), &mut exact_numbers)?;
-    let framed = Value::Array(vec![
-        Value::from("carmy-fingerprint"),
-        Value::from(FINGERPRINT_VERSION),
-        Value::from(tool),
-        arguments.clone(),
-        metadata.clone(),
-        Value::Array(exact_numbers),
-    ]);
-    let canonical = serde_json_canonicalizer::to_vec(&framed)
-        .map_err(|error| FingerprintError::NumberOutOfRange(error.to_string()))?;
+    let canonical = crate::canonical::framed(tool, arguments, metadata)?;
     Ok(Fingerprint {
         version: FINGERPRINT_VERSION.to_owned(),
         digest: hex::encode(Sha256::digest(&canonical)),
     })
 }
 
-/// Walks `value` in JCS member order (UTF-16 code units, RFC 8785 §3.2.3) and appends
-/// `[pointer, exact]` for every number JCS would not write exactly.
-fn collect_inexact_numbers(
-    value: &Value,
-    pointer: &mut String,
-    out: &mut Vec<Value>,
-) -> Result<(), FingerprintError> {
-    match value {
-        Value::Number(number) => {
-            let text = number.to_string();
-            let exact = ExactDecimal::parse(&text)
-                .ok_or_else(|| FingerprintError::NumberOutOfRange(text.clone()))?;
-            let as_double: f64 = text
-                .parse()
-                .map_err(|_| FingerprintError::NumberOutOfRange(text.clone()))?;
-            let written = ExactDecimal::parse(&format!("{as_double:e}"))
-                .ok_or_else(|| FingerprintError::NumberOutOfRange(text.clone()))?;
-            if exact != written {
-                out.push(Value::Array(vec![
-                    Value::from(pointer.as_str()),
-                    Value::from(exact.to_string()),
-                ]));
-            }
-        }
-        Value::Array(items) => {
-            for (index, item) in items.iter().enumerate() {
-                let len = pointer.len();
-                pointer.push('/');
-                pointer.push_str(&index.to_string());
-                collect_inexact_numbers(item, pointer, out)?;
-                pointer.truncate(len);
-            }
-        }
-        Value::Object(members) => {
-            let mut names: Vec<&String> = members.keys().collect();
-            names.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
-            for name in names {
-                let len = pointer.len();
-                pointer.push('/');
-                // RFC 6901 escaping: `~` as `~0`, `/` as `~1`.
-                pointer.push_str(&name.replace('~', "~0").replace('/', "~1"));
-                collect_inexact_numbers(&members[name.as_str()], pointer, out)?;
-                pointer.truncate(len);
-            }
-        }
-        Value::Null | Value::Bool(_) | Value::String(_) => {}
-    }
-    Ok(())
-}
-
 /// A decimal number in a unique form: sign, digits without leading or trailing zeros, exponent.
 /// Zero is always `(false, "0", 0)`.
 #[derive(Debug, PartialEq, Eq)]
-struct ExactDecimal {
+pub(crate) struct ExactDecimal {
     negative: bool,
     digits: String,
     exponent: i64,
@@ -135,7 +71,7 @@ struct ExactDecimal {
 
 impl ExactDecimal {
     /// Parses JSON number text (or Rust's `{:e}` output). `None` if the exponent overflows.
-    fn parse(text: &str) -> Option<Self> {
+    pub(crate) fn parse(text: &str) -> Option<Self> {
         let (negative, unsigned) = match text.strip_prefix('-') {
             Some(rest) => (true, rest),
             None => (false, text),

@@ -40,6 +40,7 @@ pub mod app;
 pub mod auth;
 pub mod cache;
 pub mod call;
+mod canonical;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod engine;

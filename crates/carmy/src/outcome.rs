@@ -88,6 +88,11 @@ pub struct ExecutionError {
     /// "nothing happened". Absent in records written before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effect: Option<Effect>,
+    /// What the tool adds to explain the failure, recorded and replayed as given, e.g. an HTTP
+    /// tool's `{"status": 404, "body": "…"}` (docs/semantics.md §10). Absent when the tool gave
+    /// none. Boxed: most errors have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Box<Value>>,
 }
 
 /// What a failed outcome says about the tool's effect.
@@ -157,6 +162,7 @@ impl ExecutionError {
             code: code.to_owned(),
             message: message.into(),
             effect: None,
+            details: None,
         }
     }
 
@@ -177,6 +183,7 @@ impl From<crate::tool::ToolError> for ExecutionError {
             code: error.code,
             message: error.message,
             effect: None,
+            details: error.details.map(Box::new),
         };
         match error.kind {
             crate::tool::ToolErrorKind::Failed => recorded,

@@ -25,8 +25,13 @@ pub struct ToolContext {
     pub session_id: String,
     /// The caller's `request_id`, if any.
     pub request_id: Option<String>,
-    /// This execution's id.
+    /// This execution's id. The same on every attempt of one execution, so a tool that
+    /// forwards it as an idempotency key lets its upstream deduplicate (docs/semantics.md §10).
     pub execution_id: ExecutionId,
+    /// The W3C `traceparent` the call carried (`00-<32 hex>-<16 hex>-<2 hex>`, checked by the
+    /// front), for tools that propagate it upstream (docs/semantics.md §10). Not part of the
+    /// fingerprint: two attempts of one call may carry different ones.
+    pub traceparent: Option<String>,
 }
 
 /// A tool's own failure (docs/semantics.md §4). What happens to it depends on its
@@ -41,6 +46,9 @@ pub struct ToolError {
     pub message: String,
     /// What the failure says about the tool's effect.
     pub kind: ToolErrorKind,
+    /// Structured detail recorded beside `code` and `message` as `error.details`, e.g. an
+    /// upstream's status and body (docs/semantics.md §10).
+    pub details: Option<Value>,
 }
 
 /// What a [`ToolError`] says about the tool's effect (docs/semantics.md §4).
@@ -68,6 +76,7 @@ impl ToolError {
             code: code.into(),
             message: message.into(),
             kind: ToolErrorKind::Failed,
+            details: None,
         }
     }
 
@@ -98,6 +107,13 @@ impl ToolError {
         if let ToolErrorKind::NotExecuted { retry_after } = &mut self.kind {
             *retry_after = Some(pause);
         }
+        self
+    }
+
+    /// Sets the structured detail recorded as `error.details`.
+    #[must_use]
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
         self
     }
 }
@@ -137,6 +153,18 @@ pub trait Tool: Send + Sync + 'static {
     /// The JSON Schema its `arguments` object must satisfy. A call whose arguments fail it is
     /// rejected with 400 before anything is reserved (docs/semantics.md §3).
     fn input_schema(&self) -> &Value;
+
+    /// Checks beyond the schema that the arguments must pass before anything is reserved, e.g.
+    /// an HTTP tool's path arguments (docs/semantics.md §10). Called by the engine right after
+    /// the schema check; an `Err` is a 400 `INVALID_REQUEST` with that message, and nothing is
+    /// reserved (docs/semantics.md §3). Must be stateless and cheap. The default accepts all.
+    ///
+    /// # Errors
+    /// A message naming the argument and what is wrong with it.
+    fn check_arguments(&self, arguments: &Value) -> Result<(), String> {
+        let _ = arguments;
+        Ok(())
+    }
 
     /// Its own deadline; `None` uses the runtime default (`CARMY_TOOL_TIMEOUT_MS`).
     fn timeout(&self) -> Option<Duration> {

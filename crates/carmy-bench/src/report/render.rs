@@ -61,62 +61,45 @@ impl Report {
             "scenario", "c", "calls/s", "p50 ms", "p99 ms", "errors", "vs pgbench ceiling"
         );
         for ceiling in [&self.pgbench_new_identity, &self.pgbench_read_one] {
-            let _ = writeln!(
-                out,
-                "{:<26} {:>4} {:>9.0} {:>8} {:>8} {:>7}  {:<22} {}",
-                format!("pgbench {}", ceiling.script.trim_end_matches(".sql")),
-                ceiling.clients,
-                ceiling.tps,
-                ms(ceiling.p50_ms),
-                ms(ceiling.p99_ms),
-                ceiling.failed,
-                "(ceiling)",
-                ceiling
-                    .cpu
-                    .as_ref()
-                    .map_or(String::new(), cpu::Split::brief)
-            );
+            TableRow {
+                label: format!("pgbench {}", ceiling.script.trim_end_matches(".sql")),
+                concurrency: u64::from(ceiling.clients),
+                per_second: ceiling.tps,
+                p50_ms: ceiling.p50_ms,
+                p99_ms: ceiling.p99_ms,
+                errors: ceiling.failed,
+                versus: "(ceiling)".to_owned(),
+                cpu: ceiling.cpu.as_ref(),
+            }
+            .write(out);
         }
         for run in &self.runs {
             let ceiling = match run.scenario {
                 Scenario::NewIdentity | Scenario::McpNewIdentity => "new_identity",
                 Scenario::Replay | Scenario::Conflict | Scenario::McpReplay => "read_one",
             };
-            let _ = writeln!(
-                out,
-                "{:<26} {:>4} {:>9.0} {:>8} {:>8} {:>7}  {:<22} {}",
-                run.label(),
-                run.concurrency,
-                run.calls_per_second,
-                ms(run.p50_ms),
-                ms(run.p99_ms),
-                run.error_count(),
-                format!(
+            TableRow {
+                label: run.label(),
+                versus: format!(
                     "{:.2} x {ceiling}",
                     run.calls_per_second / self.ceiling(run.scenario)
                 ),
-                run.cpu.as_ref().map_or(String::new(), cpu::Split::brief)
-            );
-        }
-        for run in std::iter::once(&self.flatness.small).chain(&self.flatness.large) {
-            if self.flatness.large.is_none() {
-                break;
+                ..TableRow::of(run)
             }
-            let _ = writeln!(
-                out,
-                "{:<26} {:>4} {:>9.0} {:>8} {:>8} {:>7}  {:<22} {}",
-                format!("new identity @{} rows", rows(run.rows_before)),
-                run.concurrency,
-                run.calls_per_second,
-                ms(run.p50_ms),
-                ms(run.p99_ms),
-                run.error_count(),
-                format!(
-                    "{:.2} x new_identity",
-                    run.calls_per_second / self.pgbench_new_identity.tps
-                ),
-                run.cpu.as_ref().map_or(String::new(), cpu::Split::brief)
-            );
+            .write(out);
+        }
+        if self.flatness.large.is_some() {
+            for run in std::iter::once(&self.flatness.small).chain(&self.flatness.large) {
+                TableRow {
+                    label: format!("new identity @{} rows", rows(run.rows_before)),
+                    versus: format!(
+                        "{:.2} x new_identity",
+                        run.calls_per_second / self.pgbench_new_identity.tps
+                    ),
+                    ..TableRow::of(run)
+                }
+                .write(out);
+            }
         }
     }
 
@@ -216,5 +199,49 @@ note: in some windows other processes took more than {NOISY_OTHER_PERCENT:.0}%  
                 target.figure
             );
         }
+    }
+}
+
+/// One line of the throughput table.
+struct TableRow<'a> {
+    label: String,
+    concurrency: u64,
+    per_second: f64,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    errors: u64,
+    /// The ratio to the ceiling, or "(ceiling)".
+    versus: String,
+    cpu: Option<&'a cpu::Split>,
+}
+
+impl<'a> TableRow<'a> {
+    /// A run's figures; the label and ratio are the caller's.
+    fn of(run: &'a crate::load::RunResult) -> Self {
+        Self {
+            label: String::new(),
+            concurrency: run.concurrency as u64,
+            per_second: run.calls_per_second,
+            p50_ms: run.p50_ms,
+            p99_ms: run.p99_ms,
+            errors: run.error_count(),
+            versus: String::new(),
+            cpu: run.cpu.as_ref(),
+        }
+    }
+
+    fn write(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "{:<26} {:>4} {:>9.0} {:>8} {:>8} {:>7}  {:<22} {}",
+            self.label,
+            self.concurrency,
+            self.per_second,
+            ms(self.p50_ms),
+            ms(self.p99_ms),
+            self.errors,
+            self.versus,
+            self.cpu.map_or(String::new(), cpu::Split::brief)
+        );
     }
 }

@@ -20,6 +20,8 @@ pub type Client = RunningService<RoleClient, ()>;
 /// Connects to the MCP endpoint `url` (`http://…/mcp`), with `key` as the bearer token if given,
 /// and runs `initialize`.
 pub async fn try_connect(url: &str, key: Option<&str>) -> Result<Client, String> {
+    // rmcp's client is reqwest 0.13, which carmy-tools builds without a crypto provider.
+    carmy_tools::client::install_tls_provider();
     let mut config =
         StreamableHttpClientTransportConfig::with_uri(url.to_owned()).max_concurrent_requests(64);
     if let Some(key) = key {

@@ -2,10 +2,12 @@
 //!
 //! Submodules: [`answer`] (the engine's answers and refusals, and the one mapping of store
 //! failures), `run` (starting an execution and running its tool), `record` (recording outcomes
-//! and freeing unused reservations, with one backoff), `cancel` (local and remote cancellation).
+//! and freeing unused reservations, with one backoff), `cancel` (local and remote cancellation),
+//! [`hints`] (what a front adds to a refusal: the closest tool, `Retry-After`).
 
 pub mod answer;
 mod cancel;
+pub mod hints;
 mod record;
 mod run;
 
@@ -252,6 +254,10 @@ impl Engine {
                 "arguments do not match the tool's schema: {problems}"
             ))
         })?;
+        registered
+            .tool
+            .check_arguments(call.arguments())
+            .map_err(|problem| Refusal::Invalid(format!("arguments: {problem}")))?;
         Ok(registered)
     }
 }

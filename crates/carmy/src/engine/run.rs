@@ -45,6 +45,7 @@ impl Engine {
             session_id: call.session_id().to_owned(),
             request_id: call.request_id().map(str::to_owned),
             execution_id: execution_id.clone(),
+            traceparent: call.traceparent().map(str::to_owned),
         };
         let fingerprint = call.fingerprint().clone();
         let arguments = call.into_arguments();

@@ -2,7 +2,7 @@
 //! and the one mapping of the engine's refusals to it.
 
 use crate::call::CallRejected;
-use crate::engine::Refusal;
+use crate::engine::{Engine, Refusal};
 use crate::outcome::ExecutionId;
 use crate::runtime::InFlightState;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -20,9 +20,15 @@ pub enum ApiError {
     /// 400 `INVALID_REQUEST`: bad JSON, bad identifiers, arguments rejected by the schema.
     #[error("{0}")]
     InvalidRequest(String),
-    /// 404 `UNKNOWN_TOOL`.
-    #[error("no tool named {0:?}")]
-    UnknownTool(String),
+    /// 404 `UNKNOWN_TOOL`: the detail names the closest registered tool, if one is close, and
+    /// points to `GET /v1/tools`.
+    #[error("no tool named {tool:?}{}; GET /v1/tools lists the tools", closest_hint(.closest.as_deref()))]
+    UnknownTool {
+        /// The name the call gave.
+        tool: String,
+        /// The registered tool closest to it ([`Engine::closest_tool`](crate::engine::Engine::closest_tool)).
+        closest: Option<String>,
+    },
     /// 401 `UNAUTHORIZED`: missing or unknown API key (docs/semantics.md §6).
     #[error("a valid API key is required: send Authorization: Bearer <key>")]
     Unauthorized,
@@ -52,13 +58,16 @@ pub enum ApiError {
         /// The execution that holds the identity.
         execution_id: ExecutionId,
     },
-    /// 409 `EXECUTION_UNCERTAIN`: same identity and fingerprint, not finished.
-    #[error("{}", uncertain_detail(*.state))]
+    /// 409 `EXECUTION_UNCERTAIN`: same identity and fingerprint, not finished. `Retry-After`
+    /// carries `retry_after` (whole seconds) when it is known, for `running`.
+    #[error("{}{}", uncertain_detail(*.state), retry_hint(*.retry_after))]
     ExecutionUncertain {
         /// The execution that holds the identity.
         execution_id: ExecutionId,
         /// `running` or `interrupted`.
         state: InFlightState,
+        /// How long to wait before retrying ([`Engine::running_retry_after`](crate::engine::Engine::running_retry_after)).
+        retry_after: Option<std::time::Duration>,
     },
     /// 503 `EXECUTION_UNCERTAIN`: the tool ran but its outcome could not be recorded yet; the
     /// process keeps retrying and a later retry replays it (docs/semantics.md §4).
@@ -104,7 +113,10 @@ impl From<Refusal> for ApiError {
     fn from(refusal: Refusal) -> Self {
         match refusal {
             Refusal::Invalid(message) => Self::InvalidRequest(message),
-            Refusal::UnknownTool(tool) => Self::UnknownTool(tool),
+            Refusal::UnknownTool(tool) => Self::UnknownTool {
+                tool,
+                closest: None,
+            },
             Refusal::Conflict { execution_id } => Self::IdempotencyConflict { execution_id },
             Refusal::Uncertain {
                 execution_id,
@@ -112,6 +124,7 @@ impl From<Refusal> for ApiError {
             } => Self::ExecutionUncertain {
                 execution_id,
                 state,
+                retry_after: None,
             },
             Refusal::RecordingPending { execution_id } => Self::RecordingPending { execution_id },
             Refusal::Finished { execution_id } => Self::ExecutionFinished { execution_id },
@@ -142,6 +155,43 @@ impl From<CallRejected> for ApiError {
     }
 }
 
+impl ApiError {
+    /// The answer to a refused call of `tool`, with the hints only the engine knows: the
+    /// closest tool to an unknown name, and `Retry-After` for a running execution
+    /// (docs/semantics.md §5).
+    pub fn for_call(refusal: Refusal, engine: &Engine, tool: &str) -> Self {
+        match Self::from(refusal) {
+            Self::UnknownTool { tool, .. } => Self::UnknownTool {
+                closest: engine.closest_tool(&tool),
+                tool,
+            },
+            Self::ExecutionUncertain {
+                execution_id,
+                state: InFlightState::Running,
+                ..
+            } => Self::ExecutionUncertain {
+                execution_id,
+                state: InFlightState::Running,
+                retry_after: Some(engine.running_retry_after(tool)),
+            },
+            other => other,
+        }
+    }
+
+    /// The pause sent as `Retry-After`, if any.
+    fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            Self::NotExecuted { retry_after, .. }
+            | Self::ExecutionUncertain { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+fn closest_hint(closest: Option<&str>) -> String {
+    closest.map_or_else(String::new, |name| format!(" (did you mean {name:?}?)"))
+}
+
 fn retry_hint(retry_after: Option<std::time::Duration>) -> String {
     retry_after.map_or_else(String::new, |pause| {
         format!(" after {} s", retry_after_seconds(pause))
@@ -169,7 +219,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            Self::UnknownTool(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::UnknownTool { .. } | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -193,7 +243,7 @@ impl ApiError {
         match self {
             Self::NotExecuted { code, .. } => code,
             Self::InvalidRequest(_) => "INVALID_REQUEST",
-            Self::UnknownTool(_) => "UNKNOWN_TOOL",
+            Self::UnknownTool { .. } => "UNKNOWN_TOOL",
             Self::Unauthorized => "UNAUTHORIZED",
             Self::NotFound(_) => "NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
@@ -215,7 +265,7 @@ impl ApiError {
     fn title(&self) -> &'static str {
         match self {
             Self::InvalidRequest(_) => "Invalid request",
-            Self::UnknownTool(_) => "Unknown tool",
+            Self::UnknownTool { .. } => "Unknown tool",
             Self::Unauthorized => "Unauthorized",
             Self::NotFound(_) => "Not found",
             Self::MethodNotAllowed => "Method not allowed",
@@ -290,14 +340,10 @@ impl IntoResponse for ApiError {
         if matches!(self, Self::Unauthorized) {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        if let Self::NotExecuted {
-            retry_after: Some(pause),
-            ..
-        } = &self
-        {
+        if let Some(pause) = self.retry_after() {
             headers.insert(
                 header::RETRY_AFTER,
-                HeaderValue::from(retry_after_seconds(*pause)),
+                HeaderValue::from(retry_after_seconds(pause)),
             );
         }
         response

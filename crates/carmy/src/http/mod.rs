@@ -77,23 +77,52 @@ pub(crate) fn router(state: AppState) -> Router {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ExecutionRequest {
+    #[serde(deserialize_with = "tool_name")]
     tool: String,
     arguments: Box<RawValue>,
     /// Absent means no replay protection; `null` is refused like any non-string
     /// (docs/semantics.md §2).
-    #[serde(default, deserialize_with = "present_string")]
+    #[serde(default, deserialize_with = "request_id")]
     request_id: Option<String>,
-    #[serde(default, deserialize_with = "present_string")]
+    #[serde(default, deserialize_with = "session_id")]
     session_id: Option<String>,
     #[serde(default)]
     metadata: Option<Box<RawValue>>,
 }
 
-/// A member that, when present, must be a string (`null` included in what is refused).
-fn present_string<'de, D: serde::Deserializer<'de>>(
+/// A member that must be a string: anything else is refused with a message naming `field` and
+/// what was sent instead, e.g. `request_id must be a string (got a number)` (`null` included).
+fn string_member<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+    field: &str,
+) -> Result<String, D::Error> {
+    let sent = match Value::deserialize(deserializer)? {
+        Value::String(text) => return Ok(text),
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    Err(serde::de::Error::custom(format!(
+        "{field} must be a string (got {sent})"
+    )))
+}
+
+fn tool_name<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    string_member(deserializer, "tool")
+}
+
+fn request_id<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<String>, D::Error> {
-    String::deserialize(deserializer).map(Some)
+    string_member(deserializer, "request_id").map(Some)
+}
+
+fn session_id<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    string_member(deserializer, "session_id").map(Some)
 }
 
 fn invalid(message: impl std::fmt::Display) -> ApiError {
@@ -175,8 +204,16 @@ async fn create_execution(
     if !is_json_content_type(&headers) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let call = validate_call(principal, &body)?;
-    let answer = state.engine.execute(call).await?;
+    let traceparent = headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok());
+    let call = validate_call(principal, &body)?.with_traceparent(traceparent);
+    let tool = call.tool().to_owned();
+    let answer = state
+        .engine
+        .execute(call)
+        .await
+        .map_err(|refusal| ApiError::for_call(refusal, &state.engine, &tool))?;
     Ok(json_response(
         StatusCode::OK,
         answer.result.to_response_json(answer.replayed),

@@ -1,0 +1,178 @@
+//! Bad tools files stop the real gateway binary before it serves, each with its message naming
+//! the file, line, tool and field, and a non-zero exit; `check-config` prints the tool table
+//! with secrets masked (docs/semantics.md §10).
+
+use carmy_test_support::replica::gateway_binary;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Writes `text` as `tools.toml` in a fresh directory and returns its path (the directory may
+/// hold schema files next to it).
+pub fn write_tools_file(text: &str) -> PathBuf {
+    let dir = std::env::temp_dir()
+        .join("carmy-tools-files")
+        .join(uuid::Uuid::new_v4().simple().to_string());
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tools.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Runs the gateway binary with `args` and `CARMY_TOOLS_FILE=file`; returns the exit code,
+/// standard output and standard error.
+fn run(file: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let mut command = Command::new(gateway_binary());
+    command
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env_remove("CARMY_API_KEYS")
+        .env("CARMY_LISTEN", "127.0.0.1:0")
+        .env("CARMY_TOOLS_FILE", file);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().expect("run carmy-gateway");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+const GOOD_TOOL: &str = r#"
+[[tools]]
+name = "pay"
+url = "http://127.0.0.1:9/pay"
+"#;
+
+#[test]
+fn each_mistake_stops_the_gateway_naming_file_line_tool_and_field() {
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "TOML syntax",
+            "[[tools]]\nname = \"pay\"\nurl = \"http://127.0.0.1:9/pay\n".into(),
+            ", line 3: ",
+        ),
+        (
+            "unknown key",
+            "[[tools]]\nname = \"pay\"\nurl = \"http://127.0.0.1:9/pay\"\nmethd = \"POST\"\n".into(),
+            ", line 4, tool \"pay\", field `methd`: unknown field `methd`",
+        ),
+        (
+            "invalid JSON Schema",
+            "[[tools]]\nname = \"pay\"\nurl = \"http://127.0.0.1:9/pay\"\ninput_schema = { type = \"strin\" }\n".into(),
+            ", line 4, tool \"pay\", field `input_schema`: not a valid JSON Schema",
+        ),
+        (
+            "duplicate name",
+            format!("{GOOD_TOOL}{GOOD_TOOL}"),
+            ", line 7, tool \"pay\", field `name`: the name is already used by another [[tools]] entry",
+        ),
+        (
+            "name of an example tool",
+            format!("example_tools = true\n{}", GOOD_TOOL.replace("\"pay\"", "\"echo\"")),
+            ", line 4, tool \"echo\", field `name`: the name is already used by a built-in example tool",
+        ),
+        (
+            "unset environment variable",
+            format!("{GOOD_TOOL}[tools.headers]\nAuthorization = \"Bearer ${{CARMY_TEST_UNSET_TOKEN}}\"\n"),
+            ", line 6, tool \"pay\", field `headers.Authorization`: environment variable CARMY_TEST_UNSET_TOKEN is not set",
+        ),
+        (
+            "bad method",
+            format!("{GOOD_TOOL}method = \"FETCH\"\n"),
+            ", line 5, tool \"pay\", field `method`: \"FETCH\" is not one of GET, POST, PUT, PATCH, DELETE",
+        ),
+        (
+            "placeholder in the host",
+            "[[tools]]\nname = \"pay\"\nurl = \"http://{host}/pay\"\n".into(),
+            ", line 3, tool \"pay\", field `url`: placeholder {host} in \"http://{host}/pay\" is outside the path",
+        ),
+        (
+            "not a URL",
+            "[[tools]]\nname = \"pay\"\nurl = \"payments/{id}\"\n".into(),
+            ", line 3, tool \"pay\", field `url`: \"payments/{id}\" is not a URL",
+        ),
+        (
+            "missing schema file",
+            format!("{GOOD_TOOL}input_schema_file = \"schemas/none.json\"\n"),
+            ", line 5, tool \"pay\", field `input_schema_file`: ",
+        ),
+        (
+            "not-executed status that is a success",
+            format!("{GOOD_TOOL}not_executed_statuses = [200]\n"),
+            ", line 5, tool \"pay\", field `not_executed_statuses`: 200 is not an error status",
+        ),
+        (
+            "zero timeout",
+            format!("{GOOD_TOOL}timeout_ms = 0\n"),
+            ", line 5, tool \"pay\", field `timeout_ms`: must be at least 1",
+        ),
+        (
+            "MCP server with both url and command",
+            "[[mcp_servers]]\nname = \"files\"\nurl = \"http://127.0.0.1:9/mcp\"\ncommand = \"python3\"\n".into(),
+            ", line 1, mcp server \"files\", field `url`: give exactly one of url",
+        ),
+    ];
+    for (what, text, expected) in &cases {
+        let file = write_tools_file(text);
+        let (code, _, stderr) = run(&file, &[], &[]);
+        assert_eq!(code, Some(1), "{what}: {stderr}");
+        let message = format!("tools file {}{expected}", file.display());
+        assert!(
+            stderr.contains(&message),
+            "{what}: expected {message:?} in {stderr}"
+        );
+        assert!(!stderr.contains("serving"), "{what}: {stderr}");
+    }
+}
+
+#[test]
+fn check_config_prints_the_table_with_secrets_masked() {
+    let file = write_tools_file(
+        r#"
+example_tools = true
+
+[[tools]]
+name = "create_payment"
+method = "POST"
+url = "https://payments.example/v1/customers/{customer}/payments"
+timeout_ms = 10000
+input_schema_file = "payment.json"
+[tools.headers]
+Authorization = "Bearer ${CARMY_TEST_PAYMENTS_TOKEN}"
+
+[[tools]]
+name = "get_customer"
+method = "GET"
+url = "https://payments.example/v1/customers/{customer}"
+idempotency_header = ""
+"#,
+    );
+    std::fs::write(
+        file.with_file_name("payment.json"),
+        r#"{"type":"object","required":["customer"],"properties":{"customer":{"type":"string"}}}"#,
+    )
+    .unwrap();
+    let secret = "tok_very_secret_4242";
+    let (code, stdout, stderr) = run(
+        &file,
+        &["check-config"],
+        &[("CARMY_TEST_PAYMENTS_TOKEN", secret), ("RUST_LOG", "trace")],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        !stdout.contains(secret) && !stderr.contains(secret),
+        "{stdout}{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], format!("tools file {}: valid", file.display()));
+    assert_eq!(
+        lines[1],
+        "example create_order, get_order, find_orders, echo, sleep, fail"
+    );
+    assert!(lines[2].starts_with("http  create_payment "), "{stdout}");
+    assert!(lines[2].contains("POST   https://payments.example/v1/customers/{customer}/payments  timeout=10000ms  idempotency_header=idempotency-key  headers=[authorization: *** (from ${CARMY_TEST_PAYMENTS_TOKEN})]"), "{stdout}");
+    assert!(lines[3].contains("GET    https://payments.example/v1/customers/{customer}  timeout=default  idempotency_header=(none)  headers=[]"), "{stdout}");
+    assert_eq!(lines.len(), 4, "{stdout}");
+}

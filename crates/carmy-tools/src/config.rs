@@ -1,0 +1,135 @@
+//! The tools file as written (`CARMY_TOOLS_FILE`, TOML): serde types with the key names of
+//! docs/semantics.md §10, unknown keys refused. [`crate::load`] validates them into
+//! [`crate::ToolsConfig`].
+//!
+//! ```toml
+//! example_tools = false            # keep the built-in example tools beside these
+//!
+//! [[tools]]
+//! name = "create_payment"
+//! description = "Charge a customer"
+//! kind = "http"                    # the default
+//! method = "POST"                  # GET, POST, PUT, PATCH, DELETE; default POST
+//! url = "https://payments.internal/v1/customers/{customer}/payments"
+//! timeout_ms = 10000
+//! idempotency_header = "Idempotency-Key"   # default; "" sends none
+//! not_executed_statuses = [429]
+//! input_schema = { type = "object", required = ["customer"] }   # or input_schema_file
+//! annotations = { readOnlyHint = false }
+//! max_response_bytes = 1048576     # default: the gateway's CARMY_MAX_RESULT_BYTES
+//! [tools.headers]
+//! Authorization = "Bearer ${PAYMENTS_TOKEN}"
+//!
+//! [[mcp_servers]]
+//! name = "files"
+//! url = "http://127.0.0.1:9001/mcp"        # Streamable HTTP, or command/args/env (stdio)
+//! prefix = "files."
+//! ```
+
+use carmy::ToolAnnotations;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use toml::Spanned;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFile {
+    /// Serve the built-in example tools too (default `false`).
+    #[serde(default)]
+    pub example_tools: bool,
+    /// `[[tools]]`: HTTP tools.
+    #[serde(default)]
+    pub tools: Vec<Spanned<RawTool>>,
+    /// `[[mcp_servers]]`: upstream MCP servers whose tools are imported.
+    #[serde(default)]
+    pub mcp_servers: Vec<Spanned<RawMcpServer>>,
+}
+
+/// The kind of a `[[tools]]` entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolKind {
+    /// A call is one HTTP request to the tool's `url`.
+    #[default]
+    Http,
+}
+
+/// One `[[tools]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTool {
+    /// The name agents call it by.
+    pub name: Spanned<String>,
+    /// One line for `GET /v1/tools`.
+    #[serde(default)]
+    pub description: String,
+    /// `http` (the default and, for now, the only kind).
+    #[serde(default)]
+    pub kind: ToolKind,
+    /// `GET`, `POST`, `PUT`, `PATCH` or `DELETE`; `POST` when omitted.
+    pub method: Option<Spanned<String>>,
+    /// The URL template; `{name}` placeholders in the path are filled from the arguments.
+    pub url: Spanned<String>,
+    /// The tool's deadline in milliseconds (at least 1); the gateway's default when omitted.
+    pub timeout_ms: Option<Spanned<u64>>,
+    /// The header carrying the execution id; `Idempotency-Key` when omitted, `""` for none.
+    pub idempotency_header: Option<Spanned<String>>,
+    /// Statuses the upstream documents as "nothing happened": the reservation is released.
+    pub not_executed_statuses: Option<Spanned<Vec<u16>>>,
+    /// The arguments' JSON Schema, inline.
+    pub input_schema: Option<Spanned<serde_json::Value>>,
+    /// The arguments' JSON Schema, in a JSON file (relative to the tools file).
+    pub input_schema_file: Option<Spanned<String>>,
+    /// MCP-style behaviour hints.
+    pub annotations: Option<ToolAnnotations>,
+    /// Largest upstream body kept, in bytes (at least 1).
+    pub max_response_bytes: Option<Spanned<u64>>,
+    /// Headers sent on every request; values may use `${NAME}` from the environment.
+    #[serde(default)]
+    pub headers: BTreeMap<String, Spanned<String>>,
+}
+
+/// One `[[mcp_servers]]` entry: `url` (Streamable HTTP) or `command` (stdio), not both.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMcpServer {
+    /// The server's name in logs and errors.
+    pub name: Spanned<String>,
+    /// The Streamable HTTP endpoint.
+    pub url: Option<Spanned<String>>,
+    /// The program to start for stdio.
+    pub command: Option<Spanned<String>>,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Its environment (values may use `${NAME}`; kept secret).
+    #[serde(default)]
+    pub env: BTreeMap<String, Spanned<String>>,
+    /// Put before every imported tool's name (default: none).
+    #[serde(default)]
+    pub prefix: String,
+    /// Headers for Streamable HTTP (values may use `${NAME}`; kept secret).
+    #[serde(default)]
+    pub headers: BTreeMap<String, Spanned<String>>,
+    /// The deadline of its tools in milliseconds; the gateway's default when omitted.
+    pub timeout_ms: Option<Spanned<u64>>,
+    /// An argument that also receives the execution id, for servers whose tools take a key.
+    pub idempotency_argument: Option<String>,
+}
+
+/// Just enough of an entry to name it in an error about the rest of it.
+#[derive(Deserialize)]
+pub(crate) struct EntryName {
+    #[serde(default)]
+    pub(crate) name: Option<toml::Value>,
+}
+
+/// The entries' names and spans, read leniently, to say which entry a parse error is in.
+#[derive(Deserialize)]
+pub(crate) struct EntryNames {
+    #[serde(default)]
+    pub(crate) tools: Vec<Spanned<EntryName>>,
+    #[serde(default)]
+    pub(crate) mcp_servers: Vec<Spanned<EntryName>>,
+}

@@ -1,0 +1,406 @@
+//! Reading and validating the tools file in full, before anything serves (docs/semantics.md
+//! §10): every mistake is a [`ConfigError`] naming the file, line, entry and field.
+
+use crate::config::{EntryNames, RawFile, RawMcpServer, RawTool};
+use crate::error::{ConfigError, Reporter};
+use crate::secret::expand;
+use crate::spec::{
+    Header, HttpToolSpec, McpServerSpec, McpTransport, ToolsConfig, DEFAULT_IDEMPOTENCY_HEADER,
+};
+use crate::template::UrlTemplate;
+use reqwest::header::{HeaderName, HeaderValue};
+use reqwest::Method;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+use toml::Spanned;
+
+/// Headers a tools file may not set: the HTTP client owns them.
+const RESERVED_HEADERS: [&str; 6] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "traceparent",
+    "content-type",
+];
+
+/// Reads `file` and validates it in full. `lookup` resolves `${NAME}` (the environment, in the
+/// gateway); `builtin` are the names of the example tools, which configured tools may not
+/// reuse when `example_tools = true`.
+///
+/// # Errors
+/// The first [`ConfigError`] found: unreadable file, TOML syntax or unknown key (with its
+/// line), invalid JSON Schema, duplicate name, unset variable, bad method, bad URL template, …
+pub fn load(
+    file: &Path,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    builtin: &[&str],
+) -> Result<ToolsConfig, ConfigError> {
+    let text = std::fs::read_to_string(file).map_err(|error| ConfigError {
+        file: file.to_owned(),
+        line: None,
+        entry: None,
+        field: None,
+        message: format!("cannot be read: {error}"),
+    })?;
+    let report = Reporter { file, text: &text };
+    let raw: RawFile = toml::from_str(&text).map_err(|error| parse_error(&report, &error))?;
+    let checker = Checker {
+        report: &report,
+        lookup,
+        base: file.parent().unwrap_or(Path::new(".")),
+    };
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    if raw.example_tools {
+        for name in builtin {
+            names.insert((*name).to_owned(), "a built-in example tool".to_owned());
+        }
+    }
+    let mut http_tools = Vec::new();
+    for tool in &raw.tools {
+        let spec = checker.tool(tool)?;
+        if let Some(other) = names.insert(spec.name.clone(), "another [[tools]] entry".into()) {
+            return Err(report.error(
+                Some(tool.get_ref().name.span().start),
+                Some(&format!("tool {:?}", spec.name)),
+                Some("name"),
+                format!("the name is already used by {other}; tool names must be unique"),
+            ));
+        }
+        http_tools.push(spec);
+    }
+    let mut mcp_servers = Vec::new();
+    let mut server_names = BTreeSet::new();
+    for server in &raw.mcp_servers {
+        let spec = checker.mcp_server(server)?;
+        if !server_names.insert(spec.name.clone()) {
+            return Err(report.error(
+                Some(server.get_ref().name.span().start),
+                Some(&format!("mcp server {:?}", spec.name)),
+                Some("name"),
+                "two [[mcp_servers]] entries have this name; names must be unique",
+            ));
+        }
+        mcp_servers.push(spec);
+    }
+    Ok(ToolsConfig {
+        file: file.to_owned(),
+        example_tools: raw.example_tools,
+        http_tools,
+        mcp_servers,
+    })
+}
+
+/// A TOML or shape error, with its line and, when it lies inside an entry, the entry's name.
+fn parse_error(report: &Reporter<'_>, error: &toml::de::Error) -> ConfigError {
+    let span = error.span();
+    // The entry an error is in: the last one starting before it (an entry's span may cover
+    // only its `[[tools]]` header).
+    let entry = span.as_ref().and_then(|span| {
+        let names: EntryNames = toml::from_str(report.text).ok()?;
+        let label = |kind: &str, entry: &Spanned<crate::config::EntryName>| {
+            let label = match &entry.get_ref().name {
+                Some(toml::Value::String(name)) => format!("{kind} {name:?}"),
+                _ => format!("a {kind} without a name"),
+            };
+            (entry.span().start, label)
+        };
+        names
+            .tools
+            .iter()
+            .map(|entry| label("tool", entry))
+            .chain(
+                names
+                    .mcp_servers
+                    .iter()
+                    .map(|entry| label("mcp server", entry)),
+            )
+            .filter(|(start, _)| *start <= span.start)
+            .max_by_key(|(start, _)| *start)
+            .map(|(_, label)| label)
+    });
+    let field = span.as_ref().and_then(|span| {
+        let key = report.text.get(span.clone())?.trim();
+        let plain = !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        plain.then(|| key.to_owned())
+    });
+    ConfigError {
+        file: report.file.to_owned(),
+        line: span.map(|span| report.line_of(span.start)),
+        entry,
+        field,
+        message: error.message().trim().to_owned(),
+    }
+}
+
+/// Validates entries of one file.
+struct Checker<'a> {
+    report: &'a Reporter<'a>,
+    lookup: &'a dyn Fn(&str) -> Option<String>,
+    base: &'a Path,
+}
+
+impl Checker<'_> {
+    fn tool(&self, entry: &Spanned<RawTool>) -> Result<HttpToolSpec, ConfigError> {
+        let tool = entry.get_ref();
+        let name = tool.name.get_ref().clone();
+        let label = format!("tool {name:?}");
+        let at = |span: std::ops::Range<usize>, field: &str, message: String| {
+            self.report
+                .error(Some(span.start), Some(&label), Some(field), message)
+        };
+        check_name(&name).map_err(|message| at(tool.name.span(), "name", message))?;
+        let method = match &tool.method {
+            None => Method::POST,
+            Some(method) => parse_method(method.get_ref())
+                .map_err(|message| at(method.span(), "method", message))?,
+        };
+        let url = UrlTemplate::parse(tool.url.get_ref())
+            .map_err(|message| at(tool.url.span(), "url", message))?;
+        let input_schema = self.schema(tool, &label, entry.span().start)?;
+        let idempotency_header = match &tool.idempotency_header {
+            None => Some(HeaderName::from_static(DEFAULT_IDEMPOTENCY_HEADER)),
+            Some(header) if header.get_ref().is_empty() => None,
+            Some(header) => Some(HeaderName::from_bytes(header.get_ref().as_bytes()).map_err(
+                |_| {
+                    at(
+                        header.span(),
+                        "idempotency_header",
+                        format!("{:?} is not a valid header name", header.get_ref()),
+                    )
+                },
+            )?),
+        };
+        let mut not_executed_statuses = BTreeSet::new();
+        if let Some(statuses) = &tool.not_executed_statuses {
+            for status in statuses.get_ref() {
+                if !(400..=599).contains(status) {
+                    return Err(at(statuses.span(), "not_executed_statuses", format!("{status} is not an error status; list statuses from 400 to 599 that the upstream documents as \"nothing happened\"")));
+                }
+                not_executed_statuses.insert(*status);
+            }
+        }
+        Ok(HttpToolSpec {
+            name,
+            description: tool.description.clone(),
+            method,
+            url,
+            timeout: positive(&tool.timeout_ms)
+                .map_err(|span| at(span, "timeout_ms", "must be at least 1".into()))?
+                .map(Duration::from_millis),
+            idempotency_header,
+            not_executed_statuses,
+            input_schema,
+            annotations: tool.annotations.clone(),
+            max_response_bytes: positive(&tool.max_response_bytes)
+                .map_err(|span| at(span, "max_response_bytes", "must be at least 1".into()))?
+                .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX)),
+            headers: self.headers(&tool.headers, &label)?,
+        })
+    }
+
+    /// The inline schema or the schema file's, checked to be a valid JSON Schema.
+    fn schema(&self, tool: &RawTool, label: &str, start: usize) -> Result<Value, ConfigError> {
+        let (schema, offset, field) = match (&tool.input_schema, &tool.input_schema_file) {
+            (Some(_), Some(file)) => {
+                return Err(self.report.error(
+                    Some(file.span().start),
+                    Some(label),
+                    Some("input_schema_file"),
+                    "give input_schema or input_schema_file, not both",
+                ));
+            }
+            (Some(schema), None) => (
+                schema.get_ref().clone(),
+                schema.span().start,
+                "input_schema",
+            ),
+            (None, Some(file)) => {
+                let path = self.base.join(file.get_ref());
+                let fail = |message: String| {
+                    self.report.error(
+                        Some(file.span().start),
+                        Some(label),
+                        Some("input_schema_file"),
+                        message,
+                    )
+                };
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|error| fail(format!("{} cannot be read: {error}", path.display())))?;
+                let schema = carmy::strict_json::parse(&text)
+                    .map_err(|error| fail(format!("{} is not JSON: {error}", path.display())))?;
+                (schema, file.span().start, "input_schema_file")
+            }
+            (None, None) => (json!({"type": "object"}), start, "input_schema"),
+        };
+        let fail = |message: String| {
+            self.report
+                .error(Some(offset), Some(label), Some(field), message)
+        };
+        if !schema.is_object() {
+            return Err(fail(
+                "a JSON Schema for the arguments must be an object".into(),
+            ));
+        }
+        jsonschema::validator_for(&schema)
+            .map_err(|error| fail(format!("not a valid JSON Schema: {error}")))?;
+        Ok(schema)
+    }
+
+    /// Header names checked, values expanded from the environment and checked.
+    fn headers(
+        &self,
+        headers: &BTreeMap<String, Spanned<String>>,
+        label: &str,
+    ) -> Result<Vec<Header>, ConfigError> {
+        let mut out = Vec::with_capacity(headers.len());
+        for (name, value) in headers {
+            let field = format!("headers.{name}");
+            let fail = |message: String| {
+                self.report
+                    .error(Some(value.span().start), Some(label), Some(&field), message)
+            };
+            let header = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| fail(format!("{name:?} is not a valid header name")))?;
+            if RESERVED_HEADERS.contains(&header.as_str()) {
+                return Err(fail(format!(
+                    "{name} is set by Carmy's HTTP client and cannot be configured"
+                )));
+            }
+            let (expanded, variables) =
+                expand(value.get_ref(), self.lookup).map_err(|error| fail(error.to_string()))?;
+            let mut checked = HeaderValue::from_str(expanded.expose()).map_err(|_| {
+                fail("the value (after expanding ${…}) holds characters a header cannot carry (control characters, newlines)".into())
+            })?;
+            checked.set_sensitive(true);
+            out.push(Header {
+                name: header,
+                value: checked,
+                variables,
+            });
+        }
+        Ok(out)
+    }
+
+    fn mcp_server(&self, entry: &Spanned<RawMcpServer>) -> Result<McpServerSpec, ConfigError> {
+        let server = entry.get_ref();
+        let name = server.name.get_ref().clone();
+        let label = format!("mcp server {name:?}");
+        let at = |span: std::ops::Range<usize>, field: &str, message: String| {
+            self.report
+                .error(Some(span.start), Some(&label), Some(field), message)
+        };
+        if name.is_empty() {
+            return Err(at(server.name.span(), "name", "must not be empty".into()));
+        }
+        if !server.prefix.is_empty() {
+            check_name(&server.prefix)
+                .map_err(|message| at(server.name.span(), "prefix", message))?;
+        }
+        let transport = match (&server.url, &server.command) {
+            (Some(url), None) => {
+                let parsed = url::Url::parse(url.get_ref())
+                    .ok()
+                    .filter(|parsed| {
+                        matches!(parsed.scheme(), "http" | "https") && parsed.has_host()
+                    })
+                    .ok_or_else(|| {
+                        at(
+                            url.span(),
+                            "url",
+                            format!("{:?} is not an http:// or https:// URL", url.get_ref()),
+                        )
+                    })?;
+                McpTransport::Http {
+                    url: parsed,
+                    headers: self.headers(&server.headers, &label)?,
+                }
+            }
+            (None, Some(command)) => {
+                if !server.headers.is_empty() {
+                    return Err(at(
+                        command.span(),
+                        "headers",
+                        "headers apply to url (Streamable HTTP) servers only".into(),
+                    ));
+                }
+                let mut env = Vec::new();
+                for (key, value) in &server.env {
+                    let (expanded, _) = expand(value.get_ref(), self.lookup).map_err(|error| {
+                        at(value.span(), &format!("env.{key}"), error.to_string())
+                    })?;
+                    env.push((key.clone(), expanded));
+                }
+                McpTransport::Stdio {
+                    command: command.get_ref().clone(),
+                    args: server.args.clone(),
+                    env,
+                }
+            }
+            _ => {
+                return Err(at(
+                    entry.span(),
+                    "url",
+                    "give exactly one of url (Streamable HTTP) or command (stdio)".into(),
+                ))
+            }
+        };
+        Ok(McpServerSpec {
+            name,
+            transport,
+            prefix: server.prefix.clone(),
+            timeout: positive(&server.timeout_ms)
+                .map_err(|span| at(span, "timeout_ms", "must be at least 1".into()))?
+                .map(Duration::from_millis),
+            idempotency_argument: server.idempotency_argument.clone(),
+        })
+    }
+}
+
+/// A tool name usable by every front: 1 to 128 of `A-Z a-z 0-9 _ - .` (the MCP rule).
+///
+/// # Errors
+/// A message saying what is allowed.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} must be 1 to 128 characters of letters, digits, _, - and ."
+        ))
+    }
+}
+
+fn parse_method(method: &str) -> Result<Method, String> {
+    match method {
+        "GET" => Ok(Method::GET),
+        "POST" => Ok(Method::POST),
+        "PUT" => Ok(Method::PUT),
+        "PATCH" => Ok(Method::PATCH),
+        "DELETE" => Ok(Method::DELETE),
+        other => Err(format!(
+            "{other:?} is not one of GET, POST, PUT, PATCH, DELETE (upper case)"
+        )),
+    }
+}
+
+/// A setting that must be at least 1 when given; the error is its span.
+fn positive<T: Copy + Into<u64>>(
+    value: &Option<Spanned<T>>,
+) -> Result<Option<T>, std::ops::Range<usize>> {
+    match value {
+        Some(value) if (*value.get_ref()).into() == 0 => Err(value.span()),
+        Some(value) => Ok(Some(*value.get_ref())),
+        None => Ok(None),
+    }
+}

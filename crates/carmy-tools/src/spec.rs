@@ -1,0 +1,121 @@
+//! The validated tools file: what [`crate::load`] returns and the tools are built from
+//! (docs/semantics.md §10). Header values are marked sensitive and never printed.
+
+use crate::secret::Secret;
+use crate::template::UrlTemplate;
+use carmy::ToolAnnotations;
+use reqwest::header::{HeaderName, HeaderValue};
+use reqwest::Method;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The idempotency header sent when a tool names none.
+pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "idempotency-key";
+
+/// A whole tools file, validated.
+#[derive(Debug)]
+pub struct ToolsConfig {
+    /// Where it was read from.
+    pub file: PathBuf,
+    /// Whether the built-in example tools are served too.
+    pub example_tools: bool,
+    /// The `[[tools]]` entries.
+    pub http_tools: Vec<HttpToolSpec>,
+    /// The `[[mcp_servers]]` entries.
+    pub mcp_servers: Vec<McpServerSpec>,
+}
+
+/// One HTTP tool.
+#[derive(Debug, Clone)]
+pub struct HttpToolSpec {
+    /// The name agents call it by.
+    pub name: String,
+    /// One line for `GET /v1/tools`.
+    pub description: String,
+    /// The HTTP method.
+    pub method: Method,
+    /// The URL template.
+    pub url: UrlTemplate,
+    /// Its deadline; `None` uses the gateway's default.
+    pub timeout: Option<Duration>,
+    /// The header carrying the execution id, or `None` to send none.
+    pub idempotency_header: Option<HeaderName>,
+    /// Statuses documented as "nothing happened" (400 to 599).
+    pub not_executed_statuses: BTreeSet<u16>,
+    /// The arguments' JSON Schema.
+    pub input_schema: Value,
+    /// Behaviour hints.
+    pub annotations: Option<ToolAnnotations>,
+    /// Largest upstream body kept, in bytes; `None` uses the gateway's `CARMY_MAX_RESULT_BYTES`.
+    pub max_response_bytes: Option<usize>,
+    /// Headers sent on every request.
+    pub headers: Vec<Header>,
+}
+
+/// A configured header: its value expanded and marked sensitive (its `Debug` hides it).
+#[derive(Clone)]
+pub struct Header {
+    /// The header's name.
+    pub name: HeaderName,
+    /// The value to send (sensitive).
+    pub value: HeaderValue,
+    /// The environment variables the value was made from (for the tool table).
+    pub variables: Vec<String>,
+}
+
+impl fmt::Debug for Header {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.name, self.masked())
+    }
+}
+
+impl Header {
+    /// The value as the tool table shows it: `***`, with the variables it came from.
+    pub fn masked(&self) -> String {
+        if self.variables.is_empty() {
+            "***".to_owned()
+        } else {
+            let names: Vec<String> = self.variables.iter().map(|v| format!("${{{v}}}")).collect();
+            format!("*** (from {})", names.join(", "))
+        }
+    }
+}
+
+/// One upstream MCP server.
+#[derive(Debug, Clone)]
+pub struct McpServerSpec {
+    /// Its name in logs and errors.
+    pub name: String,
+    /// How it is reached.
+    pub transport: McpTransport,
+    /// Put before every imported tool's name.
+    pub prefix: String,
+    /// Its tools' deadline; `None` uses the gateway's default.
+    pub timeout: Option<Duration>,
+    /// An argument that also receives the execution id, if configured.
+    pub idempotency_argument: Option<String>,
+}
+
+/// How an MCP server is reached.
+#[derive(Debug, Clone)]
+pub enum McpTransport {
+    /// Streamable HTTP at `url`, with `headers` on every request.
+    Http {
+        /// The endpoint.
+        url: url::Url,
+        /// Sent on every request (sensitive).
+        headers: Vec<Header>,
+    },
+    /// A child process speaking MCP on stdin/stdout.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Its extra environment (values secret).
+        env: Vec<(String, Secret)>,
+    },
+}

@@ -1,0 +1,341 @@
+//! The bytes that fingerprint `v1` hashes (docs/semantics.md §2), written in one walk over the
+//! call's values without copying them.
+//!
+//! The output is the RFC 8785 (JCS) canonical form of the array
+//! `["carmy-fingerprint", "v1", tool, arguments, metadata, exact_numbers]`, byte for byte what a
+//! general JCS serializer writes for that array (a unit test of `fingerprint` checks this against
+//! one): members sorted by their UTF-16 code units, strings escaped as ECMAScript's
+//! `JSON.stringify` does, numbers written as the shortest ECMAScript form of their double. The
+//! `exact_numbers` list, `[json_pointer, exact_decimal]` for every number whose exact value the
+//! double does not hold, is collected in the same walk, in canonical member order.
+
+use crate::fingerprint::{ExactDecimal, FingerprintError, FINGERPRINT_VERSION};
+use serde_json::{Number, Value};
+use std::fmt::Write as _;
+
+/// The canonical bytes of the framed call; `metadata` is the caller's object or `{}`.
+///
+/// # Errors
+/// [`FingerprintError::NumberOutOfRange`] for a number that is not finite as a double or whose
+/// exponent does not fit 64 bits.
+pub(crate) fn framed(
+    tool: &str,
+    arguments: &Value,
+    metadata: Option<&Value>,
+) -> Result<Vec<u8>, FingerprintError> {
+    let mut walk = Walk {
+        out: Vec::with_capacity(256),
+        root: 3,
+        path: Vec::new(),
+        exact: Vec::new(),
+    };
+    walk.out.extend_from_slice(b"[\"carmy-fingerprint\",");
+    write_string(&mut walk.out, FINGERPRINT_VERSION);
+    walk.out.push(b',');
+    write_string(&mut walk.out, tool);
+    walk.out.push(b',');
+    walk.value(arguments)?;
+    walk.out.push(b',');
+    walk.root = 4;
+    match metadata {
+        Some(metadata) => walk.value(metadata)?,
+        None => walk.out.extend_from_slice(b"{}"),
+    }
+    walk.out.extend_from_slice(b",[");
+    for (index, (pointer, exact)) in walk.exact.iter().enumerate() {
+        if index > 0 {
+            walk.out.push(b',');
+        }
+        walk.out.push(b'[');
+        write_string(&mut walk.out, pointer);
+        walk.out.push(b',');
+        write_string(&mut walk.out, exact);
+        walk.out.push(b']');
+    }
+    walk.out.extend_from_slice(b"]]");
+    Ok(walk.out)
+}
+
+/// One step from a value to a member or an item, for the JSON pointer of an inexact number.
+enum Segment<'v> {
+    Member(&'v str),
+    Item(usize),
+}
+
+struct Walk<'v> {
+    out: Vec<u8>,
+    /// The element of the framed array being walked: 3 (arguments) or 4 (metadata).
+    root: u8,
+    /// Where the walk is, below the framed array's element `root`.
+    path: Vec<Segment<'v>>,
+    /// `[pointer, exact decimal]` of every inexact number so far.
+    exact: Vec<(String, String)>,
+}
+
+impl<'v> Walk<'v> {
+    fn value(&mut self, value: &'v Value) -> Result<(), FingerprintError> {
+        match value {
+            Value::Null => self.out.extend_from_slice(b"null"),
+            Value::Bool(true) => self.out.extend_from_slice(b"true"),
+            Value::Bool(false) => self.out.extend_from_slice(b"false"),
+            Value::Number(number) => self.number(number)?,
+            Value::String(text) => write_string(&mut self.out, text),
+            Value::Array(items) => {
+                self.out.push(b'[');
+                for (index, item) in items.iter().enumerate() {
+                    if index > 0 {
+                        self.out.push(b',');
+                    }
+                    self.path.push(Segment::Item(index));
+                    self.value(item)?;
+                    self.path.pop();
+                }
+                self.out.push(b']');
+            }
+            Value::Object(members) => {
+                let mut sorted: Vec<(&'v String, &'v Value)> = members.iter().collect();
+                // RFC 8785 §3.2.3: by UTF-16 code units. Already sorted input (serde_json's
+                // map is ordered by bytes) costs one pass.
+                sorted.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+                self.out.push(b'{');
+                for (index, (name, member)) in sorted.into_iter().enumerate() {
+                    if index > 0 {
+                        self.out.push(b',');
+                    }
+                    write_string(&mut self.out, name);
+                    self.out.push(b':');
+                    self.path.push(Segment::Member(name));
+                    self.value(member)?;
+                    self.path.pop();
+                }
+                self.out.push(b'}');
+            }
+        }
+        Ok(())
+    }
+
+    fn number(&mut self, number: &Number) -> Result<(), FingerprintError> {
+        let text = number.as_str();
+        let out_of_range = || FingerprintError::NumberOutOfRange(text.to_owned());
+        let double: f64 = text.parse().map_err(|_| out_of_range())?;
+        if !double.is_finite() {
+            return Err(out_of_range());
+        }
+        if !held_exactly(text) {
+            let exact = ExactDecimal::parse(text).ok_or_else(out_of_range)?;
+            let written = ExactDecimal::parse(&format!("{double:e}")).ok_or_else(out_of_range)?;
+            if exact != written {
+                let pointer = self.pointer();
+                self.exact.push((pointer, exact.to_string()));
+            }
+        }
+        let mut buffer = ryu_js::Buffer::new();
+        self.out
+            .extend_from_slice(buffer.format_finite(double).as_bytes());
+        Ok(())
+    }
+
+    /// The RFC 6901 pointer of the current position in the framed array.
+    fn pointer(&self) -> String {
+        let mut pointer = String::new();
+        let _ = write!(pointer, "/{}", self.root);
+        for segment in &self.path {
+            match segment {
+                Segment::Item(index) => {
+                    let _ = write!(pointer, "/{index}");
+                }
+                Segment::Member(name) => {
+                    pointer.push('/');
+                    // `~` as `~0`, `/` as `~1`.
+                    pointer.push_str(&name.replace('~', "~0").replace('/', "~1"));
+                }
+            }
+        }
+        pointer
+    }
+}
+
+/// A quick "yes" for the common case: a plain decimal (no exponent) of at most 15 digits and 16
+/// characters is written back exactly by its double (any decimal of 15 significant digits
+/// survives a round trip through a double, and 16 characters keep it far from the subnormal
+/// range). `false` means "check the slow way".
+fn held_exactly(text: &str) -> bool {
+    let unsigned = text.strip_prefix('-').unwrap_or(text);
+    let mut digits = 0;
+    for byte in unsigned.bytes() {
+        match byte {
+            b'0'..=b'9' => digits += 1,
+            b'.' => {}
+            _ => return false,
+        }
+    }
+    digits > 0 && digits <= 15 && unsigned.len() <= 16
+}
+
+/// Writes `text` as a JSON string the way ECMAScript's `JSON.stringify` does (RFC 8785
+/// §3.2.2.2): `"` and `\` escaped, the control characters below U+0020 as `\b \t \n \f \r` or
+/// `\u00xx` (lowercase hex), everything else as it is.
+fn write_string(out: &mut Vec<u8>, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let bytes = text.as_bytes();
+    let mut plain_from = 0;
+    for (at, &byte) in bytes.iter().enumerate() {
+        let escape: &[u8] = match byte {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            0x09 => b"\\t",
+            0x0A => b"\\n",
+            0x0C => b"\\f",
+            0x0D => b"\\r",
+            0x00..=0x1F => &[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(byte >> 4)],
+                HEX[usize::from(byte & 0xF)],
+            ],
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[plain_from..at]);
+        out.extend_from_slice(escape);
+        plain_from = at + 1;
+    }
+    out.extend_from_slice(&bytes[plain_from..]);
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    //! The writer against the definition: the framed array built as a `Value` (cloning the
+    //! arguments) and written by a general JCS serializer, with the exact-number list collected
+    //! by a separate walk, as fingerprint `v1` was first computed.
+
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::Map;
+
+    fn reference(tool: &str, arguments: &Value, metadata: Option<&Value>) -> Vec<u8> {
+        let empty = Value::Object(Map::new());
+        let metadata = metadata.unwrap_or(&empty);
+        let mut exact_numbers = Vec::new();
+        collect(arguments, &mut "/3".to_owned(), &mut exact_numbers);
+        collect(metadata, &mut "/4".to_owned(), &mut exact_numbers);
+        let framed = Value::Array(vec![
+            Value::from("carmy-fingerprint"),
+            Value::from(FINGERPRINT_VERSION),
+            Value::from(tool),
+            arguments.clone(),
+            metadata.clone(),
+            Value::Array(exact_numbers),
+        ]);
+        serde_json_canonicalizer::to_vec(&framed).unwrap()
+    }
+
+    fn collect(value: &Value, pointer: &mut String, out: &mut Vec<Value>) {
+        match value {
+            Value::Number(number) => {
+                let text = number.to_string();
+                let exact = ExactDecimal::parse(&text).unwrap();
+                let as_double: f64 = text.parse().unwrap();
+                let written = ExactDecimal::parse(&format!("{as_double:e}")).unwrap();
+                if exact != written {
+                    out.push(Value::Array(vec![
+                        Value::from(pointer.as_str()),
+                        Value::from(exact.to_string()),
+                    ]));
+                }
+            }
+            Value::Array(items) => {
+                for (index, item) in items.iter().enumerate() {
+                    let len = pointer.len();
+                    pointer.push_str(&format!("/{index}"));
+                    collect(item, pointer, out);
+                    pointer.truncate(len);
+                }
+            }
+            Value::Object(members) => {
+                let mut names: Vec<&String> = members.keys().collect();
+                names.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+                for name in names {
+                    let len = pointer.len();
+                    pointer.push('/');
+                    pointer.push_str(&name.replace('~', "~0").replace('/', "~1"));
+                    collect(&members[name.as_str()], pointer, out);
+                    pointer.truncate(len);
+                }
+            }
+            Value::Null | Value::Bool(_) | Value::String(_) => {}
+        }
+    }
+
+    fn parse(text: &str) -> Value {
+        crate::strict_json::parse(text).unwrap()
+    }
+
+    #[test]
+    fn tricky_values_are_written_as_the_reference_writes_them() {
+        let cases = [
+            r#"{}"#,
+            r#"{"b":[1,1.0,1e0,-0,0.000001,1e-7,1e21,123456789012345678901234567890]}"#,
+            r#"{"big":9007199254740993,"neg":-9007199254740993,"frac":0.1000000000000000055511151231257827}"#,
+            "{\"\u{e000}\":1,\"\u{1f600}\":2,\"\u{ffff}\":3,\"a\":4,\"\":5}",
+            r#"{"s":"quote\" backslash\\ slash/ \u0000\u0001\b\t\n\u000b\f\r\u001f\u007f\u2028 é"}"#,
+            r#"{"~/":{"a/b":[{"~0":12345678901234567890}]},"x":[[],[{}],null,true,false]}"#,
+        ];
+        for case in cases {
+            let value = parse(case);
+            let metadata = parse(r#"{"m":[18446744073709551616,{"z":1,"y":2}]}"#);
+            for metadata in [None, Some(&metadata)] {
+                assert_eq!(
+                    String::from_utf8(framed("tool \"x\"", &value, metadata).unwrap()).unwrap(),
+                    String::from_utf8(reference("tool \"x\"", &value, metadata)).unwrap(),
+                    "{case}"
+                );
+            }
+        }
+    }
+
+    fn number() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            "-?[1-9][0-9]{14,40}",
+            "-?(0|[1-9][0-9]{0,5})\\.[0-9]{1,20}",
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| format!("{f:e}")),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            number().prop_map(|text| Value::Number(text.parse().unwrap())),
+            any::<String>().prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map(any::<String>(), inner, 0..6)
+                    .prop_map(|members| Value::Object(members.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_value_is_written_as_the_reference_writes_it(arguments in value(), metadata in value()) {
+            let arguments = Value::Array(vec![arguments]);
+            let metadata = serde_json::json!({ "m": metadata });
+            prop_assert_eq!(
+                framed("t", &arguments, Some(&metadata)).unwrap(),
+                reference("t", &arguments, Some(&metadata))
+            );
+        }
+    }
+}

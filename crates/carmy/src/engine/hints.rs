@@ -1,0 +1,46 @@
+//! Hints a front adds to a refusal so the caller knows what to do next (docs/semantics.md §5):
+//! the registered tool closest to an unknown name, and how long to wait before retrying a call
+//! whose execution is still running.
+
+use super::Engine;
+use std::time::Duration;
+
+/// Longest `Retry-After` suggested for a running execution: a tool with a long deadline usually
+/// finishes sooner, and a retry that comes early only gets the same answer again.
+pub const MAX_RUNNING_RETRY_AFTER: Duration = Duration::from_secs(5);
+
+impl Engine {
+    /// The registered tool whose name is closest to `name`, if one is close enough to be a
+    /// likely typo: a case-insensitive match, or an edit distance (Damerau-Levenshtein) of at
+    /// most a third of the longer name, and at least 1.
+    pub fn closest_tool(&self, name: &str) -> Option<String> {
+        let wanted = name.to_lowercase();
+        self.tools
+            .iter()
+            .map(|tool| {
+                let candidate = tool.name();
+                let distance = strsim::damerau_levenshtein(&wanted, &candidate.to_lowercase());
+                (distance, candidate)
+            })
+            .filter(|(distance, candidate)| {
+                *distance <= (wanted.chars().count().max(candidate.chars().count()) / 3).max(1)
+            })
+            .min()
+            .map(|(_, candidate)| candidate.to_owned())
+    }
+
+    /// How long a caller should wait before retrying a call whose execution of `tool` is
+    /// `running` (the `Retry-After` of `EXECUTION_UNCERTAIN`): the tool's deadline (its own, or
+    /// [`EngineConfig::default_tool_timeout`](super::EngineConfig)), by which a live owner has
+    /// an outcome, capped at [`MAX_RUNNING_RETRY_AFTER`]. An owner that died is reported
+    /// `interrupted` once its lease lapses, which the stores keep at a few seconds to tens of
+    /// seconds, so the cap also bounds the wait for that answer.
+    pub fn running_retry_after(&self, tool: &str) -> Duration {
+        let deadline = self
+            .tools
+            .get(tool)
+            .and_then(|registered| registered.tool.timeout())
+            .unwrap_or(self.config.default_tool_timeout);
+        deadline.min(MAX_RUNNING_RETRY_AFTER)
+    }
+}
