@@ -6,7 +6,8 @@
 #    PYTHON (default python3, >= 3.10) and installs requirements.txt into it.
 # 2. Uses the gateway binary CARMY_GATEWAY_BIN if set; otherwise builds it (`cargo build -p
 #    carmy-gateway`, a no-op when up to date) and uses target/debug/carmy-gateway.
-# 3. Runs pytest; extra arguments go to pytest. Exits non-zero on any failure, including "no
+# 3. Runs pytest; extra arguments go to pytest. The multi-replica test needs DATABASE_URL (a
+#    server where the user may CREATE DATABASE; scripts/test sets it) and fails without it. Exits non-zero on any failure, including "no
 #    tests ran" (pytest's exit code 5).
 set -euo pipefail
 

@@ -1,4 +1,5 @@
-"""Fixture: a real ``carmy-gateway`` process (in-memory store, a free port, one API key).
+"""Fixtures: a real ``carmy-gateway`` process (in-memory store, a free port, one API key), more
+processes on a fresh PostgreSQL database, and that database.
 
 The binary is ``$CARMY_GATEWAY_BIN``, else ``target/debug/carmy-gateway`` under the repository
 root (``run-tests.sh`` builds it). A missing binary fails the tests: it never skips them.
@@ -6,17 +7,21 @@ root (``run-tests.sh`` builds it). A missing binary fails the tests: it never sk
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
+import psycopg
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -62,8 +67,20 @@ class Gateway:
         return int(float(found.group(1))) if found else 0
 
 
-@pytest.fixture(scope="session")
-def gateway() -> Iterator[Gateway]:
+@dataclass
+class Replica(Gateway):
+    """A gateway process the test may kill."""
+
+    process: subprocess.Popen[bytes]
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def started(extra_env: dict[str, str]) -> Iterator[Replica]:
+    """Starts a gateway with ``extra_env`` (and one API key) and stops it at the end."""
     port = free_port()
     env = {
         key: value
@@ -75,6 +92,7 @@ def gateway() -> Iterator[Gateway]:
         CARMY_API_KEYS=f"{API_KEY}=python",
         RUST_LOG="warn",
     )
+    env.update(extra_env)
     with tempfile.TemporaryFile() as log:
         process = subprocess.Popen([str(gateway_binary())], env=env, stdout=log, stderr=log)
         url = f"http://127.0.0.1:{port}"
@@ -90,7 +108,32 @@ def gateway() -> Iterator[Gateway]:
                 pytest.fail(f"the gateway did not start: {log.read().decode(errors='replace')}")
             time.sleep(0.05)
         try:
-            yield Gateway(url=url, key=API_KEY)
+            yield Replica(url=url, key=API_KEY, process=process)
         finally:
-            process.terminate()
-            process.wait(timeout=30)
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def gateway() -> Iterator[Gateway]:
+    with started({}) as replica:
+        yield replica
+
+
+@pytest.fixture
+def database_url() -> Iterator[str]:
+    """A fresh PostgreSQL database on the server of ``$DATABASE_URL`` (scripts/test sets it),
+    dropped at the end. Without ``DATABASE_URL`` the test fails: it never skips."""
+    server = os.environ.get("DATABASE_URL")
+    if not server:
+        pytest.fail("DATABASE_URL is not set: run through scripts/test, or set it")
+    name = f"carmy_mcp_py_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    parts = urlsplit(server)
+    try:
+        yield urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

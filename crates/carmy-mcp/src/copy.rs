@@ -4,7 +4,7 @@
 //! request id: where the effect may have happened that would run it twice, and elsewhere the
 //! same call is the safe retry.
 //!
-//! Placeholders, filled by [`Copy::render`]: `{execution_id}`, `{read_tools}` (the tools whose
+//! Placeholders, filled by [`Entry::render`]: `{execution_id}`, `{read_tools}` (the tools whose
 //! annotations say read-only, as ` (for example `a`, `b`)`, or nothing), `{code}` and `{message}`
 //! (the tool's or the record's), `{retry}` (` after N s` when a pause is known, or nothing).
 
@@ -48,7 +48,7 @@ pub enum Situation {
 
 /// One entry of the table.
 #[derive(Clone, Copy, Debug)]
-pub struct Copy {
+pub struct Entry {
     /// The situation.
     pub situation: Situation,
     /// The machine code shown in `structuredContent.code`; empty where the tool's or the
@@ -65,8 +65,8 @@ pub struct Copy {
 }
 
 /// Every entry, one per [`Situation`].
-pub const TABLE: &[Copy] = &[
-    Copy {
+pub const TABLE: &[Entry] = &[
+    Entry {
         situation: Situation::Conflict,
         code: "IDEMPOTENCY_CONFLICT",
         effect: Effect::DidNotHappen,
@@ -74,7 +74,7 @@ pub const TABLE: &[Copy] = &[
         effect_text: "This call did not run, but the earlier call under that id may have taken effect.",
         next: "Do not repeat this call as it is. To get the earlier call's outcome, repeat that call with exactly its arguments; before any different action, check with a read-only tool{read_tools} whether the earlier call already did what you want, or ask the user.",
     },
-    Copy {
+    Entry {
         situation: Situation::Running,
         code: "EXECUTION_UNCERTAIN",
         effect: Effect::MayHaveHappened,
@@ -82,7 +82,7 @@ pub const TABLE: &[Copy] = &[
         effect_text: "Its effect may already have happened or be happening now.",
         next: "Wait a few seconds, then retry the same call unchanged to get its outcome; do not do the same thing another way meanwhile.",
     },
-    Copy {
+    Entry {
         situation: Situation::Interrupted,
         code: "EXECUTION_UNCERTAIN",
         effect: Effect::MayHaveHappened,
@@ -90,7 +90,7 @@ pub const TABLE: &[Copy] = &[
         effect_text: "Its effect may or may not have happened, and Carmy will not run it again.",
         next: "Check with a read-only tool{read_tools} whether the effect happened; if you cannot tell, ask the user or the operator before acting again.",
     },
-    Copy {
+    Entry {
         situation: Situation::RecordingPending,
         code: "EXECUTION_UNCERTAIN",
         effect: Effect::MayHaveHappened,
@@ -98,7 +98,7 @@ pub const TABLE: &[Copy] = &[
         effect_text: "Its effect has probably happened.",
         next: "Wait a few seconds, then retry the same call unchanged to get the recorded outcome.",
     },
-    Copy {
+    Entry {
         situation: Situation::Capacity,
         code: "IDEMPOTENCY_CAPACITY",
         effect: Effect::DidNotHappen,
@@ -106,7 +106,7 @@ pub const TABLE: &[Copy] = &[
         effect_text: "Nothing ran; the effect did not happen.",
         next: "Retry the same call later; if this keeps happening, ask the operator to raise the store's capacity.",
     },
-    Copy {
+    Entry {
         situation: Situation::StoreUnavailable,
         code: "STORE_UNAVAILABLE",
         effect: Effect::DidNotHappen,
@@ -114,7 +114,7 @@ pub const TABLE: &[Copy] = &[
         effect_text: "Nothing ran; the effect did not happen.",
         next: "Wait a few seconds and retry the same call unchanged; if it keeps failing, tell the user the gateway is unavailable.",
     },
-    Copy {
+    Entry {
         situation: Situation::NotExecuted,
         code: "",
         effect: Effect::DidNotHappen,
@@ -122,7 +122,7 @@ pub const TABLE: &[Copy] = &[
         effect_text: "Its effect did not happen and nothing was recorded.",
         next: "Retry the same call unchanged{retry}; if it keeps failing, tell the user.",
     },
-    Copy {
+    Entry {
         situation: Situation::RequestIdRequired,
         code: "REQUEST_ID_REQUIRED",
         effect: Effect::DidNotHappen,
@@ -130,7 +130,7 @@ pub const TABLE: &[Copy] = &[
         effect_text: "Nothing ran; the effect did not happen.",
         next: "Tell the user that the MCP client must send a request id with each call (params.idempotencyKey or _meta \"io.carmy/request_id\"), and ask the operator how to set it up.",
     },
-    Copy {
+    Entry {
         situation: Situation::Failed,
         code: "",
         effect: Effect::ToolReported,
@@ -138,7 +138,7 @@ pub const TABLE: &[Copy] = &[
         effect_text: "The tool reported the failure itself; it is recorded.",
         next: "Retrying the same call returns this same failure; read the message, fix its cause, and ask the user if the fix is unclear.",
     },
-    Copy {
+    Entry {
         situation: Situation::EffectUnknown,
         code: "",
         effect: Effect::MayHaveHappened,
@@ -172,14 +172,14 @@ pub struct Facts<'a> {
 }
 
 /// The entry for `situation`.
-pub fn copy(situation: Situation) -> &'static Copy {
+pub fn entry(situation: Situation) -> &'static Entry {
     TABLE
         .iter()
         .find(|entry| entry.situation == situation)
         .expect("the table has an entry for every situation")
 }
 
-impl Copy {
+impl Entry {
     /// The text for the model: what happened, the effect, the next step.
     pub fn render(&self, facts: &Facts<'_>) -> String {
         let read_tools = if facts.read_tools.is_empty() {
@@ -293,7 +293,7 @@ mod tests {
     #[test]
     fn placeholders_are_filled() {
         let tools = ["find_orders".to_owned(), "get_order".to_owned()];
-        let text = copy(Situation::Interrupted).render(&Facts {
+        let text = entry(Situation::Interrupted).render(&Facts {
             execution_id: Some("exec_9"),
             read_tools: &tools,
             ..Facts::default()
@@ -303,7 +303,7 @@ mod tests {
             text.contains("(for example `find_orders`, `get_order`)"),
             "{text}"
         );
-        let text = copy(Situation::NotExecuted).render(&Facts {
+        let text = entry(Situation::NotExecuted).render(&Facts {
             code: "UPSTREAM_UNAVAILABLE",
             message: "refused",
             retry_after_seconds: Some(3),

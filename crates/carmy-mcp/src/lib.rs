@@ -27,6 +27,7 @@ use carmy::engine::Engine;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Where the MCP front is served.
 pub const MCP_PATH: &str = "/mcp";
@@ -59,6 +60,9 @@ pub struct McpConfig {
     pub require_request_id: bool,
     /// Largest request body, in bytes (the HTTP API's limit); larger bodies get 413.
     pub max_body_bytes: usize,
+    /// How long a body may take to arrive once the headers did (the HTTP API's limit); slower
+    /// bodies get 408.
+    pub body_timeout: Duration,
 }
 
 impl Default for McpConfig {
@@ -71,6 +75,7 @@ impl Default for McpConfig {
                 .collect(),
             require_request_id: false,
             max_body_bytes: carmy::http::DEFAULT_MAX_BODY_BYTES,
+            body_timeout: carmy::http::DEFAULT_BODY_TIMEOUT,
         }
     }
 }
@@ -91,7 +96,7 @@ pub fn router(engine: Arc<Engine>, keys: ApiKeys, config: McpConfig) -> Router {
             sdk.with_allowed_hosts(hosts.clone())
         };
     }
-    let gate = transport::Gate::new(keys, config.max_body_bytes);
+    let gate = transport::Gate::new(keys, config.max_body_bytes, config.body_timeout);
     let handler = server::CarmyMcp::new(engine, config);
     let service = StreamableHttpService::new(
         move || Ok(handler.clone()),

@@ -6,7 +6,7 @@
 //! Every result carries `_meta["io.carmy/execution"]` = `{execution_id, status, replayed,
 //! expires_at}` (`expires_at` is `null`: records do not expire yet).
 
-use crate::copy::{copy, Facts, Situation};
+use crate::copy::{entry, Effect, Facts, Situation};
 use crate::EXECUTION_META;
 use carmy::engine::{Answer, Refusal};
 use carmy::runtime::InFlightState;
@@ -14,8 +14,12 @@ use carmy::{ExecutionResult, ExecutionStatus};
 use rmcp::model::{CallToolResult, ContentBlock, ErrorData, MetaObject};
 use serde_json::{json, Map, Value};
 
-/// The result of a recorded (or unprotected) outcome.
-pub(crate) fn from_answer(answer: &Answer, read_tools: &[String]) -> CallToolResult {
+/// The result of a recorded (or unprotected) outcome; `read_tools` is asked only for the text
+/// of a failure.
+pub(crate) fn from_answer(
+    answer: &Answer,
+    read_tools: impl FnOnce() -> Vec<String>,
+) -> CallToolResult {
     let result = answer.result.result();
     let meta = execution_meta(
         Some(result.execution_id.as_str()),
@@ -31,7 +35,7 @@ pub(crate) fn from_answer(answer: &Answer, read_tools: &[String]) -> CallToolRes
         }
         success
     } else {
-        recorded_failure(result, read_tools)
+        recorded_failure(result, &read_tools())
     };
     call_result.meta = Some(meta);
     call_result
@@ -51,7 +55,7 @@ fn recorded_failure(result: &ExecutionResult, read_tools: &[String]) -> CallTool
     } else {
         Situation::Failed
     };
-    let text = copy(situation).render(&Facts {
+    let text = entry(situation).render(&Facts {
         execution_id: Some(result.execution_id.as_str()),
         read_tools,
         code,
@@ -110,23 +114,28 @@ pub(crate) fn from_refusal(
         }
         Refusal::Capacity => (Situation::Capacity, None, None),
         Refusal::StoreUnavailable => (Situation::StoreUnavailable, None, None),
-        Refusal::NotExecuted { .. } => return Ok(not_executed(&refusal)),
+        Refusal::NotExecuted {
+            execution_id,
+            code,
+            message,
+            retry_after,
+        } => return Ok(not_executed(execution_id, code, message, *retry_after)),
         Refusal::Finished { .. } | Refusal::NotFound | Refusal::Lost { .. } => {
             tracing::error!(%refusal, "tools/call got a refusal that execute never gives");
             return Err(ErrorData::internal_error("internal error", None));
         }
     };
-    let entry = copy(situation);
+    let copy = entry(situation);
     let execution_id = execution_id.map(carmy::ExecutionId::as_str);
-    let text = entry.render(&Facts {
+    let text = copy.render(&Facts {
         execution_id,
         read_tools,
         ..Facts::default()
     });
     let mut structured = json!({
-        "code": entry.code,
+        "code": copy.code,
         "execution_id": execution_id,
-        "effect_may_have_happened": entry.effect != crate::copy::Effect::DidNotHappen,
+        "effect_may_have_happened": copy.effect != Effect::DidNotHappen,
     });
     if let Some(state) = state {
         structured["state"] = json!(state);
@@ -137,19 +146,16 @@ pub(crate) fn from_refusal(
 }
 
 /// The tool's own "nothing happened" failure: the identity is free again.
-fn not_executed(refusal: &Refusal) -> CallToolResult {
-    let Refusal::NotExecuted {
-        execution_id,
-        code,
-        message,
-        retry_after,
-    } = refusal
-    else {
-        unreachable!("called for NotExecuted only");
-    };
+fn not_executed(
+    execution_id: &carmy::ExecutionId,
+    code: &str,
+    message: &str,
+    retry_after: Option<std::time::Duration>,
+) -> CallToolResult {
+    // Whole seconds, rounded up, at least 1: as HTTP's Retry-After.
     let seconds =
         retry_after.map(|pause| (pause.as_secs() + u64::from(pause.subsec_nanos() > 0)).max(1));
-    let text = copy(Situation::NotExecuted).render(&Facts {
+    let text = entry(Situation::NotExecuted).render(&Facts {
         execution_id: Some(execution_id.as_str()),
         code,
         message,
@@ -170,13 +176,13 @@ fn not_executed(refusal: &Refusal) -> CallToolResult {
 
 /// A call refused because the operator requires a request id and it had none.
 pub(crate) fn request_id_required() -> CallToolResult {
-    let entry = copy(Situation::RequestIdRequired);
+    let copy = entry(Situation::RequestIdRequired);
     let structured = json!({
-        "code": entry.code,
+        "code": copy.code,
         "execution_id": null,
         "effect_may_have_happened": false,
     });
-    let mut result = error_result(entry.render(&Facts::default()), structured);
+    let mut result = error_result(copy.render(&Facts::default()), structured);
     result.meta = Some(execution_meta(None, None, false));
     result
 }
@@ -200,4 +206,130 @@ fn execution_meta(execution_id: Option<&str>, status: Option<&str>, replayed: bo
         }),
     );
     MetaObject(meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use carmy::{ExecutionError, ExecutionId, RecordedResult};
+    use std::time::Duration;
+
+    fn id() -> ExecutionId {
+        ExecutionId::from_stored("exec_1")
+    }
+
+    fn refused(refusal: Refusal) -> (Value, Value, String) {
+        let result = from_refusal(refusal, &["find_orders".to_owned()]).unwrap();
+        assert_eq!(result.is_error, Some(true));
+        let meta = result.meta.clone().unwrap().0[EXECUTION_META].clone();
+        let text = serde_json::to_value(&result.content[0]).unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (result.structured_content.unwrap(), meta, text)
+    }
+
+    #[test]
+    fn every_carmy_refusal_is_a_tool_result_with_its_code() {
+        let running = InFlightState::Running;
+        let cases = [
+            (
+                Refusal::Conflict { execution_id: id() },
+                "IDEMPOTENCY_CONFLICT",
+                Value::Null,
+            ),
+            (
+                Refusal::Uncertain {
+                    execution_id: id(),
+                    state: running,
+                },
+                "EXECUTION_UNCERTAIN",
+                json!("running"),
+            ),
+            (
+                Refusal::Uncertain {
+                    execution_id: id(),
+                    state: InFlightState::Interrupted,
+                },
+                "EXECUTION_UNCERTAIN",
+                json!("interrupted"),
+            ),
+            (
+                Refusal::RecordingPending { execution_id: id() },
+                "EXECUTION_UNCERTAIN",
+                json!("running"),
+            ),
+            (Refusal::Capacity, "IDEMPOTENCY_CAPACITY", Value::Null),
+            (Refusal::StoreUnavailable, "STORE_UNAVAILABLE", Value::Null),
+        ];
+        for (refusal, code, state) in cases {
+            let (fields, meta, text) = refused(refusal);
+            assert_eq!(fields["code"], code, "{text}");
+            assert_eq!(fields.get("state").cloned().unwrap_or(Value::Null), state);
+            assert_eq!(meta["status"], state);
+            assert_eq!(meta["replayed"], false);
+            assert_eq!(meta["expires_at"], Value::Null);
+        }
+        let (fields, meta, text) = refused(Refusal::NotExecuted {
+            execution_id: id(),
+            code: "UPSTREAM_UNAVAILABLE".into(),
+            message: "connection refused".into(),
+            retry_after: Some(Duration::from_millis(1500)),
+        });
+        assert_eq!(fields["code"], "UPSTREAM_UNAVAILABLE");
+        assert_eq!(fields["retry_after_seconds"], 2);
+        assert_eq!(meta["execution_id"], "exec_1");
+        assert!(
+            text.contains("Retry the same call unchanged after 2 s"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn protocol_mistakes_and_impossible_refusals_are_json_rpc_errors() {
+        let code = |refusal| from_refusal(refusal, &[]).unwrap_err().code.0;
+        assert_eq!(code(Refusal::Invalid("bad".into())), -32602);
+        assert_eq!(code(Refusal::UnknownTool("x".into())), -32602);
+        assert_eq!(code(Refusal::Lost { execution_id: id() }), -32603);
+        assert_eq!(code(Refusal::NotFound), -32603);
+    }
+
+    fn recorded(status: ExecutionStatus, data: Value, error: Option<ExecutionError>) -> Answer {
+        Answer {
+            result: RecordedResult::new(ExecutionResult {
+                execution_id: id(),
+                status,
+                data,
+                error,
+                tool: "t".into(),
+                request_id: Some("r".into()),
+                session_id: "default".into(),
+                started_at: chrono::Utc::now(),
+                finished_at: chrono::Utc::now(),
+            }),
+            replayed: true,
+        }
+    }
+
+    #[test]
+    fn recorded_outcomes() {
+        let done = from_answer(
+            &recorded(ExecutionStatus::Completed, json!([1]), None),
+            Vec::new,
+        );
+        assert_eq!(done.is_error, Some(false));
+        assert_eq!(done.structured_content, None, "an array is text only");
+        assert_eq!(done.meta.unwrap().0[EXECUTION_META]["replayed"], true);
+        let timeout = ExecutionError::timeout(Duration::from_secs(1));
+        let timed_out = from_answer(
+            &recorded(ExecutionStatus::TimedOut, Value::Null, Some(timeout)),
+            || vec!["find_orders".to_owned()],
+        );
+        assert_eq!(timed_out.is_error, Some(true));
+        let fields = timed_out.structured_content.unwrap();
+        assert_eq!(fields["code"], "TIMEOUT");
+        assert_eq!(fields["status"], "timed_out");
+        assert_eq!(fields["effect_may_have_happened"], true);
+        assert_eq!(fields["error"]["effect"], "unknown");
+    }
 }

@@ -1,5 +1,5 @@
 //! The HTTP side in front of the SDK (docs/semantics.md §6, §11): every request to `/mcp` is
-//! authenticated with the HTTP API's keys, its body is read once within the HTTP API's limit and
+//! authenticated with the HTTP API's keys, its body is read once within the HTTP API's limits and
 //! checked as strict JSON (docs/semantics.md §2: no duplicate members), and a `tools/call`'s
 //! `params.idempotencyKey`, which the SDK's types drop, is kept for the handler.
 
@@ -12,6 +12,7 @@ use carmy::auth::ApiKeys;
 use carmy::http::error::ApiError;
 use serde_json::{json, Value};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What the handler learns from the HTTP request: the principal and, for `tools/call`, the
 /// `params.idempotencyKey` member as sent (any JSON; the handler checks that it is a string).
@@ -21,18 +22,20 @@ pub(crate) struct Caller {
     pub(crate) idempotency_key: Option<Value>,
 }
 
-/// The keys and the body limit, shared by every request.
+/// The keys and the body's limits, shared by every request.
 #[derive(Clone)]
 pub(crate) struct Gate {
     keys: Arc<ApiKeys>,
     max_body_bytes: usize,
+    body_timeout: Duration,
 }
 
 impl Gate {
-    pub(crate) fn new(keys: ApiKeys, max_body_bytes: usize) -> Self {
+    pub(crate) fn new(keys: ApiKeys, max_body_bytes: usize, body_timeout: Duration) -> Self {
         Self {
             keys: Arc::new(keys),
             max_body_bytes,
+            body_timeout,
         }
     }
 }
@@ -46,9 +49,11 @@ pub(crate) async fn admit(State(gate): State<Gate>, request: Request, next: Next
     };
     let mut idempotency_key = None;
     let body = if parts.method == Method::POST {
-        let bytes = match axum::body::to_bytes(body, gate.max_body_bytes).await {
-            Ok(bytes) => bytes,
-            Err(error) => return body_error(&error, gate.max_body_bytes),
+        let read = axum::body::to_bytes(body, gate.max_body_bytes);
+        let bytes = match tokio::time::timeout(gate.body_timeout, read).await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(error)) => return body_error(&error, gate.max_body_bytes),
+            Err(_) => return ApiError::RequestTimeout.into_response(),
         };
         match idempotency_key_of(&bytes) {
             Ok(key) => idempotency_key = key,

@@ -13,6 +13,7 @@ mod mcp_client;
 mod mcp_front;
 mod mcp_http;
 mod mcp_replicas;
+mod mcp_tools;
 mod memory_cases;
 mod order_errors;
 mod postgres_outages;

@@ -329,3 +329,32 @@ async fn one_execution_through_both_fronts() {
     assert_eq!(structured(&then_mcp), first_http["data"]);
     assert_eq!(gateway.runs("create_order"), 2);
 }
+
+#[tokio::test]
+async fn a_full_store_is_a_tool_result_and_nothing_runs() {
+    let gateway = Served::start(&["--memory-capacity", "1"]).await;
+    let client = connect(&gateway.mcp(), None).await;
+    let first = client
+        .call_tool(call("echo", json!({}), "cap-1"))
+        .await
+        .unwrap();
+    let full = client
+        .call_tool(call("echo", json!({}), "cap-2"))
+        .await
+        .unwrap();
+    assert_eq!(full.is_error, Some(true));
+    assert_eq!(structured(&full)["code"], "IDEMPOTENCY_CAPACITY");
+    assert_eq!(structured(&full)["effect_may_have_happened"], false);
+    assert!(text(&full).contains("Nothing ran"), "{}", text(&full));
+    assert_eq!(execution(&full)["execution_id"], Value::Null);
+    let replay = client
+        .call_tool(call("echo", json!({}), "cap-1"))
+        .await
+        .unwrap();
+    assert_eq!(execution(&replay)["replayed"], true);
+    assert_eq!(
+        execution(&replay)["execution_id"],
+        execution(&first)["execution_id"]
+    );
+    assert_eq!(gateway.runs("echo"), 1);
+}

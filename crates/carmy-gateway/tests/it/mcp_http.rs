@@ -97,3 +97,23 @@ async fn keys_limits_and_strict_json_before_the_sdk() {
     assert_eq!(error["error"]["code"], -32700);
     assert_eq!(gateway.runs("echo"), 1);
 }
+
+#[tokio::test]
+async fn a_body_that_does_not_arrive_gets_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gateway = Served::start(&["--body-timeout-ms", "200"]).await;
+    let address = gateway.base.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\ncontent-length: 100\r\n\r\n{{\"jsonrpc\""
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0; 1024];
+    let read = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read(&mut answer))
+        .await
+        .expect("an answer within the deadline")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+}

@@ -111,7 +111,7 @@ async fn fifty_identical_calls_over_two_replicas_run_once() {
             ids.push(id);
         }
     }
-    assert!(fresh.len() <= 1, "at most one call ran the tool: {fresh:?}");
+    assert_eq!(fresh.len(), 1, "exactly one call ran the tool: {fresh:?}");
     let replay = clients[1].call_tool(order()).await.unwrap();
     let winner = execution(&replay)["execution_id"].clone();
     assert!(ids.iter().all(|id| *id == winner), "one execution for all");
