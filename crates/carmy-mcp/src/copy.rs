@@ -146,13 +146,13 @@ pub const TABLE: &[Entry] = &[
         effect_text: "Its effect may have happened.",
         next: "Check with a read-only tool{read_tools} whether it took effect before acting again; retrying the same call only returns this record.",
     },
-    Copy {
+    Entry {
         situation: Situation::RecordDamaged,
         code: "RECORD_DAMAGED",
         effect: Effect::MayHaveHappened,
         what: "Carmy has a record of this call, execution {execution_id}, but the record is damaged and cannot be read.",
         effect_text: "The call ran earlier, so its effect may have happened.",
-        next: "Do not do the same thing another way; check with a read-only tool{read_tools} whether it took effect, and ask the operator to repair execution {execution_id}.",
+        next: "Check with a read-only tool{read_tools} whether it took effect, and ask the operator to repair execution {execution_id}; do not do the same thing another way meanwhile.",
     },
 ];
 
