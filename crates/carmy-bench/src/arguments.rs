@@ -19,7 +19,7 @@ pub fn of_size(bytes: usize) -> String {
             0 => format!("\"value number {index} with some ordinary text in it\""),
             1 => format!("{}", index * 7_919),
             2 => format!("{}.{:03}", index, index % 1000),
-            3 => format!("{}", index % 2 == 0),
+            3 => format!("{}", index.is_multiple_of(2)),
             4 => format!(
                 "{{\"z\":{index},\"a\":\"nested {index}\",\"m\":[1,2.5,\"three\",null,{{\"k\":false}}]}}"
             ),

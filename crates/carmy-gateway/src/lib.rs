@@ -48,6 +48,9 @@ pub enum GatewayError {
     /// The tools file is unreadable or has a mistake (named with file, line, tool and field).
     #[error(transparent)]
     ToolsFile(#[from] carmy_tools::ConfigError),
+    /// An MCP server could not be reached or listed at start.
+    #[error("{0}")]
+    Mcp(String),
     /// The upstream HTTP client could not be built.
     #[error("{0}")]
     UpstreamClient(String),
@@ -166,10 +169,11 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     for tool in configured_tools {
         builder = builder.shared_tool(tool);
     }
-    Ok(Gateway {
-        app: builder.build()?,
-        memory,
-    })
+    let app = builder.build()?;
+    if let Some(file) = &tools_file {
+        configured::start_mcp_servers(file, app.engine()).await?;
+    }
+    Ok(Gateway { app, memory })
 }
 
 fn init_logging(format: LogFormat) {
@@ -220,7 +224,7 @@ async fn run(config: Config) -> Result<(), GatewayError> {
             );
             Ok(())
         }
-        Command::CheckConfig => configured::check_config(&config),
+        Command::CheckConfig => configured::check_config(&config).await,
         Command::Serve => {
             let gateway = build(&config).await?;
             let listener = tokio::net::TcpListener::bind(config.listen)

@@ -86,7 +86,7 @@ fn respell(value: &Value, seed: &mut u64, out: &mut String) {
         Value::String(text) => {
             out.push('"');
             for c in text.chars() {
-                let escape = step(seed) % 2 == 0;
+                let escape = step(seed).is_multiple_of(2);
                 match c {
                     '"' => out.push_str("\\\""),
                     '\\' => out.push_str("\\\\"),
@@ -96,7 +96,7 @@ fn respell(value: &Value, seed: &mut u64, out: &mut String) {
                             write!(out, "\\u{unit:04x}").unwrap();
                         }
                     }
-                    '/' if step(seed) % 2 == 0 => out.push_str("\\/"),
+                    '/' if step(seed).is_multiple_of(2) => out.push_str("\\/"),
                     c => out.push(c),
                 }
             }

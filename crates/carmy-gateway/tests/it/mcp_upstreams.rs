@@ -1,0 +1,209 @@
+//! Upstream MCP servers behind real `carmy-gateway` processes (docs/semantics.md §10): a stdio
+//! server (`tests/mcp/stdio_server.py`, standard library only) started and supervised by the
+//! gateway: its tools imported with prefix, schema and annotations; the execution id in
+//! `_meta`; replay without a second call; `isError` recorded as `failed`; the list refreshed on
+//! `tools/list_changed`; the child killed mid-call (recorded "outcome unknown") and restarted.
+
+use crate::http_tools::replica;
+use crate::tools_file::write_tools_file;
+use carmy_test_support::{call, client, eventually, post, spawn_post};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+fn stdio_server() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/stdio_server.py")
+}
+
+/// The events the stdio server wrote.
+fn events(state: &Path) -> Vec<Value> {
+    std::fs::read_to_string(state)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+fn started_pids(state: &Path) -> Vec<u64> {
+    events(state)
+        .iter()
+        .filter(|e| e["event"] == "started")
+        .map(|e| e["pid"].as_u64().unwrap())
+        .collect()
+}
+
+fn calls_of(state: &Path, tool: &str) -> Vec<Value> {
+    events(state)
+        .into_iter()
+        .filter(|e| e["event"] == "call" && e["tool"] == tool)
+        .collect()
+}
+
+async fn tool_names(http: &reqwest::Client, gateway: &carmy_test_support::Replica) -> Vec<String> {
+    let listed: Value = http
+        .get(gateway.url("/v1/tools"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stdio_server_is_imported_called_replayed_refreshed_and_restarted() {
+    let file = write_tools_file("");
+    let state = file.with_file_name("state.jsonl");
+    std::fs::write(
+        &file,
+        format!(
+            "[[mcp_servers]]\nname = \"py\"\ncommand = \"python3\"\nargs = [{:?}]\nprefix = \"py.\"\nenv = {{ STATE_FILE = {:?} }}\n",
+            stdio_server().display().to_string(),
+            state.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gateway = replica("mcp-stdio", &file, &[]);
+    let http = client();
+    // Imported with prefix, schema and annotations.
+    let listed: Value = http
+        .get(gateway.url("/v1/tools"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let write = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "py.write")
+        .cloned()
+        .unwrap();
+    assert_eq!(write["description"], "Writes a text");
+    assert_eq!(
+        write["input_schema"]["required"],
+        json!(["text"]),
+        "{write}"
+    );
+    assert_eq!(
+        write["annotations"],
+        json!({"readOnlyHint": false, "idempotentHint": true}),
+        "{write}"
+    );
+    assert_eq!(
+        tool_names(&http, &gateway).await,
+        ["py.add_tool", "py.fail", "py.hang", "py.write"]
+    );
+
+    // A call: the execution id in _meta; the replay does not call again.
+    let body = call("py.write", json!({"text": "hello"}), "w1");
+    let (status, first) = post(&http, &gateway, &body).await;
+    assert_eq!(
+        (status, first["status"].as_str()),
+        (200, Some("completed")),
+        "{first}"
+    );
+    assert_eq!(
+        first["data"],
+        json!({"text": "hello", "key": first["execution_id"]})
+    );
+    let (_, replay) = post(&http, &gateway, &body).await;
+    assert_eq!(
+        (replay["replayed"].as_bool(), &replay["data"]),
+        (Some(true), &first["data"])
+    );
+    let writes = calls_of(&state, "write");
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(writes[0]["key"], first["execution_id"]);
+
+    // isError is recorded as failed and replayed.
+    let (_, failed) = post(&http, &gateway, &call("py.fail", json!({}), "f1")).await;
+    assert_eq!(
+        (failed["status"].as_str(), failed["error"]["code"].as_str()),
+        (Some("failed"), Some("UPSTREAM_TOOL_ERROR")),
+        "{failed}"
+    );
+    assert_eq!(
+        failed["error"]["details"]["content"][0]["text"],
+        "the disk is full"
+    );
+    let (_, again) = post(&http, &gateway, &call("py.fail", json!({}), "f1")).await;
+    assert_eq!(again["replayed"], true);
+    assert_eq!(calls_of(&state, "fail").len(), 1);
+
+    // tools/list_changed refreshes the list.
+    let (_, added) = post(&http, &gateway, &call("py.add_tool", json!({}), "a1")).await;
+    assert_eq!(added["status"], "completed", "{added}");
+    eventually(Duration::from_secs(10), "py.extra listed", || async {
+        let names = tool_names(&http, &gateway).await;
+        if names.contains(&"py.extra".to_owned()) {
+            Ok(())
+        } else {
+            Err(names)
+        }
+    })
+    .await;
+
+    // The child killed mid-call: recorded "outcome unknown", never re-sent; then restarted.
+    let hung = spawn_post(&http, &gateway, &call("py.hang", json!({}), "h1"));
+    eventually(Duration::from_secs(10), "the hang call arrived", || async {
+        let n = calls_of(&state, "hang").len();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(n)
+        }
+    })
+    .await;
+    let first_pid = started_pids(&state)[0];
+    std::process::Command::new("kill")
+        .args(["-9", &first_pid.to_string()])
+        .status()
+        .unwrap();
+    let (status, lost) = hung.await.unwrap();
+    assert_eq!(
+        (
+            status,
+            lost["status"].as_str(),
+            &lost["error"]["code"],
+            &lost["error"]["effect"]
+        ),
+        (
+            200,
+            Some("failed"),
+            &json!("UPSTREAM_DISCONNECTED"),
+            &json!("unknown")
+        ),
+        "{lost}"
+    );
+    eventually(
+        Duration::from_secs(15),
+        "the child restarted and serves",
+        || async {
+            let (status, body) = post(
+                &http,
+                &gateway,
+                &call("py.write", json!({"text": "after"}), "w2"),
+            )
+            .await;
+            if status == 200 && body["status"] == "completed" {
+                Ok(())
+            } else {
+                Err((status, body))
+            }
+        },
+    )
+    .await;
+    assert_eq!(started_pids(&state).len(), 2);
+    let (_, replayed) = post(&http, &gateway, &call("py.hang", json!({}), "h1")).await;
+    assert_eq!(replayed["replayed"], true);
+    assert_eq!(calls_of(&state, "hang").len(), 1);
+}
