@@ -207,3 +207,93 @@ async fn a_stdio_server_is_imported_called_replayed_refreshed_and_restarted() {
     assert_eq!(replayed["replayed"], true);
     assert_eq!(calls_of(&state, "hang").len(), 1);
 }
+
+/// The Python with the official MCP SDK: `CARMY_MCP_PYTHON`, which `scripts/test` sets from
+/// `tests/mcp/python-venv.sh`.
+fn sdk_python() -> String {
+    std::env::var("CARMY_MCP_PYTHON").unwrap_or_else(|_| {
+        panic!("CARMY_MCP_PYTHON is unset: run through scripts/test, or export CARMY_MCP_PYTHON=$(crates/carmy-gateway/tests/mcp/python-venv.sh)")
+    })
+}
+
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_written_with_the_official_python_sdk_over_streamable_http() {
+    let file = write_tools_file("");
+    let state = file.with_file_name("state.jsonl");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _server = Killed(
+        std::process::Command::new(sdk_python())
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/python_sdk_server.py"))
+            .arg(port.to_string())
+            .env("STATE_FILE", &state)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the Python SDK server"),
+    );
+    eventually(
+        Duration::from_secs(30),
+        "the Python SDK server listens",
+        || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .map(drop)
+        },
+    )
+    .await;
+    std::fs::write(
+        &file,
+        format!("[[mcp_servers]]\nname = \"sdk\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"sdk.\"\n"),
+    )
+    .unwrap();
+    let gateway = replica("mcp-python-sdk", &file, &[]);
+    let http = client();
+    assert_eq!(
+        tool_names(&http, &gateway).await,
+        ["sdk.broken", "sdk.note"]
+    );
+    let body = call("sdk.note", json!({"text": "hi"}), "n1");
+    let (status, first) = post(&http, &gateway, &body).await;
+    assert_eq!(
+        (status, first["status"].as_str()),
+        (200, Some("completed")),
+        "{first}"
+    );
+    assert_eq!(
+        first["data"],
+        json!({"text": "hi", "key": first["execution_id"]}),
+        "{first}"
+    );
+    let (_, replay) = post(&http, &gateway, &body).await;
+    assert_eq!(
+        (replay["replayed"].as_bool(), &replay["data"]),
+        (Some(true), &first["data"])
+    );
+    let (_, failed) = post(&http, &gateway, &call("sdk.broken", json!({}), "b1")).await;
+    assert_eq!(
+        (failed["status"].as_str(), failed["error"]["code"].as_str()),
+        (Some("failed"), Some("UPSTREAM_TOOL_ERROR")),
+        "{failed}"
+    );
+    let seen: Vec<Value> = std::fs::read_to_string(&state)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[0]["key"], first["execution_id"]);
+    assert_eq!(seen[1]["key"], failed["execution_id"]);
+}
