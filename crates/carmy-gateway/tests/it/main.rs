@@ -9,6 +9,7 @@ mod example_orders;
 mod hostile_input;
 mod http_tool_faults;
 mod http_tools;
+mod mcp_rmcp;
 mod mcp_upstreams;
 mod memory_cases;
 mod postgres_outages;
