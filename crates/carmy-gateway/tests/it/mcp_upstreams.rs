@@ -297,3 +297,75 @@ async fn a_server_written_with_the_official_python_sdk_over_streamable_http() {
     assert_eq!(seen[0]["key"], first["execution_id"]);
     assert_eq!(seen[1]["key"], failed["execution_id"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn while_a_stdio_server_is_down_its_tools_answer_503_and_the_same_call_runs_once_it_is_back()
+{
+    let file = write_tools_file("");
+    let state = file.with_file_name("state.jsonl");
+    let gate = file.with_file_name("gate");
+    std::fs::write(
+        &file,
+        format!(
+            "[[mcp_servers]]\nname = \"py\"\ncommand = \"python3\"\nargs = [{:?}]\nprefix = \"py.\"\nenv = {{ STATE_FILE = {:?}, GATE_FILE = {:?} }}\n",
+            stdio_server().display().to_string(),
+            state.display().to_string(),
+            gate.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gateway = replica("mcp-stdio-down", &file, &[]);
+    let http = client();
+    let pid = started_pids(&state)[0];
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    // Restarts are refused until the gate opens: the server stays down.
+    eventually(Duration::from_secs(10), "a refused restart", || async {
+        let refused = events(&state)
+            .iter()
+            .filter(|e| e["event"] == "refused")
+            .count();
+        if refused > 0 {
+            Ok(())
+        } else {
+            Err(refused)
+        }
+    })
+    .await;
+    let body = call("py.write", json!({"text": "later"}), "d1");
+    let response = http
+        .post(gateway.url("/v1/executions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], "UPSTREAM_UNAVAILABLE", "{problem}");
+    assert!(calls_of(&state, "write").is_empty());
+    std::fs::write(&gate, "open").unwrap();
+    let done = eventually(
+        Duration::from_secs(15),
+        "the same call runs once the server is back",
+        || async {
+            let (status, answer) = post(&http, &gateway, &body).await;
+            if status == 200 {
+                Ok(answer)
+            } else {
+                Err((status, answer))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        (done["status"].as_str(), done["replayed"].as_bool()),
+        (Some("completed"), Some(false)),
+        "{done}"
+    );
+    let writes = calls_of(&state, "write");
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(writes[0]["key"], done["execution_id"]);
+}

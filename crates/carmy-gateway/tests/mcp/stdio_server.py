@@ -4,6 +4,9 @@ the gateway's MCP upstream tests. Every event is appended to the file $STATE_FIL
 line, so the test sees what arrived: {"event": "started", "pid"}, {"event": "call", "tool",
 "arguments", "key"} (key = params._meta["io.carmy/idempotency_key"]).
 
+With $GATE_FILE set, a restart (the state file already exists) exits at once until that file
+exists, so the test can hold the server down.
+
 Tools: write {"text"} -> structuredContent {"text", "key"}; fail -> isError; hang -> never
 answers; add_tool -> adds the tool "extra" and sends notifications/tools/list_changed.
 """
@@ -65,6 +68,11 @@ def call(request_id, params):
 
 
 def main():
+    gate = os.environ.get("GATE_FILE")
+    if gate and not os.path.exists(gate) and os.path.exists(STATE):
+        # A restart before the test opens the gate: exit at once, so the server stays down.
+        record({"event": "refused", "pid": os.getpid()})
+        sys.exit(1)
     record({"event": "started", "pid": os.getpid()})
     for line in sys.stdin:
         if not line.strip():
