@@ -5,7 +5,9 @@
 use crate::config::Config;
 use crate::tools::EXAMPLE_TOOL_NAMES;
 use crate::GatewayError;
+use carmy::engine::Engine;
 use carmy::Tool;
+use carmy_tools::mcp::McpUpstream;
 use carmy_tools::{HttpTool, ToolsConfig};
 use std::sync::Arc;
 
@@ -35,8 +37,7 @@ pub fn tools(
     file: &ToolsConfig,
     max_result_bytes: usize,
 ) -> Result<Vec<Arc<dyn Tool>>, GatewayError> {
-    let client = carmy_tools::client::upstream_client()
-        .map_err(|error| GatewayError::UpstreamClient(error.to_string()))?;
+    let client = upstream_client()?;
     Ok(file
         .http_tools
         .iter()
@@ -51,11 +52,12 @@ pub fn tools(
 }
 
 /// `carmy-gateway check-config`: validates the tools file, prints the tool table (secrets
-/// masked) on standard output, and returns without serving.
+/// masked) on standard output, connects to each MCP server and lists its tools, and returns
+/// without serving.
 ///
 /// # Errors
 /// As [`load`] and [`tools`].
-pub fn check_config(config: &Config) -> Result<(), GatewayError> {
+pub async fn check_config(config: &Config) -> Result<(), GatewayError> {
     let Some(file) = load(config)? else {
         println!("no tools file (CARMY_TOOLS_FILE): serving the example tools");
         println!("example {}", EXAMPLE_TOOL_NAMES.join(", "));
@@ -67,5 +69,60 @@ pub fn check_config(config: &Config) -> Result<(), GatewayError> {
         println!("example {}", EXAMPLE_TOOL_NAMES.join(", "));
     }
     print!("{}", carmy_tools::table::tool_table(&file));
+    let client = upstream_client()?;
+    for spec in &file.mcp_servers {
+        let (upstream, _connection) = McpUpstream::start(spec.clone(), client.clone())
+            .await
+            .map_err(GatewayError::Mcp)?;
+        let imported = upstream.tools().await.map_err(GatewayError::Mcp)?;
+        let names: Vec<&str> = imported.iter().map(|tool| tool.name()).collect();
+        println!(
+            "mcp   {}: connected, tools: {}",
+            spec.name,
+            names.join(", ")
+        );
+    }
+    Ok(())
+}
+
+fn upstream_client() -> Result<carmy_tools::client::UpstreamClient, GatewayError> {
+    carmy_tools::client::upstream_client()
+        .map_err(|error| GatewayError::UpstreamClient(error.to_string()))
+}
+
+/// The tool group of MCP server `name` in the engine.
+fn group(name: &str) -> String {
+    format!("mcp:{name}")
+}
+
+/// Connects to every MCP server of `file`, registers its tools in `engine` (each server's as
+/// one group) and keeps them current: reconnecting with backoff when a server goes away and
+/// re-reading its tool list after a reconnect or a `tools/list_changed`.
+///
+/// # Errors
+/// [`GatewayError::Mcp`] when a server cannot be reached or listed at start, or its tools'
+/// names clash with other tools.
+pub async fn start_mcp_servers(
+    file: &ToolsConfig,
+    engine: &Arc<Engine>,
+) -> Result<(), GatewayError> {
+    let client = upstream_client()?;
+    for spec in &file.mcp_servers {
+        let (upstream, connection) = McpUpstream::start(spec.clone(), client.clone())
+            .await
+            .map_err(GatewayError::Mcp)?;
+        let imported = upstream.tools().await.map_err(GatewayError::Mcp)?;
+        tracing::info!(server = %spec.name, tools = imported.len(), "MCP server connected");
+        engine
+            .replace_tool_group(&group(&spec.name), imported)
+            .map_err(|error| GatewayError::Mcp(format!("MCP server {:?}: {error}", spec.name)))?;
+        let engine = Arc::clone(engine);
+        let name = spec.name.clone();
+        upstream.supervise(connection, move |tools| {
+            if let Err(error) = engine.replace_tool_group(&group(&name), tools) {
+                tracing::warn!(server = %name, %error, "MCP tool list not applied");
+            }
+        });
+    }
     Ok(())
 }

@@ -49,6 +49,9 @@ pub enum GatewayError {
     /// The tools file is unreadable or has a mistake (named with file, line, tool and field).
     #[error(transparent)]
     ToolsFile(#[from] carmy_tools::ConfigError),
+    /// An MCP server could not be reached or listed at start.
+    #[error("{0}")]
+    Mcp(String),
     /// The upstream HTTP client could not be built.
     #[error("{0}")]
     UpstreamClient(String),
@@ -168,6 +171,9 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         builder = builder.shared_tool(tool);
     }
     let app = builder.build()?;
+    if let Some(file) = &tools_file {
+        configured::start_mcp_servers(file, app.engine()).await?;
+    }
     let mcp = carmy_mcp::router(Arc::clone(app.engine()), keys, mcp_config(config));
     Ok(Gateway {
         app: app.merge_routes(mcp),
@@ -249,7 +255,7 @@ async fn run(config: Config) -> Result<(), GatewayError> {
             );
             Ok(())
         }
-        Command::CheckConfig => configured::check_config(&config),
+        Command::CheckConfig => configured::check_config(&config).await,
         Command::Serve => {
             let gateway = build(&config).await?;
             let listener = carmy::app::bind(config.listen).await?;

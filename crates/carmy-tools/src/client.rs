@@ -8,6 +8,9 @@ use std::time::Duration;
 /// `UPSTREAM_UNAVAILABLE` (nothing was sent). A tool's own deadline still applies.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The shared client's type (reqwest's pooled client; cheap to clone).
+pub type UpstreamClient = reqwest::Client;
+
 /// Why the client could not be built.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot build the upstream HTTP client: {0}")]

@@ -52,6 +52,7 @@ pub mod identity;
 pub mod memory;
 pub mod metrics;
 pub mod outcome;
+mod registry;
 pub mod runtime;
 pub mod strict_json;
 pub mod tool;

@@ -5,11 +5,11 @@
 
 use crate::outcome::ExecutionId;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
+
+pub use crate::registry::ToolRegistryError;
 
 /// The boxed future a tool call returns: the result value, or a [`ToolError`] recorded as
 /// `status: "failed"`.
@@ -260,82 +260,5 @@ impl Tool for FnTool {
 
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_> {
         (self.handler)(context, arguments)
-    }
-}
-
-/// A tool together with its compiled argument schema.
-pub(crate) struct RegisteredTool {
-    pub(crate) tool: Arc<dyn Tool>,
-    validator: jsonschema::Validator,
-}
-
-impl RegisteredTool {
-    /// Checks `arguments` against the schema; the error lists the first few violations.
-    pub(crate) fn validate(&self, arguments: &Value) -> Result<(), String> {
-        let problems: Vec<String> = self
-            .validator
-            .iter_errors(arguments)
-            .take(5)
-            .map(|error| {
-                let at = error.instance_path().to_string();
-                if at.is_empty() {
-                    error.to_string()
-                } else {
-                    format!("{at}: {error}")
-                }
-            })
-            .collect();
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems.join("; "))
-        }
-    }
-}
-
-/// Why a tool could not be registered.
-#[derive(Debug, thiserror::Error)]
-pub enum ToolRegistryError {
-    /// Two tools share a name.
-    #[error("tool {0:?} is registered twice")]
-    Duplicate(String),
-    /// A tool's schema is not a valid JSON Schema.
-    #[error("tool {name:?} has an invalid argument schema: {reason}")]
-    InvalidSchema {
-        /// The tool.
-        name: String,
-        /// What is wrong.
-        reason: String,
-    },
-}
-
-/// The tools a runtime serves, by name.
-#[derive(Default)]
-pub(crate) struct ToolRegistry {
-    tools: BTreeMap<String, RegisteredTool>,
-}
-
-impl ToolRegistry {
-    pub(crate) fn insert(&mut self, tool: Arc<dyn Tool>) -> Result<(), ToolRegistryError> {
-        let name = tool.name().to_owned();
-        if self.tools.contains_key(&name) {
-            return Err(ToolRegistryError::Duplicate(name));
-        }
-        let validator = jsonschema::validator_for(tool.input_schema()).map_err(|error| {
-            ToolRegistryError::InvalidSchema {
-                name: name.clone(),
-                reason: error.to_string(),
-            }
-        })?;
-        self.tools.insert(name, RegisteredTool { tool, validator });
-        Ok(())
-    }
-
-    pub(crate) fn get(&self, name: &str) -> Option<&RegisteredTool> {
-        self.tools.get(name)
-    }
-
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
-        self.tools.values().map(|registered| &registered.tool)
     }
 }

@@ -16,6 +16,7 @@ impl Engine {
     pub fn closest_tool(&self, name: &str) -> Option<String> {
         let wanted = name.to_lowercase();
         self.tools
+            .snapshot()
             .iter()
             .map(|tool| {
                 let candidate = tool.name();
@@ -38,6 +39,7 @@ impl Engine {
     pub fn running_retry_after(&self, tool: &str) -> Duration {
         let deadline = self
             .tools
+            .snapshot()
             .get(tool)
             .and_then(|registered| registered.tool.timeout())
             .unwrap_or(self.config.default_tool_timeout);

@@ -17,11 +17,12 @@ use crate::call::ValidatedCall;
 use crate::fault;
 use crate::metrics::{Metrics, UNREGISTERED_TOOL};
 use crate::outcome::ExecutionId;
+use crate::registry::{RegisteredTool, SharedRegistry, ToolRegistry};
 use crate::runtime::{
     ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation, StoreError,
     StoredRecord,
 };
-use crate::tool::{RegisteredTool, Tool, ToolRegistry};
+use crate::tool::{Tool, ToolRegistryError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -66,7 +67,7 @@ impl Default for EngineConfig {
 /// Runs tool calls under the idempotency rules. Cheap to share behind an `Arc`.
 pub struct Engine {
     store: Arc<dyn IdempotencyStore>,
-    tools: ToolRegistry,
+    tools: SharedRegistry,
     config: EngineConfig,
     metrics: Metrics,
     executions: TaskTracker,
@@ -85,7 +86,7 @@ impl Engine {
     ) -> Self {
         Self {
             store,
-            tools,
+            tools: SharedRegistry::new(tools),
             config,
             metrics,
             executions: TaskTracker::new(),
@@ -96,7 +97,23 @@ impl Engine {
 
     /// The registered tools, by name: a snapshot (the set may change at run time).
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
-        self.tools.iter().cloned().collect()
+        self.tools.snapshot().iter().cloned().collect()
+    }
+
+    /// Replaces the tools registered under `group` (e.g. one upstream MCP server's) with
+    /// `tools`, in one step: a call sees either the old set or the new one. Calls already
+    /// running keep the tool they started with. Tools given to the [`crate::AppBuilder`] belong
+    /// to no group and stay.
+    ///
+    /// # Errors
+    /// [`ToolRegistryError`] when a name clashes with another tool or a schema is invalid; then
+    /// nothing changes.
+    pub fn replace_tool_group(
+        &self,
+        group: &str,
+        tools: Vec<Arc<dyn Tool>>,
+    ) -> Result<(), ToolRegistryError> {
+        self.tools.replace_group(group, tools)
     }
 
     /// How long shutdown lets running executions finish.
@@ -196,7 +213,7 @@ impl Engine {
     /// `execution_id` once known); a tool run gets a `carmy.execution` span inside it
     /// (docs/semantics.md §13).
     pub async fn execute(self: &Arc<Self>, call: ValidatedCall) -> Result<Answer, Refusal> {
-        let tool_label = if self.tools.get(call.tool()).is_some() {
+        let tool_label = if self.tools.snapshot().get(call.tool()).is_some() {
             call.tool().to_owned()
         } else {
             UNREGISTERED_TOOL.to_owned()
@@ -307,10 +324,12 @@ impl Engine {
         self.cancel_executions.cancel();
     }
 
-    fn runnable_tool(&self, call: &ValidatedCall) -> Result<&RegisteredTool, Refusal> {
+    fn runnable_tool(&self, call: &ValidatedCall) -> Result<Arc<RegisteredTool>, Refusal> {
         let registered = self
             .tools
+            .snapshot()
             .get(call.tool())
+            .cloned()
             .ok_or_else(|| Refusal::UnknownTool(call.tool().to_owned()))?;
         registered.validate(call.arguments()).map_err(|problems| {
             Refusal::Invalid(format!(

@@ -1,0 +1,371 @@
+//! Upstream MCP servers behind real `carmy-gateway` processes (docs/semantics.md §10): a stdio
+//! server (`tests/mcp/stdio_server.py`, standard library only) started and supervised by the
+//! gateway: its tools imported with prefix, schema and annotations; the execution id in
+//! `_meta`; replay without a second call; `isError` recorded as `failed`; the list refreshed on
+//! `tools/list_changed`; the child killed mid-call (recorded "outcome unknown") and restarted.
+
+use crate::http_tools::replica;
+use crate::tools_file::write_tools_file;
+use carmy_test_support::{call, client, eventually, post, spawn_post};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+fn stdio_server() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/stdio_server.py")
+}
+
+/// The events the stdio server wrote.
+fn events(state: &Path) -> Vec<Value> {
+    std::fs::read_to_string(state)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+fn started_pids(state: &Path) -> Vec<u64> {
+    events(state)
+        .iter()
+        .filter(|e| e["event"] == "started")
+        .map(|e| e["pid"].as_u64().unwrap())
+        .collect()
+}
+
+fn calls_of(state: &Path, tool: &str) -> Vec<Value> {
+    events(state)
+        .into_iter()
+        .filter(|e| e["event"] == "call" && e["tool"] == tool)
+        .collect()
+}
+
+async fn tool_names(http: &reqwest::Client, gateway: &carmy_test_support::Replica) -> Vec<String> {
+    let listed: Value = http
+        .get(gateway.url("/v1/tools"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stdio_server_is_imported_called_replayed_refreshed_and_restarted() {
+    let file = write_tools_file("");
+    let state = file.with_file_name("state.jsonl");
+    std::fs::write(
+        &file,
+        format!(
+            "[[mcp_servers]]\nname = \"py\"\ncommand = \"python3\"\nargs = [{:?}]\nprefix = \"py.\"\nenv = {{ STATE_FILE = {:?} }}\n",
+            stdio_server().display().to_string(),
+            state.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gateway = replica("mcp-stdio", &file, &[]);
+    let http = client();
+    // Imported with prefix, schema and annotations.
+    let listed: Value = http
+        .get(gateway.url("/v1/tools"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let write = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "py.write")
+        .cloned()
+        .unwrap();
+    assert_eq!(write["description"], "Writes a text");
+    assert_eq!(
+        write["input_schema"]["required"],
+        json!(["text"]),
+        "{write}"
+    );
+    assert_eq!(
+        write["annotations"],
+        json!({"readOnlyHint": false, "idempotentHint": true}),
+        "{write}"
+    );
+    assert_eq!(
+        tool_names(&http, &gateway).await,
+        ["py.add_tool", "py.fail", "py.hang", "py.write"]
+    );
+
+    // A call: the execution id in _meta; the replay does not call again.
+    let body = call("py.write", json!({"text": "hello"}), "w1");
+    let (status, first) = post(&http, &gateway, &body).await;
+    assert_eq!(
+        (status, first["status"].as_str()),
+        (200, Some("completed")),
+        "{first}"
+    );
+    assert_eq!(
+        first["data"],
+        json!({"text": "hello", "key": first["execution_id"]})
+    );
+    let (_, replay) = post(&http, &gateway, &body).await;
+    assert_eq!(
+        (replay["replayed"].as_bool(), &replay["data"]),
+        (Some(true), &first["data"])
+    );
+    let writes = calls_of(&state, "write");
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(writes[0]["key"], first["execution_id"]);
+
+    // isError is recorded as failed and replayed.
+    let (_, failed) = post(&http, &gateway, &call("py.fail", json!({}), "f1")).await;
+    assert_eq!(
+        (failed["status"].as_str(), failed["error"]["code"].as_str()),
+        (Some("failed"), Some("UPSTREAM_TOOL_ERROR")),
+        "{failed}"
+    );
+    assert_eq!(
+        failed["error"]["details"]["content"][0]["text"],
+        "the disk is full"
+    );
+    let (_, again) = post(&http, &gateway, &call("py.fail", json!({}), "f1")).await;
+    assert_eq!(again["replayed"], true);
+    assert_eq!(calls_of(&state, "fail").len(), 1);
+
+    // tools/list_changed refreshes the list.
+    let (_, added) = post(&http, &gateway, &call("py.add_tool", json!({}), "a1")).await;
+    assert_eq!(added["status"], "completed", "{added}");
+    eventually(Duration::from_secs(10), "py.extra listed", || async {
+        let names = tool_names(&http, &gateway).await;
+        if names.contains(&"py.extra".to_owned()) {
+            Ok(())
+        } else {
+            Err(names)
+        }
+    })
+    .await;
+
+    // The child killed mid-call: recorded "outcome unknown", never re-sent; then restarted.
+    let hung = spawn_post(&http, &gateway, &call("py.hang", json!({}), "h1"));
+    eventually(Duration::from_secs(10), "the hang call arrived", || async {
+        let n = calls_of(&state, "hang").len();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(n)
+        }
+    })
+    .await;
+    let first_pid = started_pids(&state)[0];
+    std::process::Command::new("kill")
+        .args(["-9", &first_pid.to_string()])
+        .status()
+        .unwrap();
+    let (status, lost) = hung.await.unwrap();
+    assert_eq!(
+        (
+            status,
+            lost["status"].as_str(),
+            &lost["error"]["code"],
+            &lost["error"]["effect"]
+        ),
+        (
+            200,
+            Some("failed"),
+            &json!("UPSTREAM_DISCONNECTED"),
+            &json!("unknown")
+        ),
+        "{lost}"
+    );
+    eventually(
+        Duration::from_secs(15),
+        "the child restarted and serves",
+        || async {
+            let (status, body) = post(
+                &http,
+                &gateway,
+                &call("py.write", json!({"text": "after"}), "w2"),
+            )
+            .await;
+            if status == 200 && body["status"] == "completed" {
+                Ok(())
+            } else {
+                Err((status, body))
+            }
+        },
+    )
+    .await;
+    assert_eq!(started_pids(&state).len(), 2);
+    let (_, replayed) = post(&http, &gateway, &call("py.hang", json!({}), "h1")).await;
+    assert_eq!(replayed["replayed"], true);
+    assert_eq!(calls_of(&state, "hang").len(), 1);
+}
+
+/// The Python with the official MCP SDK: `CARMY_MCP_PYTHON`, which `scripts/test` sets from
+/// `tests/mcp/python-venv.sh`.
+fn sdk_python() -> String {
+    std::env::var("CARMY_MCP_PYTHON").unwrap_or_else(|_| {
+        panic!("CARMY_MCP_PYTHON is unset: run through scripts/test, or export CARMY_MCP_PYTHON=$(crates/carmy-gateway/tests/mcp/python-venv.sh)")
+    })
+}
+
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_written_with_the_official_python_sdk_over_streamable_http() {
+    let file = write_tools_file("");
+    let state = file.with_file_name("state.jsonl");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _server = Killed(
+        std::process::Command::new(sdk_python())
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/python_sdk_server.py"))
+            .arg(port.to_string())
+            .env("STATE_FILE", &state)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the Python SDK server"),
+    );
+    eventually(
+        Duration::from_secs(30),
+        "the Python SDK server listens",
+        || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .map(drop)
+        },
+    )
+    .await;
+    std::fs::write(
+        &file,
+        format!("[[mcp_servers]]\nname = \"sdk\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"sdk.\"\n"),
+    )
+    .unwrap();
+    let gateway = replica("mcp-python-sdk", &file, &[]);
+    let http = client();
+    assert_eq!(
+        tool_names(&http, &gateway).await,
+        ["sdk.broken", "sdk.note"]
+    );
+    let body = call("sdk.note", json!({"text": "hi"}), "n1");
+    let (status, first) = post(&http, &gateway, &body).await;
+    assert_eq!(
+        (status, first["status"].as_str()),
+        (200, Some("completed")),
+        "{first}"
+    );
+    assert_eq!(
+        first["data"],
+        json!({"text": "hi", "key": first["execution_id"]}),
+        "{first}"
+    );
+    let (_, replay) = post(&http, &gateway, &body).await;
+    assert_eq!(
+        (replay["replayed"].as_bool(), &replay["data"]),
+        (Some(true), &first["data"])
+    );
+    let (_, failed) = post(&http, &gateway, &call("sdk.broken", json!({}), "b1")).await;
+    assert_eq!(
+        (failed["status"].as_str(), failed["error"]["code"].as_str()),
+        (Some("failed"), Some("UPSTREAM_TOOL_ERROR")),
+        "{failed}"
+    );
+    let seen: Vec<Value> = std::fs::read_to_string(&state)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[0]["key"], first["execution_id"]);
+    assert_eq!(seen[1]["key"], failed["execution_id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn while_a_stdio_server_is_down_its_tools_answer_503_and_the_same_call_runs_once_it_is_back()
+{
+    let file = write_tools_file("");
+    let state = file.with_file_name("state.jsonl");
+    let gate = file.with_file_name("gate");
+    std::fs::write(
+        &file,
+        format!(
+            "[[mcp_servers]]\nname = \"py\"\ncommand = \"python3\"\nargs = [{:?}]\nprefix = \"py.\"\nenv = {{ STATE_FILE = {:?}, GATE_FILE = {:?} }}\n",
+            stdio_server().display().to_string(),
+            state.display().to_string(),
+            gate.display().to_string()
+        ),
+    )
+    .unwrap();
+    let gateway = replica("mcp-stdio-down", &file, &[]);
+    let http = client();
+    let pid = started_pids(&state)[0];
+    std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    // Restarts are refused until the gate opens: the server stays down.
+    eventually(Duration::from_secs(10), "a refused restart", || async {
+        let refused = events(&state)
+            .iter()
+            .filter(|e| e["event"] == "refused")
+            .count();
+        if refused > 0 {
+            Ok(())
+        } else {
+            Err(refused)
+        }
+    })
+    .await;
+    let body = call("py.write", json!({"text": "later"}), "d1");
+    let response = http
+        .post(gateway.url("/v1/executions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], "UPSTREAM_UNAVAILABLE", "{problem}");
+    assert!(calls_of(&state, "write").is_empty());
+    std::fs::write(&gate, "open").unwrap();
+    let done = eventually(
+        Duration::from_secs(15),
+        "the same call runs once the server is back",
+        || async {
+            let (status, answer) = post(&http, &gateway, &body).await;
+            if status == 200 {
+                Ok(answer)
+            } else {
+                Err((status, answer))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        (done["status"].as_str(), done["replayed"].as_bool()),
+        (Some("completed"), Some(false)),
+        "{done}"
+    );
+    let writes = calls_of(&state, "write");
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(writes[0]["key"], done["execution_id"]);
+}

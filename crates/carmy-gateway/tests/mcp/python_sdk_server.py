@@ -1,0 +1,48 @@
+"""An MCP server written with the official Python SDK (`mcp` 2.x from PyPI), served over
+Streamable HTTP on 127.0.0.1:<port>/mcp, for the gateway's interoperability test. Each call is
+appended to $STATE_FILE as one JSON line with the key Carmy sent in
+params._meta["io.carmy/idempotency_key"].
+
+Usage: python python_sdk_server.py <port>
+"""
+
+import json
+import os
+import sys
+from typing import Optional, TypedDict
+
+from mcp.server.mcpserver import Context, MCPServer
+
+STATE = os.environ["STATE_FILE"]
+server = MCPServer("carmy-test-python-sdk")
+
+
+def record(tool, arguments, ctx):
+    meta = ctx.request_context.meta
+    if meta is not None and not isinstance(meta, dict):
+        meta = meta.model_dump(by_alias=True) if hasattr(meta, "model_dump") else dict(meta)
+    key = (meta or {}).get("io.carmy/idempotency_key")
+    with open(STATE, "a") as state:
+        state.write(json.dumps({"tool": tool, "arguments": arguments, "key": key}) + "\n")
+    return key
+
+
+class Note(TypedDict):
+    text: str
+    key: Optional[str]
+
+
+@server.tool(description="Records a note")
+def note(text: str, ctx: Context) -> Note:
+    key = record("note", {"text": text}, ctx)
+    return {"text": text, "key": key}
+
+
+@server.tool(description="Always fails")
+def broken(ctx: Context) -> str:
+    record("broken", {}, ctx)
+    raise ValueError("broken on purpose")
+
+
+if __name__ == "__main__":
+    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))

@@ -1,0 +1,97 @@
+//! Opening one MCP client connection with `rmcp`: Streamable HTTP through the shared reqwest
+//! client with the configured (secret) headers, or a child process on stdio; and waiting for
+//! it to end while relaying `notifications/tools/list_changed`.
+
+use crate::spec::{McpServerSpec, McpTransport};
+use rmcp::model::ClientConfig;
+use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ServiceExt};
+use std::future::Future;
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// The client side of one connection: it wakes the supervisor when the tool list changes.
+pub(super) struct Listener {
+    changed: Arc<Notify>,
+}
+
+impl ClientHandler for Listener {
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        self.changed.notify_one();
+        std::future::ready(())
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
+    }
+}
+
+/// A running client connection.
+pub(super) struct Running(RunningService<RoleClient, Listener>);
+
+impl Running {
+    pub(super) fn peer(&self) -> &Peer<RoleClient> {
+        self.0.peer()
+    }
+
+    /// Waits until the connection ends, running `refresh` on every tool-list change meanwhile.
+    pub(super) async fn wait_closed<F, Fut>(self, changed: &Notify, refresh: F)
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let closed = self.0.waiting();
+        tokio::pin!(closed);
+        loop {
+            tokio::select! {
+                _ = &mut closed => return,
+                () = changed.notified() => refresh().await,
+            }
+        }
+    }
+}
+
+/// Connects per `spec.transport`.
+pub(super) async fn connect(
+    spec: &McpServerSpec,
+    client: &reqwest::Client,
+    changed: Arc<Notify>,
+) -> Result<Running, String> {
+    let listener = Listener { changed };
+    let running = match &spec.transport {
+        McpTransport::Http { url, headers } => {
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            for header in headers {
+                config
+                    .custom_headers
+                    .insert(header.name.clone(), header.value.clone());
+            }
+            let transport = StreamableHttpClientTransport::with_client(client.clone(), config);
+            listener
+                .serve(transport)
+                .await
+                .map_err(|error| error.to_string())?
+        }
+        McpTransport::Stdio { command, args, env } => {
+            let mut child = tokio::process::Command::new(command);
+            child.args(args).kill_on_drop(true);
+            for (key, value) in env {
+                child.env(key, value.expose());
+            }
+            let (transport, _) = TokioChildProcess::builder(child)
+                .stderr(std::process::Stdio::inherit())
+                .spawn()
+                .map_err(|error| format!("cannot start {command:?}: {error}"))?;
+            listener
+                .serve(transport)
+                .await
+                .map_err(|error| error.to_string())?
+        }
+    };
+    Ok(Running(running))
+}
