@@ -46,6 +46,17 @@ pub struct Config {
     #[arg(long, env = "CARMY_API_KEYS_FILE", global = true)]
     pub api_keys_file: Option<PathBuf>,
 
+    /// Operator keys as `key=name` pairs, comma separated (docs/semantics.md §12): an operator
+    /// may resolve, release and list any principal's executions, recorded as
+    /// `operator:<name>`. A key must not also be an API key.
+    #[arg(
+        long,
+        env = "CARMY_OPERATOR_KEYS",
+        hide_env_values = true,
+        global = true
+    )]
+    pub operator_keys: Option<String>,
+
     /// Serve without API keys on a non-loopback address (every caller is `anonymous`).
     #[arg(long, env = "CARMY_ALLOW_ANONYMOUS_NETWORK", global = true)]
     pub allow_anonymous_network: bool,

@@ -85,6 +85,8 @@ pub fn load_api_keys(config: &Config) -> Result<ApiKeys, GatewayError> {
 /// [`GatewayError`] when keys, migrations or the database fail.
 pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     let keys = load_api_keys(config)?;
+    let operators = ApiKeys::parse(config.operator_keys.as_deref().unwrap_or_default())
+        .map_err(|error| GatewayError::ApiKeys(format!("CARMY_OPERATOR_KEYS: {error}")))?;
     let mut memory = None;
     let (store, orders): (Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>) =
         match &config.database_url {
@@ -131,6 +133,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     let mut builder = carmy::app()
         .idempotency_store(store)
         .api_keys(keys)
+        .operator_keys(operators)
         .listen(config.listen)
         .allow_anonymous_network(config.allow_anonymous_network)
         .max_body_bytes(config.max_body_bytes)

@@ -1,5 +1,11 @@
 //! Cancel requests between replicas over PostgreSQL `LISTEN`/`NOTIFY` on [`CANCEL_CHANNEL`]:
 //! one dedicated listening connection per store forwards each request to a broadcast channel.
+//! Also the freeing of reservations whose tool never ran ([`release_unused`]).
+
+use crate::failure::Failure;
+use crate::sql::{NOTIFY_CANCEL_SQL, RELEASE_RESERVATION_SQL};
+use carmy::runtime::IdempotencyKey;
+use sqlx::postgres::PgPool;
 
 use carmy::outcome::ExecutionId;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
@@ -53,4 +59,39 @@ async fn forward_cancels(
         // No receiver is fine: then nothing runs here that could be cancelled.
         let _ = cancels.send(ExecutionId::from_stored(notification.payload()));
     }
+}
+
+/// `NOTIFY carmy_cancel, '<execution_id>'`: every replica hears it; the one running the
+/// execution cancels it.
+pub(crate) async fn request_cancel(
+    pool: &PgPool,
+    execution_id: &ExecutionId,
+) -> Result<(), Failure> {
+    sqlx::query(NOTIFY_CANCEL_SQL)
+        .bind(CANCEL_CHANNEL)
+        .bind(execution_id.as_str())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// One autocommitted `DELETE` of the row, only while it is `running` and held by
+/// `execution_id` (`IdempotencyStore::release`: a reservation whose tool never ran).
+pub(crate) async fn release_unused(
+    pool: &PgPool,
+    key: &IdempotencyKey,
+    execution_id: &ExecutionId,
+) -> Result<(), Failure> {
+    let deleted = sqlx::query(RELEASE_RESERVATION_SQL)
+        .bind(&key.principal)
+        .bind(&key.session_id)
+        .bind(&key.request_id)
+        .bind(execution_id.as_str())
+        .execute(pool)
+        .await?
+        .rows_affected();
+    if deleted > 0 {
+        tracing::info!(%execution_id, "freed a reservation whose tool never ran");
+    }
+    Ok(())
 }

@@ -21,7 +21,11 @@
 //! used by the store's statements in [`sql`]) and the view `carmy.uncertain_executions` listing
 //! executions whose outcome is not known.
 //!
-//! Modules: `store` ([`PostgresStore`]), [`sql`] (every statement), `options`
+//! Decisions (docs/semantics.md §12) are the SQL functions `carmy.resolve_execution` and
+//! `carmy.release_execution`, called by the store (`decide`) and by DBAs alike, with the audit
+//! trail in `carmy.audit_log` and released executions in `carmy.released_executions`.
+//!
+//! Modules: `store` ([`PostgresStore`]), [`sql`] (every statement), `decide`, `options`
 //! ([`PostgresStoreOptions`], [`OptionsError`]), `lease`, `cancel`, `diagnosis`, `failure`,
 //! `decode`, `hot`, `ready`, `migrate`.
 //!
@@ -41,6 +45,7 @@
 //! ```
 
 mod cancel;
+mod decide;
 mod decode;
 mod diagnosis;
 mod failure;

@@ -3,7 +3,8 @@
 //! [`crate::options`], the lease in `lease`, cancel delivery in `cancel`, error classes in
 //! `failure`, row decoding in `decode` and the hot-path connections in `hot`.
 
-use crate::cancel::{listen_for_cancels, CANCEL_BACKLOG, CANCEL_CHANNEL};
+use crate::cancel::{listen_for_cancels, release_unused, request_cancel, CANCEL_BACKLOG};
+use crate::decide;
 use crate::decode::{decode_key, decode_record};
 use crate::diagnosis::{explain_connect, Diagnosis};
 use crate::failure::{lost_in_transit, Failure};
@@ -11,15 +12,13 @@ use crate::hot::{hot_pool, run_error, HotManager};
 use crate::lease::{renewal_interval, Lease};
 use crate::options::{pool_options, ConnectError, PostgresStoreOptions};
 use crate::ready::check_ready;
-use crate::sql::{
-    COMPLETE_RECHECK_SQL, COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, NOTIFY_CANCEL_SQL,
-    RELEASE_RESERVATION_SQL, RESERVE_SQL,
-};
+use crate::sql::{COMPLETE_RECHECK_SQL, COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, RESERVE_SQL};
+use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use carmy::runtime::{
-    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, Reservation,
-    StoreError, StoreFuture, StoredRecord,
+    Decided, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
+    Reservation, StoreError, StoreFuture, StoredRecord,
 };
 use sqlx::postgres::PgPool;
 use sqlx::Row;
@@ -202,27 +201,6 @@ impl PostgresStore {
         self.finish(ended).await
     }
 
-    /// One autocommitted `DELETE` of the row, only while it is `running` and held by
-    /// `execution_id`.
-    async fn release_impl(
-        &self,
-        key: &IdempotencyKey,
-        execution_id: &ExecutionId,
-    ) -> Result<(), Failure> {
-        let deleted = sqlx::query(RELEASE_RESERVATION_SQL)
-            .bind(&key.principal)
-            .bind(&key.session_id)
-            .bind(&key.request_id)
-            .bind(execution_id.as_str())
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        if deleted > 0 {
-            tracing::info!(%execution_id, "freed a reservation whose tool never ran");
-        }
-        Ok(())
-    }
-
     async fn reserve_impl(
         &self,
         key: &IdempotencyKey,
@@ -344,6 +322,7 @@ impl PostgresStore {
         Ok(row.as_ref().map(decode_record).transpose()?)
     }
 
+    /// The held execution, else the released one (`carmy.released_executions`).
     async fn find_execution_impl(
         &self,
         principal: &str,
@@ -355,23 +334,13 @@ impl PostgresStore {
             .fetch_optional(&self.pool)
             .await?;
         let Some(row) = row else {
-            return Ok(None);
+            return decide::find_released(&self.pool, principal, execution_id).await;
         };
         Ok(Some(ExecutionLookup {
             key: decode_key(&row)?,
             record: decode_record(&row)?,
+            released: None,
         }))
-    }
-
-    /// `NOTIFY carmy_cancel, '<execution_id>'`: every replica hears it; the one running the
-    /// execution cancels it.
-    async fn request_cancel_impl(&self, execution_id: &ExecutionId) -> Result<(), Failure> {
-        sqlx::query(NOTIFY_CANCEL_SQL)
-            .bind(CANCEL_CHANNEL)
-            .bind(execution_id.as_str())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
     }
 
     /// Whether this store can serve calls (see [`crate::ready`]).
@@ -417,7 +386,7 @@ impl IdempotencyStore for PostgresStore {
         execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.finish(self.release_impl(key, execution_id).await)
+            self.finish(release_unused(&self.pool, key, execution_id).await)
                 .await
         })
     }
@@ -465,11 +434,50 @@ impl IdempotencyStore for PostgresStore {
         Box::pin(self.check_ready_impl())
     }
 
+    /// `SELECT carmy.resolve_execution(…)`: the DBAs' function (see [`crate::decide`]).
+    fn resolve_execution<'a>(
+        &'a self,
+        request: &'a ResolveRequest,
+    ) -> StoreFuture<'a, Decided<ExecutionResult>> {
+        Box::pin(async move {
+            self.finish(decide::resolve(&self.pool, request).await)
+                .await
+        })
+    }
+
+    /// `SELECT carmy.release_execution(…)`: the DBAs' function (see [`crate::decide`]).
+    fn release_execution<'a>(
+        &'a self,
+        request: &'a ReleaseRequest,
+    ) -> StoreFuture<'a, Decided<Released>> {
+        Box::pin(async move {
+            self.finish(decide::release(&self.pool, request).await)
+                .await
+        })
+    }
+
+    fn list_executions<'a>(
+        &'a self,
+        query: &'a ExecutionQuery,
+    ) -> StoreFuture<'a, Vec<ExecutionLookup>> {
+        Box::pin(async move { self.finish(decide::list(&self.pool, query).await).await })
+    }
+
+    fn audit_trail<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Vec<AuditEntry>> {
+        Box::pin(async move {
+            self.finish(decide::audit_trail(&self.pool, execution_id).await)
+                .await
+        })
+    }
+
     /// `NOTIFY carmy_cancel, '<execution_id>'`: every replica hears it; the one running the
     /// execution cancels it.
     fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.finish(self.request_cancel_impl(execution_id).await)
+            self.finish(request_cancel(&self.pool, execution_id).await)
                 .await
         })
     }

@@ -75,6 +75,7 @@ fn result(
         session_id: key.session_id.clone(),
         started_at: at(1_700_000_000_123),
         finished_at: at(1_700_000_001_456),
+        resolution: None,
     }
 }
 
@@ -161,10 +162,11 @@ async fn migrate_twice_is_a_noop() {
         vec![
             (1, "reservations"),
             (3, "document_history"),
-            (4, "in_flight_state")
+            (4, "in_flight_state"),
+            (6, "decisions")
         ]
     );
-    assert_eq!(latest_migration_version(), 4);
+    assert_eq!(latest_migration_version(), 6);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -195,7 +197,13 @@ async fn migrations_alone_create_no_example_orders() {
     .unwrap();
     assert_eq!(
         tables,
-        vec!["instances", "refinery_schema_history", "reservations"]
+        vec![
+            "audit_log",
+            "instances",
+            "refinery_schema_history",
+            "released_executions",
+            "reservations"
+        ]
     );
     pool.close().await;
 }
@@ -219,7 +227,7 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3, 4]);
+    assert_eq!(versions, vec![1, 3, 4, 6]);
     pool.close().await;
 }
 
@@ -314,8 +322,10 @@ async fn schema_is_documented_and_constrained() {
     assert_eq!(
         relations,
         vec![
+            "audit_log",
             "instances",
             "refinery_schema_history",
+            "released_executions",
             "reservations",
             "uncertain_executions"
         ]
@@ -372,9 +382,21 @@ async fn schema_is_documented_and_constrained() {
     .fetch_all(&pool)
     .await
     .unwrap();
+    // Every function is documented; the in-flight rule is stable, decisions are volatile.
+    let expected = [
+        ("decision_refused", "v"),
+        ("explain_undecided", "v"),
+        ("in_flight_state", "s"),
+        ("record_timestamp", "i"),
+        ("release_execution", "v"),
+        ("resolve_execution", "v"),
+    ];
     assert_eq!(
         functions,
-        vec![("in_flight_state".to_owned(), "s".to_owned(), true)]
+        expected
+            .iter()
+            .map(|(name, volatility)| ((*name).to_owned(), (*volatility).to_owned(), true))
+            .collect::<Vec<_>>()
     );
     let view: String =
         sqlx::query_scalar("SELECT pg_get_viewdef('carmy.uncertain_executions'::regclass)")
@@ -1137,12 +1159,18 @@ async fn check_ready_after_migrate_and_not_before() {
         .execute(&pool)
         .await
         .unwrap();
+    // Versions need not be contiguous: the one before is whatever the history holds now.
+    let previous: Option<i32> =
+        sqlx::query_scalar("SELECT max(version) FROM carmy.refinery_schema_history")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     let reason = assert_unavailable(store.check_ready().await);
     assert_eq!(
         reason,
         format!(
             "migrations not applied (found version {}, need {latest})",
-            latest - 1
+            previous.unwrap()
         )
     );
     sqlx::query("DELETE FROM carmy.refinery_schema_history")

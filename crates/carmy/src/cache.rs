@@ -8,12 +8,14 @@
 //! An operator who deletes or rewrites a finished row with SQL sees the change on a replica only
 //! after the entry expires (the time to live), or at once with the cache disabled.
 
+use crate::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
 use crate::runtime::{
-    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, RecordState,
-    Reservation, StoreFuture, StoredRecord,
+    Decided, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
+    RecordState, Reservation, StoreFuture, StoredRecord,
 };
+use crate::ExecutionResult;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -145,6 +147,37 @@ impl IdempotencyStore for ReplayCache {
 
     fn check_ready(&self) -> StoreFuture<'_, ()> {
         self.inner.check_ready()
+    }
+
+    /// Decisions act only on records without an outcome, which are never cached: nothing to
+    /// drop here.
+    fn resolve_execution<'a>(
+        &'a self,
+        request: &'a ResolveRequest,
+    ) -> StoreFuture<'a, Decided<ExecutionResult>> {
+        self.inner.resolve_execution(request)
+    }
+
+    fn release_execution<'a>(
+        &'a self,
+        request: &'a ReleaseRequest,
+    ) -> StoreFuture<'a, Decided<Released>> {
+        // Only records without an outcome are released, and those are never cached.
+        self.inner.release_execution(request)
+    }
+
+    fn list_executions<'a>(
+        &'a self,
+        query: &'a ExecutionQuery,
+    ) -> StoreFuture<'a, Vec<ExecutionLookup>> {
+        self.inner.list_executions(query)
+    }
+
+    fn audit_trail<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Vec<AuditEntry>> {
+        self.inner.audit_trail(execution_id)
     }
 
     fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {

@@ -42,6 +42,7 @@ pub mod cache;
 pub mod call;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod decision;
 pub mod engine;
 pub mod fault;
 pub mod fingerprint;

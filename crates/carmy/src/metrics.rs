@@ -21,12 +21,18 @@ struct OutcomeLabels {
     status: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabels {
+    action: String,
+}
+
 /// The counters of one process. Cloning shares them.
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
     tool_runs: Family<ToolLabels, Counter>,
     tool_outcomes: Family<OutcomeLabels, Counter>,
+    decisions: Family<DecisionLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -44,10 +50,17 @@ impl Default for Metrics {
             "Tool executions finished by this process, by recorded status",
             tool_outcomes.clone(),
         );
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        registry.register(
+            "carmy_decisions",
+            "Decisions on uncertain executions taken through this process (action = resolve or release; docs/semantics.md §12)",
+            decisions.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             tool_runs,
             tool_outcomes,
+            decisions,
         }
     }
 }
@@ -75,6 +88,15 @@ impl Metrics {
             .get_or_create(&OutcomeLabels {
                 tool: tool.into(),
                 status: status.as_str().into(),
+            })
+            .inc();
+    }
+
+    /// A decision (`resolve` or `release`) won.
+    pub(crate) fn decided(&self, action: crate::decision::AuditAction) {
+        self.decisions
+            .get_or_create(&DecisionLabels {
+                action: action.as_str().into(),
             })
             .inc();
     }

@@ -5,6 +5,10 @@
 //! before a tool runs and [`IdempotencyStore::complete`] after it finished; every answer to a later
 //! attempt with the same identity comes from what the store recorded.
 
+use crate::decision::{
+    AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, Resolution,
+    ResolveRequest,
+};
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use std::future::Future;
@@ -160,10 +164,13 @@ impl From<Existing> for Reservation {
 /// An execution read back by id for `GET /v1/executions/{execution_id}` (docs/semantics.md §7).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExecutionLookup {
-    /// The identity it holds.
+    /// The identity it holds (or held, when released).
     pub key: IdempotencyKey,
-    /// The record.
+    /// The record; for a released execution, its state when it was released.
     pub record: StoredRecord,
+    /// `Some` when the execution was released (docs/semantics.md §12): it no longer holds its
+    /// identity and is kept as history.
+    pub released: Option<Resolution>,
 }
 
 /// Why a store could not answer.
@@ -191,6 +198,9 @@ pub enum StoreError {
         execution_id: ExecutionId,
     },
 }
+
+/// The answer of a decision: what it recorded, or why it changed nothing.
+pub type Decided<T> = Result<T, DecisionRefusal>;
 
 /// A durable (or process-local) record of reservations and outcomes (docs/semantics.md §8).
 ///
@@ -236,6 +246,22 @@ pub enum StoreError {
 ///     }
 ///     fn check_ready(&self) -> StoreFuture<'_, ()> {
 ///         self.0.check_ready()
+///     }
+///     fn resolve_execution<'a>(&'a self, request: &'a carmy::decision::ResolveRequest)
+///         -> StoreFuture<'a, Decided<carmy::ExecutionResult>> {
+///         self.0.resolve_execution(request)
+///     }
+///     fn release_execution<'a>(&'a self, request: &'a carmy::decision::ReleaseRequest)
+///         -> StoreFuture<'a, Decided<carmy::decision::Released>> {
+///         self.0.release_execution(request)
+///     }
+///     fn list_executions<'a>(&'a self, query: &'a carmy::decision::ExecutionQuery)
+///         -> StoreFuture<'a, Vec<ExecutionLookup>> {
+///         self.0.list_executions(query)
+///     }
+///     fn audit_trail<'a>(&'a self, execution_id: &'a ExecutionId)
+///         -> StoreFuture<'a, Vec<carmy::decision::AuditEntry>> {
+///         self.0.audit_trail(execution_id)
 ///     }
 ///     // request_cancel, cancel_requests and shutdown not forwarded: error E0046.
 /// }
@@ -306,6 +332,55 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError::Unavailable`] with the reason.
     fn check_ready(&self) -> StoreFuture<'_, ()>;
+
+    /// Records the outcome that reconciliation found for an execution without one
+    /// (docs/semantics.md §12), in one compare-and-set step with its audit row
+    /// ([`AuditAction::Resolve`](crate::decision::AuditAction)): of any number of concurrent
+    /// decisions on one execution exactly one wins. The recorded outcome carries
+    /// `resolution: {by, at, note}` and replays like any other.
+    ///
+    /// The request is already checked ([`crate::decision::check_outcome`],
+    /// [`crate::decision::check_note`]).
+    ///
+    /// # Errors
+    /// `Ok(Err(`[`DecisionRefusal`]`))` when nothing changed: not found (or another principal's
+    /// when `request.principal` is set), already decided (finished, resolved or released), or
+    /// still running without `force`. [`StoreError::Unavailable`] when the store fails.
+    fn resolve_execution<'a>(
+        &'a self,
+        request: &'a ResolveRequest,
+    ) -> StoreFuture<'a, Decided<ExecutionResult>>;
+
+    /// Frees the identity of an execution without an outcome, so the next attempt runs the
+    /// tool (docs/semantics.md §12): in one compare-and-set step the record moves to history
+    /// (kept, never deleted without trace; [`IdempotencyStore::find_execution`] still finds
+    /// it, with [`ExecutionLookup::released`]) and an audit row
+    /// ([`AuditAction::Release`](crate::decision::AuditAction)) is written.
+    ///
+    /// # Errors
+    /// As [`IdempotencyStore::resolve_execution`].
+    fn release_execution<'a>(
+        &'a self,
+        request: &'a ReleaseRequest,
+    ) -> StoreFuture<'a, Decided<Released>>;
+
+    /// Lists records matching `query`, oldest reservation first, at most `query.limit`
+    /// (docs/semantics.md §12: operators list the uncertain executions across principals).
+    /// Released executions are not listed.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn list_executions<'a>(
+        &'a self,
+        query: &'a ExecutionQuery,
+    ) -> StoreFuture<'a, Vec<ExecutionLookup>>;
+
+    /// The audit rows of one execution, oldest first (docs/semantics.md §12).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn audit_trail<'a>(&'a self, execution_id: &'a ExecutionId)
+        -> StoreFuture<'a, Vec<AuditEntry>>;
 
     /// Asks the process that runs `execution_id` to cancel it (`POST
     /// /v1/executions/{execution_id}/cancel` landing on another replica). Delivery is best

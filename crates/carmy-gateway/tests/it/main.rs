@@ -10,6 +10,8 @@ mod hostile_input;
 mod memory_cases;
 mod postgres_outages;
 mod postgres_replicas;
+mod recovery_http;
+mod recovery_replicas;
 mod round_trips;
 mod security;
 mod shutdown_and_cancel;

@@ -56,10 +56,22 @@ pub enum Refusal {
         /// The execution that ran.
         execution_id: ExecutionId,
     },
-    /// A cancel request for an execution that already has an outcome; nothing changed.
+    /// A cancel request, or a decision (resolve or release, docs/semantics.md §12), for an
+    /// execution that already has an outcome or was released; nothing changed (HTTP: 409
+    /// `EXECUTION_FINISHED`).
     #[error("execution {execution_id} already finished")]
     Finished {
         /// The finished execution.
+        execution_id: ExecutionId,
+    },
+    /// A decision (resolve or release, docs/semantics.md §12) on an execution whose owner still
+    /// holds its lease: the tool may still be running and may still record its own outcome.
+    /// Nothing changed. Fronts tell the caller to wait for the outcome, or to repeat the
+    /// decision with `force` once reconciliation shows what happened (HTTP: 409
+    /// `EXECUTION_RUNNING`).
+    #[error("execution {execution_id} is still running on a live replica")]
+    StillRunning {
+        /// The running execution.
         execution_id: ExecutionId,
     },
     /// No such execution for this principal.

@@ -2,14 +2,17 @@
 //!
 //! Submodules: [`answer`] (the engine's answers and refusals, and the one mapping of store
 //! failures), `run` (starting an execution and running its tool), `record` (recording outcomes
-//! and freeing unused reservations, with one backoff), `cancel` (local and remote cancellation).
+//! and freeing unused reservations, with one backoff), `cancel` (local and remote cancellation),
+//! [`decide`] (resolve, release and listing, docs/semantics.md §12).
 
 pub mod answer;
 mod cancel;
+pub mod decide;
 mod record;
 mod run;
 
 pub use answer::{Answer, CancelAnswer, Refusal};
+pub use decide::{Release, Resolve};
 
 use crate::call::ValidatedCall;
 use crate::fault;

@@ -67,11 +67,19 @@ pub enum ApiError {
         /// The execution that ran.
         execution_id: ExecutionId,
     },
-    /// 409 `EXECUTION_FINISHED`: a cancel request for an execution that already has an
-    /// outcome; the record is unchanged (`GET /v1/executions/{id}` shows it).
-    #[error("the execution already finished; its recorded outcome is unchanged")]
+    /// 409 `EXECUTION_FINISHED`: a cancel request or a decision (resolve, release) for an
+    /// execution that already has an outcome or was released; the record is unchanged (`GET
+    /// /v1/executions/{id}` shows it).
+    #[error("the execution already has an outcome or was released; nothing was changed (GET /v1/executions/{{execution_id}} shows the record)")]
     ExecutionFinished {
         /// The finished execution.
+        execution_id: ExecutionId,
+    },
+    /// 409 `EXECUTION_RUNNING`: a decision (resolve, release) on an execution whose owner still
+    /// holds its lease (docs/semantics.md §12); nothing changed.
+    #[error("the execution's owner is alive and its tool may still record an outcome; wait for it (GET /v1/executions/{{execution_id}}), or repeat the decision with \"force\": true once reconciliation shows what happened")]
+    ExecutionRunning {
+        /// The running execution.
         execution_id: ExecutionId,
     },
     /// 507 `IDEMPOTENCY_CAPACITY`: the in-memory store is full; nothing ran.
@@ -115,6 +123,7 @@ impl From<Refusal> for ApiError {
             },
             Refusal::RecordingPending { execution_id } => Self::RecordingPending { execution_id },
             Refusal::Finished { execution_id } => Self::ExecutionFinished { execution_id },
+            Refusal::StillRunning { execution_id } => Self::ExecutionRunning { execution_id },
             Refusal::NotFound => Self::NotFound("no such execution".into()),
             Refusal::Capacity => Self::Capacity,
             Refusal::StoreUnavailable => Self::StoreUnavailable,
@@ -177,7 +186,8 @@ impl ApiError {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::IdempotencyConflict { .. }
             | Self::ExecutionUncertain { .. }
-            | Self::ExecutionFinished { .. } => StatusCode::CONFLICT,
+            | Self::ExecutionFinished { .. }
+            | Self::ExecutionRunning { .. } => StatusCode::CONFLICT,
             Self::RecordingPending { .. }
             | Self::StoreUnavailable
             | Self::NotReady(_)
@@ -205,6 +215,7 @@ impl ApiError {
                 "EXECUTION_UNCERTAIN"
             }
             Self::ExecutionFinished { .. } => "EXECUTION_FINISHED",
+            Self::ExecutionRunning { .. } => "EXECUTION_RUNNING",
             Self::Capacity => "IDEMPOTENCY_CAPACITY",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::NotReady(_) => "NOT_READY",
@@ -227,6 +238,7 @@ impl ApiError {
                 "Execution uncertain"
             }
             Self::ExecutionFinished { .. } => "Execution finished",
+            Self::ExecutionRunning { .. } => "Execution running",
             Self::Capacity => "Idempotency store full",
             Self::StoreUnavailable => "Store unavailable",
             Self::NotReady(_) => "Not ready",
@@ -240,7 +252,8 @@ impl ApiError {
             Self::IdempotencyConflict { execution_id }
             | Self::ExecutionUncertain { execution_id, .. }
             | Self::RecordingPending { execution_id }
-            | Self::ExecutionFinished { execution_id } => Some(execution_id),
+            | Self::ExecutionFinished { execution_id }
+            | Self::ExecutionRunning { execution_id } => Some(execution_id),
             _ => None,
         }
     }
@@ -268,7 +281,9 @@ impl IntoResponse for ApiError {
         let code = self.code();
         let state = match &self {
             Self::ExecutionUncertain { state, .. } => Some(state.as_str()),
-            Self::RecordingPending { .. } => Some(InFlightState::Running.as_str()),
+            Self::RecordingPending { .. } | Self::ExecutionRunning { .. } => {
+                Some(InFlightState::Running.as_str())
+            }
             _ => None,
         };
         let body = ProblemBody {

@@ -4,12 +4,12 @@
 
 mod auth;
 pub mod error;
+mod recovery;
 
 use crate::auth::ApiKeys;
 use crate::call::{CallRejected, CallRequest, ValidatedCall};
 use crate::engine::{CancelAnswer, Engine};
 use crate::outcome::ExecutionId;
-use crate::runtime::RecordState;
 use auth::Principal;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
@@ -39,6 +39,8 @@ pub const DEFAULT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_
 pub(crate) struct AppState {
     pub(crate) engine: Arc<Engine>,
     pub(crate) keys: Arc<ApiKeys>,
+    /// Operator keys (docs/semantics.md §12), checked before `keys`.
+    pub(crate) operators: Arc<ApiKeys>,
     pub(crate) max_body_bytes: usize,
     pub(crate) body_timeout: std::time::Duration,
 }
@@ -48,11 +50,22 @@ pub(crate) fn router(state: AppState) -> Router {
     let max_body_bytes = state.max_body_bytes;
     let body_timeout = state.body_timeout;
     Router::new()
-        .route("/v1/executions", post(create_execution))
+        .route(
+            "/v1/executions",
+            post(create_execution).get(recovery::list_executions),
+        )
         .route("/v1/executions/{execution_id}", get(get_execution))
         .route(
             "/v1/executions/{execution_id}/cancel",
             post(cancel_execution),
+        )
+        .route(
+            "/v1/executions/{execution_id}/resolve",
+            post(recovery::resolve_execution),
+        )
+        .route(
+            "/v1/executions/{execution_id}/release",
+            post(recovery::release_execution),
         )
         .route("/v1/tools", get(list_tools))
         .route("/healthz", get(healthz))
@@ -203,19 +216,6 @@ fn execution_id_from_path(
     Ok(ExecutionId::from_stored(text))
 }
 
-/// The body of `GET /v1/executions/{id}` for an execution without an outcome yet: the members
-/// of a record, in the same order, with `status` `running` or `interrupted`.
-#[derive(serde::Serialize)]
-struct InFlightBody<'a> {
-    execution_id: &'a ExecutionId,
-    status: &'static str,
-    data: (),
-    error: (),
-    tool: &'a str,
-    request_id: &'a str,
-    session_id: &'a str,
-}
-
 async fn get_execution(
     State(state): State<AppState>,
     Principal(principal): Principal,
@@ -223,19 +223,7 @@ async fn get_execution(
 ) -> Result<Response, ApiError> {
     let execution_id = execution_id_from_path(execution_id)?;
     let found = state.engine.find(&principal, &execution_id).await?;
-    let body = match &found.record.state {
-        RecordState::Finished(result) => result.to_record_json(),
-        RecordState::InFlight(in_flight) => serde_json::to_string(&InFlightBody {
-            execution_id: &found.record.execution_id,
-            status: in_flight.as_str(),
-            data: (),
-            error: (),
-            tool: &found.record.tool,
-            request_id: &found.key.request_id,
-            session_id: &found.key.session_id,
-        })
-        .expect("an in-flight body always serializes"),
-    };
+    let body = recovery::record_body(&found);
     Ok(json_response(StatusCode::OK, body))
 }
 

@@ -1,11 +1,18 @@
-//! The process-local, bounded store (docs/semantics.md §8).
+//! The process-local, bounded store (docs/semantics.md §8), with decisions and their audit
+//! trail kept in memory too (`decide`, docs/semantics.md §12).
 
+mod decide;
+
+use crate::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
+use crate::runtime::Decided;
 use crate::runtime::{
     ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
     RecordState, Reservation, StoreError, StoreFuture, StoredRecord,
 };
+use crate::ExecutionResult;
+use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -26,6 +33,12 @@ pub struct InMemoryIdempotencyStore {
 struct Inner {
     by_key: HashMap<IdempotencyKey, StoredRecord>,
     by_execution: HashMap<ExecutionId, IdempotencyKey>,
+    /// When each held execution was reserved (a resolution's `started_at`).
+    reserved_at: HashMap<ExecutionId, DateTime<Utc>>,
+    /// Released executions: history, not counted against the capacity.
+    released: HashMap<ExecutionId, ExecutionLookup>,
+    /// Every decision's audit row, oldest first.
+    audit: Vec<AuditEntry>,
 }
 
 impl Default for InMemoryIdempotencyStore {
@@ -88,6 +101,9 @@ impl InMemoryIdempotencyStore {
         inner
             .by_execution
             .insert(intent.execution_id.clone(), key.clone());
+        inner
+            .reserved_at
+            .insert(intent.execution_id.clone(), decide::now_millis());
         Ok(Reservation::Reserved)
     }
 
@@ -150,6 +166,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         if unused {
             inner.by_key.remove(key);
             inner.by_execution.remove(execution_id);
+            inner.reserved_at.remove(execution_id);
         }
         drop(inner);
         Box::pin(async { Ok(()) })
@@ -165,23 +182,44 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         principal: &'a str,
         execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, Option<ExecutionLookup>> {
-        let inner = self.lock();
-        let answer = inner
-            .by_execution
-            .get(execution_id)
-            .filter(|key| key.principal == principal)
-            .and_then(|key| {
-                inner.by_key.get(key).map(|record| ExecutionLookup {
-                    key: key.clone(),
-                    record: record.clone(),
-                })
-            });
-        drop(inner);
+        let answer = self.lock().find(Some(principal), execution_id);
         Box::pin(async move { Ok(answer) })
     }
 
     fn check_ready(&self) -> StoreFuture<'_, ()> {
         Box::pin(async { Ok(()) })
+    }
+
+    fn resolve_execution<'a>(
+        &'a self,
+        request: &'a ResolveRequest,
+    ) -> StoreFuture<'a, Decided<ExecutionResult>> {
+        let answer = self.lock().resolve(request);
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn release_execution<'a>(
+        &'a self,
+        request: &'a ReleaseRequest,
+    ) -> StoreFuture<'a, Decided<Released>> {
+        let answer = self.lock().release(request);
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn list_executions<'a>(
+        &'a self,
+        query: &'a ExecutionQuery,
+    ) -> StoreFuture<'a, Vec<ExecutionLookup>> {
+        let answer = self.lock().list(query);
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn audit_trail<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Vec<AuditEntry>> {
+        let answer = self.lock().audit_of(execution_id);
+        Box::pin(async move { Ok(answer) })
     }
 
     /// Every execution runs in this process: nothing to publish.

@@ -1,0 +1,213 @@
+//! The recovery routes (docs/semantics.md §12): `POST /v1/executions/{id}/resolve`,
+//! `POST /v1/executions/{id}/release` and `GET /v1/executions` (listing, and lookup by
+//! identity), plus the one body of a record read by id.
+
+use super::auth::AuthenticatedCaller;
+use super::error::ApiError;
+use super::{execution_id_from_path, invalid, is_json_content_type, json_response, AppState};
+use crate::engine::{Release, Resolve};
+use crate::identity::validate_identifier;
+use crate::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
+use crate::runtime::{ExecutionLookup, InFlightState, RecordState, DEFAULT_SESSION};
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How many records `GET /v1/executions` lists when the query names no `limit`.
+const DEFAULT_LIST_LIMIT: usize = 100;
+
+/// The body of `POST /v1/executions/{id}/resolve`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ResolveBody {
+    status: String,
+    #[serde(default)]
+    data: Value,
+    #[serde(default)]
+    error: Option<ExecutionError>,
+    note: String,
+    #[serde(default)]
+    force: bool,
+}
+
+/// The body of `POST /v1/executions/{id}/release`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReleaseBody {
+    note: String,
+    #[serde(default)]
+    force: bool,
+}
+
+/// The query of `GET /v1/executions`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    state: Option<String>,
+    request_id: Option<String>,
+    session_id: Option<String>,
+    limit: Option<usize>,
+}
+
+/// Reads a JSON body strictly (duplicate members refused) into `T`.
+fn read_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let body = body.map_err(|rejection| invalid(rejection.body_text()))?;
+    if !is_json_content_type(headers) {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let text = std::str::from_utf8(&body).map_err(|_| invalid("the body is not UTF-8"))?;
+    let value = crate::strict_json::parse(text).map_err(invalid)?;
+    serde_json::from_value(value).map_err(invalid)
+}
+
+pub(super) async fn resolve_execution(
+    State(state): State<AppState>,
+    AuthenticatedCaller(caller): AuthenticatedCaller,
+    execution_id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let execution_id = execution_id_from_path(execution_id)?;
+    let body: ResolveBody = read_body(&headers, body)?;
+    let status = ExecutionStatus::parse(&body.status)
+        .ok_or_else(|| invalid("status must be one of completed, failed, timed_out, cancelled"))?;
+    let resolve = Resolve {
+        status,
+        data: body.data,
+        error: body.error,
+        note: body.note,
+        force: body.force,
+    };
+    let result = state
+        .engine
+        .resolve(&caller, &execution_id, resolve)
+        .await?;
+    Ok(json_response(StatusCode::OK, result.to_record_json()))
+}
+
+pub(super) async fn release_execution(
+    State(state): State<AppState>,
+    AuthenticatedCaller(caller): AuthenticatedCaller,
+    execution_id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let execution_id = execution_id_from_path(execution_id)?;
+    let body: ReleaseBody = read_body(&headers, body)?;
+    let release = Release {
+        note: body.note,
+        force: body.force,
+    };
+    let released = state
+        .engine
+        .release(&caller, &execution_id, release)
+        .await?;
+    let body = RecordBody {
+        execution_id: &released.execution_id,
+        status: "released",
+        data: (),
+        error: (),
+        tool: &released.tool,
+        request_id: &released.key.request_id,
+        session_id: &released.key.session_id,
+        resolution: Some(&released.resolution),
+    };
+    Ok(json_response(StatusCode::OK, to_json(&body)))
+}
+
+/// `GET /v1/executions`: with `request_id`, the caller's record for the identity
+/// (`session_id` defaults to `default`; 404 when none); otherwise the caller's records (an
+/// operator's: every principal's), optionally only those `running` or `interrupted`.
+pub(super) async fn list_executions(
+    State(state): State<AppState>,
+    AuthenticatedCaller(caller): AuthenticatedCaller,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|rejection| invalid(rejection.body_text()))?;
+    let in_flight = match query.state.as_deref() {
+        None => None,
+        Some("running") => Some(InFlightState::Running),
+        Some("interrupted") => Some(InFlightState::Interrupted),
+        Some(_) => return Err(invalid("state must be running or interrupted")),
+    };
+    for (field, value) in [
+        ("request_id", &query.request_id),
+        ("session_id", &query.session_id),
+    ] {
+        if let Some(value) = value {
+            validate_identifier(field, value).map_err(invalid)?;
+        }
+    }
+    if let Some(request_id) = query.request_id {
+        let session_id = query.session_id.unwrap_or_else(|| DEFAULT_SESSION.into());
+        let mut own = caller.clone();
+        // An identity names one principal's record: the caller's own, operator or not.
+        own.operator = None;
+        let found = state
+            .engine
+            .list(&own, in_flight, Some(session_id), Some(request_id), 1)
+            .await?;
+        let found = found.first().ok_or(ApiError::NotFound(
+            "no record for this request_id and session_id".into(),
+        ))?;
+        return Ok(json_response(StatusCode::OK, record_body(found)));
+    }
+    let limit = query.limit.unwrap_or(DEFAULT_LIST_LIMIT);
+    let found = state
+        .engine
+        .list(&caller, in_flight, query.session_id, None, limit)
+        .await?;
+    let bodies: Vec<String> = found.iter().map(record_body).collect();
+    Ok(json_response(
+        StatusCode::OK,
+        format!("{{\"executions\":[{}]}}", bodies.join(",")),
+    ))
+}
+
+/// The body of a record without an outcome (`running`, `interrupted`) or released: the
+/// members of a record in the same order, `data` and `error` `null`, and for a released one
+/// `resolution: {by, at, note}`.
+#[derive(Serialize)]
+struct RecordBody<'a> {
+    execution_id: &'a ExecutionId,
+    status: &'static str,
+    data: (),
+    error: (),
+    tool: &'a str,
+    request_id: &'a str,
+    session_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resolution: Option<&'a crate::decision::Resolution>,
+}
+
+fn to_json(body: &RecordBody<'_>) -> String {
+    serde_json::to_string(body).expect("a record body always serializes")
+}
+
+/// The JSON of a record read back (`GET /v1/executions/{id}` and listings): a finished
+/// record's stored text, else a [`RecordBody`].
+pub(super) fn record_body(found: &ExecutionLookup) -> String {
+    let status = match (&found.released, &found.record.state) {
+        (None, RecordState::Finished(result)) => return result.to_record_json(),
+        (Some(_), _) => "released",
+        (None, RecordState::InFlight(in_flight)) => in_flight.as_str(),
+    };
+    to_json(&RecordBody {
+        execution_id: &found.record.execution_id,
+        status,
+        data: (),
+        error: (),
+        tool: &found.record.tool,
+        request_id: &found.key.request_id,
+        session_id: &found.key.session_id,
+        resolution: found.released.as_ref(),
+    })
+}
