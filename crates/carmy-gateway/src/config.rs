@@ -103,6 +103,12 @@ pub struct Config {
           value_parser = InRange::<u64>::at_least(1), global = true)]
     pub db_acquire_timeout_ms: u64,
 
+    /// Longest wait (ms) a call may ask for with `Prefer: wait=N` for a running duplicate's
+    /// outcome (docs/semantics.md §12); longer waits are cut to it, 0 turns waiting off.
+    #[arg(long, env = "CARMY_MAX_WAIT_MS", default_value_t = millis(EngineConfig::default().max_wait),
+          value_parser = InRange::<u64>::new(0, 3_600_000), global = true)]
+    pub max_wait_ms: u64,
+
     /// Lease of this process's executions (ms): another replica reports an execution
     /// `interrupted` once its owner has not renewed for this long. From 1 ms to 24 h (the
     /// store's limit).

@@ -142,6 +142,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
             default_tool_timeout: Duration::from_millis(config.tool_timeout_ms),
             max_result_bytes: config.max_result_bytes,
             drain_period: Duration::from_millis(config.drain_ms),
+            max_wait: Duration::from_millis(config.max_wait_ms),
             ..EngineConfig::default()
         });
     for tool in tools::example_tools(orders) {

@@ -16,6 +16,14 @@ use tokio::sync::{broadcast, watch};
 /// is the execution id.
 pub const CANCEL_CHANNEL: &str = "carmy_cancel";
 
+/// The channel on which a trigger announces a recorded outcome that a call waits for
+/// (migration `V7`); the payload is the execution id.
+pub const RECORDED_CHANNEL: &str = "carmy_recorded";
+
+/// The channel on which `carmy.resolve_execution` and `carmy.release_execution` announce a
+/// decision (migration `V6`); the payload is the execution id.
+pub const DECIDED_CHANNEL: &str = "carmy_decided";
+
 /// How many cancel requests a slow subscriber may fall behind before it misses some.
 pub(crate) const CANCEL_BACKLOG: usize = 256;
 
@@ -26,14 +34,18 @@ const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 /// each payload to `cancels`, until `stopped` turns true. Reconnects after a failure; requests
 /// sent while disconnected are lost (cancellation is best effort; the requester watches the
 /// record).
+///
+/// The same connection listens on [`RECORDED_CHANNEL`] and [`DECIDED_CHANNEL`], forwarding
+/// their payloads to `recorded` (for calls that wait for an outcome).
 pub(crate) async fn listen_for_cancels(
     connect: PgConnectOptions,
     cancels: broadcast::Sender<ExecutionId>,
+    recorded: broadcast::Sender<ExecutionId>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let listen = async {
         loop {
-            let Err(error) = forward_cancels(&connect, &cancels).await;
+            let Err(error) = forward_cancels(&connect, &cancels, &recorded).await;
             tracing::warn!(%error, "cancel listener failed; reconnecting");
             tokio::time::sleep(RECONNECT_AFTER).await;
         }
@@ -48,16 +60,24 @@ pub(crate) async fn listen_for_cancels(
 async fn forward_cancels(
     connect: &PgConnectOptions,
     cancels: &broadcast::Sender<ExecutionId>,
+    recorded: &broadcast::Sender<ExecutionId>,
 ) -> Result<std::convert::Infallible, sqlx::Error> {
     let connection = PgPoolOptions::new()
         .max_connections(1)
         .connect_lazy_with(connect.clone());
     let mut listener = PgListener::connect_with(&connection).await?;
-    listener.listen(CANCEL_CHANNEL).await?;
+    listener
+        .listen_all([CANCEL_CHANNEL, RECORDED_CHANNEL, DECIDED_CHANNEL])
+        .await?;
     loop {
         let notification = listener.recv().await?;
-        // No receiver is fine: then nothing runs here that could be cancelled.
-        let _ = cancels.send(ExecutionId::from_stored(notification.payload()));
+        let execution_id = ExecutionId::from_stored(notification.payload());
+        // No receiver is fine: then nothing here runs or waits for that execution.
+        let _ = if notification.channel() == CANCEL_CHANNEL {
+            cancels.send(execution_id)
+        } else {
+            recorded.send(execution_id)
+        };
     }
 }
 

@@ -12,7 +12,9 @@ use crate::hot::{hot_pool, run_error, HotManager};
 use crate::lease::{renewal_interval, Lease};
 use crate::options::{pool_options, ConnectError, PostgresStoreOptions};
 use crate::ready::check_ready;
-use crate::sql::{COMPLETE_RECHECK_SQL, COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, RESERVE_SQL};
+use crate::recheck::already_recorded;
+use crate::sql::{COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, RESERVE_SQL};
+use crate::wait;
 use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
@@ -20,6 +22,7 @@ use carmy::runtime::{
     Decided, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
     Reservation, StoreError, StoreFuture, StoredRecord,
 };
+use carmy::wait::until_decided;
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 use std::sync::{Arc, Mutex};
@@ -69,6 +72,8 @@ pub struct PostgresStore {
     stop: watch::Sender<bool>,
     renewer: Mutex<Option<JoinHandle<()>>>,
     cancels: broadcast::Sender<ExecutionId>,
+    /// Executions whose outcome was recorded or decided, heard by the listener (for waiters).
+    recorded: broadcast::Sender<ExecutionId>,
     /// Connections for `reserve` and `complete` (see [`crate::hot`]).
     hot: bb8::Pool<HotManager>,
 }
@@ -147,9 +152,11 @@ impl PostgresStore {
             pool.options().get_acquire_timeout(),
         );
         let (cancels, _) = broadcast::channel(CANCEL_BACKLOG);
+        let (recorded, _) = broadcast::channel(CANCEL_BACKLOG);
         tokio::spawn(listen_for_cancels(
             connect,
             cancels.clone(),
+            recorded.clone(),
             stop.subscribe(),
         ));
         Ok(Self {
@@ -160,6 +167,7 @@ impl PostgresStore {
             stop,
             renewer: Mutex::new(Some(renewer)),
             cancels,
+            recorded,
             hot,
         })
     }
@@ -277,39 +285,13 @@ impl PostgresStore {
             hot.used(&done);
             done?.rows_affected()
         };
-        if updated == 1 || self.already_recorded(key, result, outcome).await? {
+        if updated == 1 || already_recorded(&self.pool, key, result, outcome).await? {
             return Ok(());
         }
         Err(StoreError::NotOwner {
             execution_id: result.execution_id.clone(),
         }
         .into())
-    }
-
-    /// After a `complete` update that matched nothing: whether the row already holds exactly
-    /// this outcome of this execution (a retry after a lost acknowledgement). Otherwise this
-    /// execution does not hold the reservation.
-    async fn already_recorded(
-        &self,
-        key: &IdempotencyKey,
-        result: &ExecutionResult,
-        outcome: &str,
-    ) -> Result<bool, Failure> {
-        let row = sqlx::query(COMPLETE_RECHECK_SQL)
-            .bind(&key.principal)
-            .bind(&key.session_id)
-            .bind(&key.request_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        let Some(row) = row else {
-            return Ok(false);
-        };
-        let execution_id: String = row.try_get("execution_id")?;
-        let state: String = row.try_get("state")?;
-        let stored: Option<String> = row.try_get("outcome")?;
-        Ok(execution_id == result.execution_id.as_str()
-            && state != "running"
-            && stored.as_deref() == Some(outcome))
     }
 
     async fn lookup_impl(&self, key: &IdempotencyKey) -> Result<Option<StoredRecord>, Failure> {
@@ -453,6 +435,24 @@ impl IdempotencyStore for PostgresStore {
         Box::pin(async move {
             self.finish(decide::release(&self.pool, request).await)
                 .await
+        })
+    }
+
+    /// Registers in `carmy.outcome_waiters`, waits on the listener (see [`crate::wait`]).
+    fn wait_for_outcome<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+        timeout: std::time::Duration,
+    ) -> StoreFuture<'a, Option<StoredRecord>> {
+        Box::pin(async move {
+            let recorded = Some(self.recorded.subscribe());
+            let waiter = self
+                .finish(wait::register(&self.pool, execution_id).await)
+                .await?;
+            let record = until_decided(self, recorded, key, execution_id, timeout).await;
+            wait::unregister(&self.pool, execution_id, &waiter).await;
+            record
         })
     }
 

@@ -82,6 +82,15 @@ impl IdempotencyStore for OwnedStore {
         self.store.list_executions(query)
     }
 
+    fn wait_for_outcome<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+        timeout: std::time::Duration,
+    ) -> carmy::runtime::StoreFuture<'a, Option<carmy::runtime::StoredRecord>> {
+        self.store.wait_for_outcome(key, execution_id, timeout)
+    }
+
     fn audit_trail<'a>(
         &'a self,
         execution_id: &'a ExecutionId,

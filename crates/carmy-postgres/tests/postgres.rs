@@ -163,10 +163,11 @@ async fn migrate_twice_is_a_noop() {
             (1, "reservations"),
             (3, "document_history"),
             (4, "in_flight_state"),
-            (6, "decisions")
+            (6, "decisions"),
+            (7, "outcome_waiters")
         ]
     );
-    assert_eq!(latest_migration_version(), 6);
+    assert_eq!(latest_migration_version(), 7);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -200,6 +201,7 @@ async fn migrations_alone_create_no_example_orders() {
         vec![
             "audit_log",
             "instances",
+            "outcome_waiters",
             "refinery_schema_history",
             "released_executions",
             "reservations"
@@ -227,7 +229,7 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3, 4, 6]);
+    assert_eq!(versions, vec![1, 3, 4, 6, 7]);
     pool.close().await;
 }
 
@@ -324,6 +326,7 @@ async fn schema_is_documented_and_constrained() {
         vec![
             "audit_log",
             "instances",
+            "outcome_waiters",
             "refinery_schema_history",
             "released_executions",
             "reservations",
@@ -387,6 +390,7 @@ async fn schema_is_documented_and_constrained() {
         ("decision_refused", "v"),
         ("explain_undecided", "v"),
         ("in_flight_state", "s"),
+        ("notify_outcome_waiters", "v"),
         ("record_timestamp", "i"),
         ("release_execution", "v"),
         ("resolve_execution", "v"),

@@ -166,6 +166,16 @@ impl IdempotencyStore for ReplayCache {
         self.inner.release_execution(request)
     }
 
+    /// Running records are never cached: the inner store waits and reads.
+    fn wait_for_outcome<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+        timeout: Duration,
+    ) -> StoreFuture<'a, Option<StoredRecord>> {
+        self.inner.wait_for_outcome(key, execution_id, timeout)
+    }
+
     fn list_executions<'a>(
         &'a self,
         query: &'a ExecutionQuery,

@@ -54,6 +54,7 @@ pub mod outcome;
 pub mod runtime;
 pub mod strict_json;
 pub mod tool;
+pub mod wait;
 
 pub use app::{app, App, AppBuilder, AppError};
 pub use outcome::{

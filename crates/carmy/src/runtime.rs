@@ -263,6 +263,11 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 ///         -> StoreFuture<'a, Vec<carmy::decision::AuditEntry>> {
 ///         self.0.audit_trail(execution_id)
 ///     }
+///     fn wait_for_outcome<'a>(&'a self, key: &'a IdempotencyKey,
+///         execution_id: &'a ExecutionId, timeout: std::time::Duration)
+///         -> StoreFuture<'a, Option<StoredRecord>> {
+///         self.0.wait_for_outcome(key, execution_id, timeout)
+///     }
 ///     // request_cancel, cancel_requests and shutdown not forwarded: error E0046.
 /// }
 /// ```
@@ -381,6 +386,22 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// [`StoreError::Unavailable`] when the store fails.
     fn audit_trail<'a>(&'a self, execution_id: &'a ExecutionId)
         -> StoreFuture<'a, Vec<AuditEntry>>;
+
+    /// Waits until `execution_id`, which holds `key` without an outcome, gets one (recorded by
+    /// its tool on any replica, or decided) or no longer holds the identity (released), at most
+    /// `timeout`; returns `key`'s record as last read (`None` when vacant). Woken by the store's
+    /// notifications (PostgreSQL: `LISTEN`/`NOTIFY` across replicas), and reading the record at
+    /// least every second ([`crate::wait::until_decided`] is the loop to use). For `Prefer:
+    /// wait=N` (docs/semantics.md §12).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn wait_for_outcome<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+        timeout: std::time::Duration,
+    ) -> StoreFuture<'a, Option<StoredRecord>>;
 
     /// Asks the process that runs `execution_id` to cancel it (`POST
     /// /v1/executions/{execution_id}/cancel` landing on another replica). Delivery is best

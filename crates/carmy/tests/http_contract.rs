@@ -139,6 +139,15 @@ impl IdempotencyStore for FaultyStore {
         self.inner.list_executions(query)
     }
 
+    fn wait_for_outcome<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+        timeout: std::time::Duration,
+    ) -> carmy::runtime::StoreFuture<'a, Option<carmy::runtime::StoredRecord>> {
+        self.inner.wait_for_outcome(key, execution_id, timeout)
+    }
+
     fn audit_trail<'a>(
         &'a self,
         execution_id: &'a ExecutionId,

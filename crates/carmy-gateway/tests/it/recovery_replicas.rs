@@ -188,3 +188,85 @@ async fn the_dba_functions_are_the_api_decisions() {
     )
     .await;
 }
+
+/// POSTs `call` to `replica` with `Prefer: wait=<seconds>`; the status, body and time taken.
+async fn post_waiting(replica: &Replica, call: &Value, seconds: u64) -> (u16, Value, Duration) {
+    let started = std::time::Instant::now();
+    let response = client()
+        .post(replica.url("/v1/executions"))
+        .header("content-type", "application/json")
+        .header("prefer", format!("wait={seconds}"))
+        .body(call.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let body = response.json().await.unwrap();
+    (status, body, started.elapsed())
+}
+
+/// Waits until `replica` reads `request_id` as running; its execution id.
+async fn reserved(replica: &Replica, request_id: &str) -> Value {
+    let http = client();
+    let path = format!("/v1/executions?request_id={request_id}");
+    eventually(Duration::from_secs(10), "the call is reserved", || async {
+        let (_, body) = request(&http, replica, Method::GET, &path, None, None).await;
+        (body["status"] == "running")
+            .then(|| body["execution_id"].clone())
+            .ok_or(body)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiting_duplicate_on_another_replica_gets_the_outcome() {
+    let db = TestDb::create().await;
+    let a = Replica::start("wait-a", &env(&db));
+    let b = Replica::start("wait-b", &env(&db));
+    let call = json!({"tool": "sleep", "arguments": {"ms": 1500}, "request_id": "w5"});
+    let first = carmy_test_support::spawn_post(&client(), &a, &call);
+    let id = reserved(&b, "w5").await;
+    let (status, body, _) = post_waiting(&b, &call, 5).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["execution_id"], id);
+    assert_eq!(body["replayed"], true);
+    assert_eq!(body["data"], json!({"slept_ms": 1500}));
+    let (status, original) = first.await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(original["data"], body["data"]);
+    let runs = carmy_test_support::tool_runs(&client(), &a, "sleep").await
+        + carmy_test_support::tool_runs(&client(), &b, "sleep").await;
+    assert_eq!(runs, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wait_shorter_than_the_tool_ends_running_and_the_server_caps_it() {
+    let db = TestDb::create().await;
+    let a = Replica::start("short-a", &env(&db));
+    let mut capped_env = env(&db);
+    capped_env.push(("CARMY_MAX_WAIT_MS", "200"));
+    let capped = Replica::start("short-capped", &capped_env);
+    let call = json!({"tool": "sleep", "arguments": {"ms": 3000}, "request_id": "w1"});
+    carmy_test_support::spawn_post_unanswered(&client(), &a, &call);
+    let id = reserved(&a, "w1").await;
+    let (status, body, took) = post_waiting(&a, &call, 1).await;
+    assert_eq!(
+        (status, &body["code"]),
+        (409, &json!("EXECUTION_UNCERTAIN")),
+        "{body}"
+    );
+    assert_eq!(
+        (&body["state"], &body["execution_id"]),
+        (&json!("running"), &id)
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(2900),
+        "waited about a second, not the tool's 3 s: {took:?}"
+    );
+    let (status, body, took) = post_waiting(&capped, &call, 5).await;
+    assert_eq!((status, &body["state"]), (409, &json!("running")), "{body}");
+    assert!(
+        took < Duration::from_millis(2500),
+        "cut to CARMY_MAX_WAIT_MS: {took:?}"
+    );
+}

@@ -342,3 +342,55 @@ pub async fn listing_filters_and_scopes(store: Arc<dyn IdempotencyStore>) {
         .unwrap());
     assert_eq!(after, vec![a2.execution_id]);
 }
+
+/// `wait_for_outcome` returns the recorded outcome soon after another task records it, and
+/// the running record when the timeout passes first.
+pub async fn waiting_ends_when_the_outcome_is_recorded(store: Arc<dyn IdempotencyStore>) {
+    use std::time::{Duration, Instant};
+    let k = key("p", "s", "wait");
+    let f = fp(&json!({}));
+    let owner = intent();
+    assert_eq!(
+        reserve(&*store, &k, &f, &owner).await,
+        Reservation::Reserved
+    );
+    let started = Instant::now();
+    let still = store
+        .wait_for_outcome(&k, &owner.execution_id, Duration::from_millis(200))
+        .await
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(
+        still.map(|record| record.state),
+        Some(RecordState::InFlight(InFlightState::Running))
+    );
+    let waiter = {
+        let (store, k, id) = (Arc::clone(&store), k.clone(), owner.execution_id.clone());
+        tokio::spawn(async move {
+            store
+                .wait_for_outcome(&k, &id, Duration::from_secs(20))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let recorded = result_for(
+        &owner,
+        &k,
+        ExecutionStatus::Completed,
+        json!({"done": true}),
+    );
+    let started = Instant::now();
+    store
+        .complete(&k, &f, &recorded.clone().into())
+        .await
+        .unwrap();
+    let seen = waiter.await.unwrap().unwrap();
+    assert_eq!(
+        seen.map(|record| record.state),
+        Some(RecordState::Finished(recorded))
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "woken by the outcome, not by the timeout"
+    );
+}

@@ -48,6 +48,7 @@ macro_rules! store_conformance_tests {
             decisions_are_scoped_to_the_principal,
             concurrent_decisions_have_one_winner,
             listing_filters_and_scopes,
+            waiting_ends_when_the_outcome_is_recorded,
         );
     };
     (@cases $factory:path; $($case:ident),+ $(,)?) => {

@@ -188,7 +188,10 @@ async fn create_execution(
     if !is_json_content_type(&headers) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let call = validate_call(principal, &body)?;
+    let mut call = validate_call(principal, &body)?;
+    if let Some(wait) = recovery::prefer_wait(&headers) {
+        call = call.with_wait(wait);
+    }
     let answer = state.engine.execute(call).await?;
     Ok(json_response(
         StatusCode::OK,

@@ -211,3 +211,53 @@ pub(super) fn record_body(found: &ExecutionLookup) -> String {
         resolution: found.released.as_ref(),
     })
 }
+
+/// The `wait` preference of a request's `Prefer` headers (RFC 7240 §4.3: `Prefer: wait=N`, N
+/// whole seconds; several preferences may share a header, separated by commas). A malformed or
+/// absent preference is ignored, as RFC 7240 asks; the engine caps the wait.
+pub(super) fn prefer_wait(headers: &HeaderMap) -> Option<std::time::Duration> {
+    headers
+        .get_all(axum::http::header::HeaderName::from_static("prefer"))
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|preference| {
+            let (name, value) = preference.split(';').next()?.split_once('=')?;
+            if !name.trim().eq_ignore_ascii_case("wait") {
+                return None;
+            }
+            let seconds: u64 = value.trim().trim_matches('"').parse().ok()?;
+            Some(std::time::Duration::from_secs(seconds))
+        })
+        .next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+    use std::time::Duration;
+
+    #[test]
+    fn the_wait_preference() {
+        let wait = |values: &[&str]| {
+            let mut headers = HeaderMap::new();
+            for value in values {
+                headers.append("prefer", HeaderValue::from_str(value).unwrap());
+            }
+            prefer_wait(&headers)
+        };
+        assert_eq!(wait(&["wait=5"]), Some(Duration::from_secs(5)));
+        assert_eq!(
+            wait(&["respond-async, Wait = 10"]),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            wait(&["handling=strict", "wait=\"2\""]),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(wait(&["wait=-1"]), None);
+        assert_eq!(wait(&["wait=soon"]), None);
+        assert_eq!(wait(&[]), None);
+    }
+}

@@ -19,6 +19,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// The default number of entries (docs/semantics.md §8, `CARMY_MEMORY_CAPACITY`).
 pub const DEFAULT_MEMORY_CAPACITY: usize = 10_000;
 
+/// How many outcome notifications a slow waiter may fall behind (it then reads the record).
+const RECORDED_BACKLOG: usize = 1024;
+
 /// A process-local store holding at most `capacity` identities.
 ///
 /// When full it fails closed: a new identity gets [`StoreError::Capacity`] (`IDEMPOTENCY_CAPACITY`,
@@ -27,6 +30,8 @@ pub const DEFAULT_MEMORY_CAPACITY: usize = 10_000;
 pub struct InMemoryIdempotencyStore {
     capacity: usize,
     inner: Mutex<Inner>,
+    /// The ids of executions that just got an outcome or were released, for waiters.
+    recorded: tokio::sync::broadcast::Sender<ExecutionId>,
 }
 
 #[derive(Default)]
@@ -53,6 +58,7 @@ impl InMemoryIdempotencyStore {
         Self {
             capacity,
             inner: Mutex::new(Inner::default()),
+            recorded: tokio::sync::broadcast::channel(RECORDED_BACKLOG).0,
         }
     }
 
@@ -125,6 +131,8 @@ impl InMemoryIdempotencyStore {
         match &record.state {
             RecordState::InFlight(_) => {
                 record.state = RecordState::Finished(result.clone());
+                // No waiter is fine.
+                let _ = self.recorded.send(result.execution_id.clone());
                 Ok(())
             }
             RecordState::Finished(recorded) if recorded == result => Ok(()),
@@ -195,6 +203,9 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         request: &'a ResolveRequest,
     ) -> StoreFuture<'a, Decided<ExecutionResult>> {
         let answer = self.lock().resolve(request);
+        if answer.is_ok() {
+            let _ = self.recorded.send(request.execution_id.clone());
+        }
         Box::pin(async move { Ok(answer) })
     }
 
@@ -203,6 +214,9 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         request: &'a ReleaseRequest,
     ) -> StoreFuture<'a, Decided<Released>> {
         let answer = self.lock().release(request);
+        if answer.is_ok() {
+            let _ = self.recorded.send(request.execution_id.clone());
+        }
         Box::pin(async move { Ok(answer) })
     }
 
@@ -220,6 +234,22 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     ) -> StoreFuture<'a, Vec<AuditEntry>> {
         let answer = self.lock().audit_of(execution_id);
         Box::pin(async move { Ok(answer) })
+    }
+
+    fn wait_for_outcome<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+        timeout: std::time::Duration,
+    ) -> StoreFuture<'a, Option<StoredRecord>> {
+        let recorded = Some(self.recorded.subscribe());
+        Box::pin(crate::wait::until_decided(
+            self,
+            recorded,
+            key,
+            execution_id,
+            timeout,
+        ))
     }
 
     /// Every execution runs in this process: nothing to publish.
