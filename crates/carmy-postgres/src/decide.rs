@@ -6,8 +6,8 @@
 use crate::decode::{decode_key, decode_record};
 use crate::failure::{unavailable, Failure};
 use crate::sql::{
-    AUDIT_TRAIL_SQL, FIND_RELEASED_SQL, LIST_EXECUTIONS_SQL, RELEASE_EXECUTION_SQL,
-    RESOLVE_EXECUTION_SQL,
+    AUDIT_TRAIL_SQL, FIND_RELEASED_SQL, LATE_ARRIVAL_SQL, LIST_EXECUTIONS_SQL,
+    RELEASE_EXECUTION_SQL, RESOLVE_EXECUTION_SQL,
 };
 use carmy::decision::{
     AuditAction, AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, Resolution,
@@ -132,6 +132,30 @@ fn in_flight(text: &str) -> Result<InFlightState, StoreError> {
 
 fn unavailable_text(error: &dyn std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("cannot read a decision's answer: {error}"))
+}
+
+/// Keeps `result`, which arrived after its execution was decided, as a late arrival; the
+/// execution that holds `key` now.
+pub(crate) async fn late_arrival(
+    pool: &PgPool,
+    instance_id: &str,
+    key: &IdempotencyKey,
+    recorded: &carmy::RecordedResult,
+) -> Result<Option<ExecutionId>, Failure> {
+    let result = recorded.result();
+    let row = sqlx::query(LATE_ARRIVAL_SQL)
+        .bind(&key.principal)
+        .bind(&key.session_id)
+        .bind(&key.request_id)
+        .bind(instance_id)
+        .bind(result.execution_id.as_str())
+        .bind(result.status.as_str())
+        .bind(recorded.record_json())
+        .bind(carmy::decision::LATE_ARRIVAL_NOTE)
+        .fetch_one(pool)
+        .await?;
+    let current: Option<String> = row.try_get("current")?;
+    Ok(current.map(ExecutionId::from_stored))
 }
 
 /// Records matching `query` (released ones excluded).

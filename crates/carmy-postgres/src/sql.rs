@@ -128,6 +128,28 @@ pub const AUDIT_TRAIL_SQL: &str = "SELECT actor, at, execution_id, action, \
             before::text AS before, after::text AS after, note \
      FROM carmy.audit_log WHERE execution_id = $1 ORDER BY id";
 
+/// Keeps a late outcome as an audit row (`late_arrival`) and reads who holds the identity now.
+/// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` owner instance (the actor),
+/// `$5` execution_id, `$6` status, `$7` outcome text, `$8` note. Returns `current` (the holder's
+/// execution id, or `NULL`). An outcome holding `\u0000` (which `jsonb` refuses) is kept as a
+/// JSON string of its text.
+pub const LATE_ARRIVAL_SQL: &str = "WITH holder AS ( \
+         SELECT execution_id FROM carmy.reservations \
+         WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
+     ), logged AS ( \
+         INSERT INTO carmy.audit_log (actor, execution_id, action, before, after, note) \
+         SELECT $4, $5, 'late_arrival', \
+                jsonb_build_object('principal', $1::text, 'session_id', $2::text, \
+                                   'request_id', $3::text, \
+                                   'current_execution_id', (SELECT execution_id FROM holder)), \
+                jsonb_build_object('state', $6::text, 'outcome', \
+                    CASE WHEN strpos($7::text, '\\u0000') = 0 THEN $7::text::jsonb \
+                         ELSE to_jsonb($7::text) END), \
+                $8 \
+         RETURNING 1 \
+     ) \
+     SELECT (SELECT execution_id FROM holder) AS current, (SELECT count(*) FROM logged) AS logged";
+
 /// The highest applied migration; `NULL` when none. Reads [`crate::MIGRATION_TABLE`].
 pub const READY_SQL: &str = "SELECT max(version) FROM carmy.refinery_schema_history";
 

@@ -29,8 +29,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-/// How often `reserve` retries when the row it conflicted with vanished before it could be read
-/// (an operator deleted it in between).
+/// How often `reserve` retries when the row it conflicted with vanished before it was read.
 const RESERVE_ATTEMPTS: usize = 3;
 
 /// The PostgreSQL [`IdempotencyStore`] (docs/semantics.md §8): reservations and outcomes in
@@ -54,11 +53,9 @@ const RESERVE_ATTEMPTS: usize = 3;
 /// carmy.refinery_schema_history`), `cannot read carmy.refinery_schema_history: <error>` (e.g. a
 /// permission), or `cannot register the instance lease: <cause>`.
 ///
-/// Every [`StoreError::Unavailable`] text carries its cause. When the pool times out waiting
-/// for a new connection, the store makes one direct connection attempt (at most one per second,
-/// bounded by the acquire timeout and 2 s) to tell why, e.g. `pool timed out while waiting for
-/// an open connection: cannot connect to PostgreSQL: error communicating with database:
-/// Connection refused (os error 111)`, or that all pooled connections were busy.
+/// Every [`StoreError::Unavailable`] text carries its cause; a pool timeout is explained by one
+/// direct connection attempt (at most one per second, see `diagnosis`), e.g. `pool timed out
+/// while waiting for an open connection: cannot connect to PostgreSQL: … Connection refused`.
 ///
 /// A background task renews the lease every `lease_ttl / 3` until [`PostgresStore::shutdown`]
 /// or drop; create the store inside a Tokio runtime. Share it as `Arc<PostgresStore>` (or
@@ -172,14 +169,12 @@ impl PostgresStore {
         })
     }
 
-    /// This process's id in `carmy.instances` (e.g. `inst_3f…`), written as `owner_instance` on
-    /// every reservation this store makes.
+    /// This process's id in `carmy.instances` (e.g. `inst_3f…`), its reservations' owner.
     pub fn instance_id(&self) -> &str {
         &self.instance_id
     }
 
-    /// The connection pool, for queries of the same database outside the reservation protocol
-    /// (e.g. the gateway's example tools on `carmy.example_orders`).
+    /// The pool, for other queries of the database (e.g. the example tools' orders).
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
@@ -359,6 +354,9 @@ impl Drop for PostgresStore {
     }
 }
 
+/// Decisions call the DBAs' SQL functions ([`crate::decide`]); a late arrival is an audit row
+/// with this process's instance id as the actor; a waiter registers in `carmy.outcome_waiters`
+/// and waits on the listener ([`crate::wait`]).
 impl IdempotencyStore for PostgresStore {
     /// One autocommitted `DELETE` of the row, only while it is `running` and held by
     /// `execution_id`.
@@ -416,7 +414,6 @@ impl IdempotencyStore for PostgresStore {
         Box::pin(self.check_ready_impl())
     }
 
-    /// `SELECT carmy.resolve_execution(…)`: the DBAs' function (see [`crate::decide`]).
     fn resolve_execution<'a>(
         &'a self,
         request: &'a ResolveRequest,
@@ -427,7 +424,6 @@ impl IdempotencyStore for PostgresStore {
         })
     }
 
-    /// `SELECT carmy.release_execution(…)`: the DBAs' function (see [`crate::decide`]).
     fn release_execution<'a>(
         &'a self,
         request: &'a ReleaseRequest,
@@ -438,7 +434,17 @@ impl IdempotencyStore for PostgresStore {
         })
     }
 
-    /// Registers in `carmy.outcome_waiters`, waits on the listener (see [`crate::wait`]).
+    fn record_late_arrival<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        result: &'a RecordedResult,
+    ) -> StoreFuture<'a, Option<ExecutionId>> {
+        Box::pin(async move {
+            let kept = decide::late_arrival(&self.pool, &self.instance_id, key, result).await;
+            self.finish(kept).await
+        })
+    }
+
     fn wait_for_outcome<'a>(
         &'a self,
         key: &'a IdempotencyKey,

@@ -164,10 +164,11 @@ async fn migrate_twice_is_a_noop() {
             (3, "document_history"),
             (4, "in_flight_state"),
             (6, "decisions"),
-            (7, "outcome_waiters")
+            (7, "outcome_waiters"),
+            (8, "late_arrivals")
         ]
     );
-    assert_eq!(latest_migration_version(), 7);
+    assert_eq!(latest_migration_version(), 8);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -229,7 +230,7 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3, 4, 6, 7]);
+    assert_eq!(versions, vec![1, 3, 4, 6, 7, 8]);
     pool.close().await;
 }
 
@@ -326,6 +327,7 @@ async fn schema_is_documented_and_constrained() {
         vec![
             "audit_log",
             "instances",
+            "late_arrivals",
             "outcome_waiters",
             "refinery_schema_history",
             "released_executions",

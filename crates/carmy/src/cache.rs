@@ -166,6 +166,14 @@ impl IdempotencyStore for ReplayCache {
         self.inner.release_execution(request)
     }
 
+    fn record_late_arrival<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        result: &'a RecordedResult,
+    ) -> StoreFuture<'a, Option<ExecutionId>> {
+        self.inner.record_late_arrival(key, result)
+    }
+
     /// Running records are never cached: the inner store waits and reads.
     fn wait_for_outcome<'a>(
         &'a self,

@@ -15,6 +15,9 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
+/// The note of every late-arrival audit row (docs/semantics.md §12).
+pub const LATE_ARRIVAL_NOTE: &str = "the owner's outcome arrived after the execution was decided; it was not recorded, and the effect may have happened twice";
+
 /// Longest accepted decision note, in bytes of UTF-8.
 pub const MAX_NOTE_BYTES: usize = 4096;
 

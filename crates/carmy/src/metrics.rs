@@ -33,6 +33,7 @@ pub struct Metrics {
     tool_runs: Family<ToolLabels, Counter>,
     tool_outcomes: Family<OutcomeLabels, Counter>,
     decisions: Family<DecisionLabels, Counter>,
+    late_arrivals: Family<ToolLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -56,11 +57,18 @@ impl Default for Metrics {
             "Decisions on uncertain executions taken through this process (action = resolve or release; docs/semantics.md §12)",
             decisions.clone(),
         );
+        let late_arrivals = Family::<ToolLabels, Counter>::default();
+        registry.register(
+            "carmy_late_arrivals",
+            "Outcomes of this process's tools that arrived after their execution was decided: kept in the audit log, not recorded; the effect may have happened twice (docs/semantics.md §12)",
+            late_arrivals.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             tool_runs,
             tool_outcomes,
             decisions,
+            late_arrivals,
         }
     }
 }
@@ -89,6 +97,13 @@ impl Metrics {
                 tool: tool.into(),
                 status: status.as_str().into(),
             })
+            .inc();
+    }
+
+    /// An outcome of `tool` arrived after its execution was decided.
+    pub(crate) fn late_arrival(&self, tool: &str) {
+        self.late_arrivals
+            .get_or_create(&ToolLabels { tool: tool.into() })
             .inc();
     }
 

@@ -263,6 +263,10 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 ///         -> StoreFuture<'a, Vec<carmy::decision::AuditEntry>> {
 ///         self.0.audit_trail(execution_id)
 ///     }
+///     fn record_late_arrival<'a>(&'a self, key: &'a IdempotencyKey,
+///         result: &'a RecordedResult) -> StoreFuture<'a, Option<ExecutionId>> {
+///         self.0.record_late_arrival(key, result)
+///     }
 ///     fn wait_for_outcome<'a>(&'a self, key: &'a IdempotencyKey,
 ///         execution_id: &'a ExecutionId, timeout: std::time::Duration)
 ///         -> StoreFuture<'a, Option<StoredRecord>> {
@@ -386,6 +390,21 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// [`StoreError::Unavailable`] when the store fails.
     fn audit_trail<'a>(&'a self, execution_id: &'a ExecutionId)
         -> StoreFuture<'a, Vec<AuditEntry>>;
+
+    /// Keeps the outcome of an owner that finished after its execution was decided (resolved,
+    /// released, taken over) as a late arrival: an audit row
+    /// ([`AuditAction::LateArrival`](crate::decision::AuditAction), actor = the owner) holding
+    /// the outcome, never the record (docs/semantics.md §12: the effect may have happened
+    /// twice). Returns the execution that holds `key` now (`None` when vacant). Called after
+    /// `complete` answered [`StoreError::NotOwner`].
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails (the engine retries).
+    fn record_late_arrival<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        result: &'a RecordedResult,
+    ) -> StoreFuture<'a, Option<ExecutionId>>;
 
     /// Waits until `execution_id`, which holds `key` without an outcome, gets one (recorded by
     /// its tool on any replica, or decided) or no longer holds the identity (released), at most

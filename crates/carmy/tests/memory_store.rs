@@ -144,6 +144,14 @@ impl IdempotencyStore for Counting {
         self.inner.wait_for_outcome(key, execution_id, timeout)
     }
 
+    fn record_late_arrival<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        result: &'a carmy::RecordedResult,
+    ) -> carmy::runtime::StoreFuture<'a, Option<ExecutionId>> {
+        self.inner.record_late_arrival(key, result)
+    }
+
     fn audit_trail<'a>(
         &'a self,
         execution_id: &'a ExecutionId,

@@ -225,3 +225,51 @@ async fn an_operator_key_may_not_also_be_an_api_key() {
     let error = carmy_gateway::build(&config).await.err().expect("refused");
     assert!(error.to_string().contains("operator keys"), "{error}");
 }
+
+#[tokio::test]
+async fn a_late_outcome_is_superseded_and_kept_in_the_audit_log() {
+    let gateway = InProcess::start(&FLAGS).await;
+    let router = gateway.router();
+    let call = json!({"tool": "sleep", "arguments": {"ms": 700}, "request_id": "late"});
+    let first = {
+        let (router, call) = (router.clone(), call.clone());
+        tokio::spawn(async move { send(&router, "POST", "/v1/executions", "ka", Some(call)).await })
+    };
+    let id = running_id(&router, "ka", "late").await;
+    let release = json!({"note": "the agent gave up on it", "force": true});
+    let path = format!("/v1/executions/{id}/release");
+    assert_eq!(
+        send(&router, "POST", &path, "ko", Some(release)).await.0,
+        200
+    );
+    let second = {
+        let router = router.clone();
+        tokio::spawn(async move { send(&router, "POST", "/v1/executions", "ka", Some(call)).await })
+    };
+    let next = running_id(&router, "ka", "late").await;
+    let (status, body) = first.await.unwrap();
+    assert_eq!(
+        (status, &body["code"]),
+        (409, &json!("EXECUTION_SUPERSEDED")),
+        "{body}"
+    );
+    assert_eq!(body["execution_id"], json!(id));
+    assert_eq!(body["current_execution_id"], json!(next));
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&next) && !detail.contains("retry later"),
+        "{detail}"
+    );
+    let (status, replay) = second.await.unwrap();
+    assert_eq!((status, &replay["execution_id"]), (200, &json!(next)));
+
+    use carmy::runtime::IdempotencyStore;
+    let trail = gateway
+        .memory_store()
+        .audit_trail(&carmy::ExecutionId::from_stored(id))
+        .await
+        .unwrap();
+    let actions: Vec<&str> = trail.iter().map(|entry| entry.action.as_str()).collect();
+    assert_eq!(actions, vec!["release", "late_arrival"]);
+    assert_eq!(trail[1].after["outcome"]["data"], json!({"slept_ms": 700}));
+}

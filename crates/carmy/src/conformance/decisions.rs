@@ -394,3 +394,52 @@ pub async fn waiting_ends_when_the_outcome_is_recorded(store: Arc<dyn Idempotenc
         "woken by the outcome, not by the timeout"
     );
 }
+
+/// An owner's outcome that arrives after a release and a new attempt is kept as a late-arrival
+/// audit row naming the current holder, and never touches the record.
+pub async fn late_arrivals_are_kept_beside_the_record(store: Arc<dyn IdempotencyStore>) {
+    let k = key("p", "s", "late");
+    let f = fp(&json!({}));
+    let (owner, next) = (intent(), intent());
+    assert_eq!(
+        reserve(&*store, &k, &f, &owner).await,
+        Reservation::Reserved
+    );
+    let release = release_request(&owner.execution_id, true);
+    store.release_execution(&release).await.unwrap().unwrap();
+    assert_eq!(reserve(&*store, &k, &f, &next).await, Reservation::Reserved);
+    let late = result_for(
+        &owner,
+        &k,
+        ExecutionStatus::Completed,
+        json!({"order_id": 2}),
+    );
+    let late = crate::RecordedResult::new(late);
+    assert!(matches!(
+        store.complete(&k, &f, &late).await,
+        Err(StoreError::NotOwner { .. })
+    ));
+    let current = store.record_late_arrival(&k, &late).await.unwrap();
+    assert_eq!(current, Some(next.execution_id.clone()));
+    let trail = store.audit_trail(&owner.execution_id).await.unwrap();
+    let actions: Vec<AuditAction> = trail.iter().map(|entry| entry.action).collect();
+    assert_eq!(
+        actions,
+        vec![AuditAction::Release, AuditAction::LateArrival]
+    );
+    assert_eq!(trail[1].after["state"], "completed");
+    assert_eq!(trail[1].after["outcome"]["data"], json!({"order_id": 2}));
+    assert_eq!(
+        trail[1].before["current_execution_id"],
+        json!(next.execution_id)
+    );
+    assert_eq!(
+        store
+            .lookup(&k)
+            .await
+            .unwrap()
+            .map(|record| record.execution_id),
+        Some(next.execution_id),
+        "the record is the new attempt's"
+    );
+}

@@ -49,6 +49,7 @@ macro_rules! store_conformance_tests {
             concurrent_decisions_have_one_winner,
             listing_filters_and_scopes,
             waiting_ends_when_the_outcome_is_recorded,
+            late_arrivals_are_kept_beside_the_record,
         );
     };
     (@cases $factory:path; $($case:ident),+ $(,)?) => {

@@ -74,6 +74,18 @@ pub enum Refusal {
         /// The running execution.
         execution_id: ExecutionId,
     },
+    /// The tool finished after its execution had been decided (resolved, released, taken
+    /// over): its outcome was not recorded but kept as a late arrival in the audit log (the
+    /// effect may have happened twice; docs/semantics.md §12). Fronts name the execution that
+    /// holds the identity now, never "retry to get it" (HTTP: 409 `EXECUTION_SUPERSEDED`).
+    #[error("execution {execution_id} was superseded before its outcome arrived")]
+    Superseded {
+        /// The execution whose outcome arrived late.
+        execution_id: ExecutionId,
+        /// The execution that holds the identity now (`None` when the identity is vacant):
+        /// the same id when the execution was resolved.
+        current: Option<ExecutionId>,
+    },
     /// No such execution for this principal.
     #[error("no such execution")]
     NotFound,

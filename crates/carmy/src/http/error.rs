@@ -82,6 +82,15 @@ pub enum ApiError {
         /// The running execution.
         execution_id: ExecutionId,
     },
+    /// 409 `EXECUTION_SUPERSEDED`: the tool finished after its execution was decided
+    /// (docs/semantics.md §12); its outcome is kept in the audit log, not the record.
+    #[error("{}", superseded_detail(.current.as_ref()))]
+    ExecutionSuperseded {
+        /// The execution whose outcome arrived late.
+        execution_id: ExecutionId,
+        /// The execution that holds the identity now.
+        current: Option<ExecutionId>,
+    },
     /// 507 `IDEMPOTENCY_CAPACITY`: the in-memory store is full; nothing ran.
     #[error("the idempotency store is full; nothing was run or recorded")]
     Capacity,
@@ -124,6 +133,13 @@ impl From<Refusal> for ApiError {
             Refusal::RecordingPending { execution_id } => Self::RecordingPending { execution_id },
             Refusal::Finished { execution_id } => Self::ExecutionFinished { execution_id },
             Refusal::StillRunning { execution_id } => Self::ExecutionRunning { execution_id },
+            Refusal::Superseded {
+                execution_id,
+                current,
+            } => Self::ExecutionSuperseded {
+                execution_id,
+                current,
+            },
             Refusal::NotFound => Self::NotFound("no such execution".into()),
             Refusal::Capacity => Self::Capacity,
             Refusal::StoreUnavailable => Self::StoreUnavailable,
@@ -162,6 +178,14 @@ fn retry_after_seconds(pause: std::time::Duration) -> u64 {
     (pause.as_secs() + u64::from(pause.subsec_nanos() > 0)).max(1)
 }
 
+fn superseded_detail(current: Option<&ExecutionId>) -> String {
+    let now = current.map_or_else(
+        || "the identity is free now: a retry with the same request_id runs the tool again, so check first whether this run's effect happened".to_owned(),
+        |current| format!("the identity's record is now execution {current} (GET /v1/executions/{current}); do not retry with a new request_id"),
+    );
+    format!("this execution was resolved, released or taken over before the tool finished; its outcome was not recorded but kept as a late arrival in the audit log, and its effect may have happened in addition to the recorded one; {now}")
+}
+
 fn uncertain_detail(state: InFlightState) -> &'static str {
     match state {
         InFlightState::Running => {
@@ -187,7 +211,8 @@ impl ApiError {
             Self::IdempotencyConflict { .. }
             | Self::ExecutionUncertain { .. }
             | Self::ExecutionFinished { .. }
-            | Self::ExecutionRunning { .. } => StatusCode::CONFLICT,
+            | Self::ExecutionRunning { .. }
+            | Self::ExecutionSuperseded { .. } => StatusCode::CONFLICT,
             Self::RecordingPending { .. }
             | Self::StoreUnavailable
             | Self::NotReady(_)
@@ -216,6 +241,7 @@ impl ApiError {
             }
             Self::ExecutionFinished { .. } => "EXECUTION_FINISHED",
             Self::ExecutionRunning { .. } => "EXECUTION_RUNNING",
+            Self::ExecutionSuperseded { .. } => "EXECUTION_SUPERSEDED",
             Self::Capacity => "IDEMPOTENCY_CAPACITY",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::NotReady(_) => "NOT_READY",
@@ -239,6 +265,7 @@ impl ApiError {
             }
             Self::ExecutionFinished { .. } => "Execution finished",
             Self::ExecutionRunning { .. } => "Execution running",
+            Self::ExecutionSuperseded { .. } => "Execution superseded",
             Self::Capacity => "Idempotency store full",
             Self::StoreUnavailable => "Store unavailable",
             Self::NotReady(_) => "Not ready",
@@ -253,7 +280,8 @@ impl ApiError {
             | Self::ExecutionUncertain { execution_id, .. }
             | Self::RecordingPending { execution_id }
             | Self::ExecutionFinished { execution_id }
-            | Self::ExecutionRunning { execution_id } => Some(execution_id),
+            | Self::ExecutionRunning { execution_id }
+            | Self::ExecutionSuperseded { execution_id, .. } => Some(execution_id),
             _ => None,
         }
     }
@@ -273,6 +301,9 @@ struct ProblemBody<'a> {
     execution_id: Option<&'a ExecutionId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     state: Option<&'static str>,
+    /// For `EXECUTION_SUPERSEDED`: the execution that holds the identity now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    current_execution_id: Option<&'a ExecutionId>,
 }
 
 impl IntoResponse for ApiError {
@@ -297,6 +328,10 @@ impl IntoResponse for ApiError {
             code,
             execution_id: self.execution_id(),
             state,
+            current_execution_id: match &self {
+                Self::ExecutionSuperseded { current, .. } => current.as_ref(),
+                _ => None,
+            },
         };
         let text = serde_json::to_string(&body).expect("a problem body always serializes");
         let mut response = (status, text).into_response();

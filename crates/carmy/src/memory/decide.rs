@@ -194,6 +194,32 @@ impl Inner {
             .collect()
     }
 
+    /// Keeps a late outcome as an audit row; the execution holding `key` now.
+    pub(super) fn late_arrival(
+        &mut self,
+        key: &IdempotencyKey,
+        recorded: &crate::outcome::RecordedResult,
+    ) -> Option<ExecutionId> {
+        let current = self
+            .by_key
+            .get(key)
+            .map(|record| record.execution_id.clone());
+        let result = recorded.result();
+        self.audit.push(AuditEntry {
+            actor: "owner".into(),
+            at: now_millis(),
+            execution_id: result.execution_id.clone(),
+            action: AuditAction::LateArrival,
+            before: late_before(key, current.as_ref()),
+            after: json!({
+                "state": result.status.as_str(),
+                "outcome": serde_json::to_value(result).unwrap_or(Value::Null),
+            }),
+            note: Some(crate::decision::LATE_ARRIVAL_NOTE.into()),
+        });
+        current
+    }
+
     pub(super) fn audit_of(&self, execution_id: &ExecutionId) -> Vec<AuditEntry> {
         self.audit
             .iter()
@@ -201,6 +227,16 @@ impl Inner {
             .cloned()
             .collect()
     }
+}
+
+/// A late arrival's `before`: the identity and the execution that holds it now.
+fn late_before(key: &IdempotencyKey, current: Option<&ExecutionId>) -> Value {
+    json!({
+        "principal": key.principal,
+        "session_id": key.session_id,
+        "request_id": key.request_id,
+        "current_execution_id": current,
+    })
 }
 
 /// The audit row's `before` for an in-flight record.

@@ -236,6 +236,15 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         Box::pin(async move { Ok(answer) })
     }
 
+    fn record_late_arrival<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        result: &'a RecordedResult,
+    ) -> StoreFuture<'a, Option<ExecutionId>> {
+        let answer = self.lock().late_arrival(key, result);
+        Box::pin(async move { Ok(answer) })
+    }
+
     fn wait_for_outcome<'a>(
         &'a self,
         key: &'a IdempotencyKey,
