@@ -270,3 +270,78 @@ async fn a_wait_shorter_than_the_tool_ends_running_and_the_server_caps_it() {
         "cut to CARMY_MAX_WAIT_MS: {took:?}"
     );
 }
+
+/// Sends `signal` (`STOP`, `CONT`) to `replica`'s process.
+fn signal(replica: &Replica, signal: &str) {
+    let pid = replica.pid().expect("running").to_string();
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status();
+    assert!(sent.unwrap().success(), "kill -{signal} {pid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_owner_that_finishes_after_a_release_is_a_late_arrival() {
+    let db = TestDb::create().await;
+    let a = Replica::start("frozen-a", &env(&db));
+    let b = Replica::start("frozen-b", &env(&db));
+    let http = client();
+    let call = json!({"tool": "sleep", "arguments": {"ms": 1500}, "request_id": "frozen"});
+    let first = carmy_test_support::spawn_post(&http, &a, &call);
+    let id = reserved(&b, "frozen").await;
+    signal(&a, "STOP");
+    let path = "/v1/executions?request_id=frozen";
+    eventually(
+        Duration::from_secs(10),
+        "the frozen owner reads interrupted",
+        || async {
+            let (_, body) = request(&http, &b, Method::GET, path, None, None).await;
+            (body["status"] == "interrupted").then_some(()).ok_or(body)
+        },
+    )
+    .await;
+    let release = json!({"note": "owner looks dead; nothing found"});
+    let route = format!("/v1/executions/{}/release", id.as_str().unwrap());
+    let (status, body) = request(&http, &b, Method::POST, &route, Some("ko"), Some(&release)).await;
+    assert_eq!(status, 200, "{body}");
+    let second = carmy_test_support::spawn_post(&http, &b, &call);
+    let next = reserved(&b, "frozen").await;
+    assert_ne!(next, id);
+    signal(&a, "CONT");
+
+    let (status, body) = first.await.unwrap();
+    assert_eq!(
+        (status, &body["code"]),
+        (409, &json!("EXECUTION_SUPERSEDED")),
+        "{body}"
+    );
+    assert_eq!(
+        (&body["execution_id"], &body["current_execution_id"]),
+        (&id, &next)
+    );
+    let (status, replay) = second.await.unwrap();
+    assert_eq!((status, &replay["execution_id"]), (200, &next));
+    let mut connection = db.connect().await;
+    let late: (String, String, String) = sqlx::query_as(
+        "SELECT current_execution_id, status, outcome::text FROM carmy.late_arrivals \
+         WHERE execution_id = $1",
+    )
+    .bind(id.as_str().unwrap())
+    .fetch_one(&mut connection)
+    .await
+    .unwrap();
+    assert_eq!(late.0, next.as_str().unwrap());
+    assert_eq!(late.1, "completed");
+    assert!(late.2.contains("\"slept_ms\": 1500"), "{}", late.2);
+    let recorded: String = sqlx::query_scalar(
+        "SELECT execution_id FROM carmy.reservations WHERE request_id = 'frozen'",
+    )
+    .fetch_one(&mut connection)
+    .await
+    .unwrap();
+    assert_eq!(
+        recorded,
+        next.as_str().unwrap(),
+        "the record is the second run's"
+    );
+}
