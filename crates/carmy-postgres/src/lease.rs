@@ -1,6 +1,10 @@
 //! This process's lease in `carmy.instances` (docs/semantics.md §4): registered at start, renewed
 //! every `lease_ttl / 3` by a background task, ended at shutdown. A running reservation whose
 //! owner's lease lapsed reads as interrupted (`carmy.in_flight_state`).
+//!
+//! The lease has a connection of its own ([`lease_pool`]), never one of the pool that tools,
+//! reads and cancels use: a pool exhausted by database-bound tools must not starve the renewal
+//! and make a live replica's executions read `interrupted` (docs/semantics.md §12).
 
 use crate::diagnosis::Diagnosis;
 use crate::sql::{END_LEASE_SQL, LEASE_SQL};
@@ -101,6 +105,16 @@ impl Lease {
             }
         }
     }
+}
+
+/// A pool of one connection for the lease alone, with the settings of `pool`'s connections. It
+/// waits for that connection at most one renewal interval (a third of `ttl`), so a renewal that
+/// cannot connect fails in time for the next one instead of letting the lease lapse silently.
+pub(crate) fn lease_pool(pool: &PgPool, ttl: Duration) -> PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(renewal_interval(ttl))
+        .connect_lazy_with((*pool.connect_options()).clone())
 }
 
 /// The renewal interval for a lease of `ttl`: a third of it, at least 1 ms.

@@ -9,7 +9,7 @@ use crate::decode::{decode_key, decode_record};
 use crate::diagnosis::{explain_connect, Diagnosis};
 use crate::failure::{lost_in_transit, Failure};
 use crate::hot::{hot_pool, run_error, HotManager};
-use crate::lease::{renewal_interval, Lease};
+use crate::lease::{lease_pool, renewal_interval, Lease};
 use crate::options::{pool_options, ConnectError, PostgresStoreOptions};
 use crate::ready::check_ready;
 use crate::recheck::already_recorded;
@@ -126,7 +126,7 @@ impl PostgresStore {
         let ttl_millis = options.lease_ttl_millis()?;
         let diagnosis = Arc::new(Diagnosis::new(pool.clone()));
         let lease = Arc::new(Lease::new(
-            pool.clone(),
+            lease_pool(&pool, options.lease_ttl),
             Arc::clone(&diagnosis),
             options.instance_id.clone(),
             ttl_millis,

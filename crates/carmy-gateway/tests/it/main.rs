@@ -7,6 +7,7 @@ mod config;
 mod crash_points;
 mod example_orders;
 mod hostile_input;
+mod lease_starvation;
 mod memory_cases;
 mod postgres_outages;
 mod postgres_replicas;
