@@ -211,7 +211,7 @@ impl PostgresStore {
         intent: &ExecutionIntent,
     ) -> Result<Reservation, Failure> {
         // Never reserve without a lease row: others would read the reservation as interrupted.
-        self.lease.ensure_registered().await?;
+        self.lease.ensure_held().await?;
         for _ in 0..RESERVE_ATTEMPTS {
             let query = sqlx::query(RESERVE_SQL)
                 .bind(&key.principal)

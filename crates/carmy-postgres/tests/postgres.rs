@@ -1486,3 +1486,56 @@ async fn invalid_options_are_refused() {
         "instance_id is empty; accepted: any non-empty text"
     );
 }
+
+/// A replica that cannot renew its lease (here: the test holds its instance row locked, as a
+/// cut-off connection would fail the renewal) refuses to reserve once its lease may have lapsed
+/// (docs/semantics.md §12), and reserves again once it holds a lease again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_without_a_lease_refuses_to_reserve_until_it_holds_one_again() {
+    let db = TestDb::migrated().await;
+    let mut options = db.options();
+    options.lease_ttl = Duration::from_millis(900);
+    let store = PostgresStore::connect(options).await.unwrap();
+    let before = key("p", "s", "before");
+    let reserved = store.reserve(&before, &fp('a'), &intent("echo")).await;
+    assert_eq!(reserved.unwrap(), Reservation::Reserved);
+
+    let mut locker = db.connect().await;
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query("SELECT 1 FROM carmy.instances WHERE instance_id = $1 FOR UPDATE")
+        .bind(store.instance_id())
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    eventually_eq(
+        Duration::from_secs(10),
+        "reserve refused without a lease",
+        true,
+        || async {
+            let attempt = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let key = key("p", "s", &format!("cut-{attempt}"));
+            match store.reserve(&key, &fp('a'), &intent("echo")).await {
+                Err(StoreError::Unavailable(reason)) => reason.contains("lease"),
+                _ => false,
+            }
+        },
+    )
+    .await;
+    sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+    eventually_eq(
+        Duration::from_secs(10),
+        "reserve with a lease again",
+        true,
+        || async {
+            let attempt = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let key = key("p", "s", &format!("back-{attempt}"));
+            matches!(
+                store.reserve(&key, &fp('a'), &intent("echo")).await,
+                Ok(Reservation::Reserved)
+            )
+        },
+    )
+    .await;
+    store.shutdown().await.unwrap();
+}
