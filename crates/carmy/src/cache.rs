@@ -5,8 +5,10 @@
 //! that is vacant, running or interrupted always goes to the store, and the fingerprint is compared
 //! on every cached answer exactly as the store would (docs/semantics.md §3).
 //!
-//! An operator who deletes or rewrites a finished row with SQL sees the change on a replica only
-//! after the entry expires (the time to live), or at once with the cache disabled.
+//! An operator who deletes or rewrites a finished row with SQL sees the change on a replica
+//! after the entry expires (the time to live), at once with the cache disabled, or as soon as
+//! the replica reads the row by id or in a listing: a read that differs from the cached copy
+//! drops the copy (docs/semantics.md §12).
 
 use crate::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use crate::fingerprint::Fingerprint;
@@ -74,6 +76,23 @@ impl ReplayCache {
         }
     }
 
+    /// Drops the cached copy of `found`'s identity when the store's row, just read, differs
+    /// from it (an operator changed the row): this replica then answers from the store.
+    fn drop_if_stale(&self, found: &ExecutionLookup) {
+        if found.released.is_some() {
+            // A released execution no longer holds its identity: it says nothing of the copy.
+            return;
+        }
+        let stale = self.records.get(&found.key).is_some_and(|cached| {
+            cached.fingerprint != found.record.fingerprint
+                || found.record.state != RecordState::Finished(cached.result.result().clone())
+        });
+        if stale {
+            tracing::info!(execution_id = %found.record.execution_id, "the store's row differs from the cached copy; dropping the copy");
+            self.records.invalidate(&found.key);
+        }
+    }
+
     fn cached(&self, key: &IdempotencyKey) -> Option<StoredRecord> {
         self.records.get(key).map(|cached| {
             let result = cached.result.result();
@@ -137,12 +156,19 @@ impl IdempotencyStore for ReplayCache {
         })
     }
 
+    /// Read from the store; a cached copy that differs from what was read is dropped.
     fn find_execution<'a>(
         &'a self,
         principal: &'a str,
         execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, Option<ExecutionLookup>> {
-        self.inner.find_execution(principal, execution_id)
+        Box::pin(async move {
+            let found = self.inner.find_execution(principal, execution_id).await?;
+            if let Some(found) = &found {
+                self.drop_if_stale(found);
+            }
+            Ok(found)
+        })
     }
 
     fn check_ready(&self) -> StoreFuture<'_, ()> {
@@ -184,11 +210,18 @@ impl IdempotencyStore for ReplayCache {
         self.inner.wait_for_outcome(key, execution_id, timeout)
     }
 
+    /// Read from the store; cached copies that differ from what was read are dropped.
     fn list_executions<'a>(
         &'a self,
         query: &'a ExecutionQuery,
     ) -> StoreFuture<'a, Vec<ExecutionLookup>> {
-        self.inner.list_executions(query)
+        Box::pin(async move {
+            let found = self.inner.list_executions(query).await?;
+            for lookup in &found {
+                self.drop_if_stale(lookup);
+            }
+            Ok(found)
+        })
     }
 
     fn audit_trail<'a>(
