@@ -59,6 +59,7 @@ pub fn make_inputs(first: u64, count: usize) -> Vec<PairInput> {
                     session_id: DEFAULT_SESSION.to_owned(),
                     started_at: now,
                     finished_at: now,
+                    resolution: None,
                 }),
             }
         })

@@ -48,6 +48,12 @@ pub struct Config {
     #[arg(long, env = "CARMY_API_KEYS_FILE")]
     pub api_keys_file: Option<PathBuf>,
 
+    /// Operator keys as `key=name` pairs, comma separated (docs/semantics.md §12): an operator
+    /// may resolve, release and list any principal's executions, recorded as
+    /// `operator:<name>`. A key must not also be an API key.
+    #[arg(long, env = "CARMY_OPERATOR_KEYS", hide_env_values = true)]
+    pub operator_keys: Option<String>,
+
     /// Serve without API keys on a non-loopback address (every caller is `anonymous`).
     #[arg(long, env = "CARMY_ALLOW_ANONYMOUS_NETWORK")]
     pub allow_anonymous_network: bool,
@@ -94,6 +100,12 @@ pub struct Config {
           value_parser = InRange::<u64>::at_least(1))]
     pub db_acquire_timeout_ms: u64,
 
+    /// Longest wait (ms) a call may ask for with `Prefer: wait=N` for a running duplicate's
+    /// outcome (docs/semantics.md §12); longer waits are cut to it, 0 turns waiting off.
+    #[arg(long, env = "CARMY_MAX_WAIT_MS", default_value_t = millis(EngineConfig::default().max_wait),
+          value_parser = InRange::<u64>::new(0, 3_600_000))]
+    pub max_wait_ms: u64,
+
     /// Lease of this process's executions (ms): another replica reports an execution
     /// `interrupted` once its owner has not renewed for this long. From 1 ms to 24 h (the
     /// store's limit).
@@ -115,12 +127,7 @@ pub struct Config {
     /// Allowed `Host` values of `/mcp` (docs/semantics.md §11), comma-separated, each `host` or
     /// `host:port`; `*` allows every host. Default: the MCP SDK's loopback names (`localhost`,
     /// `127.0.0.1`, `::1`), which guard a local server against DNS rebinding.
-    #[arg(
-        long,
-        env = "CARMY_MCP_ALLOWED_HOSTS",
-        value_delimiter = ',',
-        global = true
-    )]
+    #[arg(long, env = "CARMY_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
     pub mcp_allowed_hosts: Vec<String>,
 
     /// `_meta` keys of a `tools/call` read for its request id, in order, after
@@ -130,18 +137,17 @@ pub struct Config {
         long,
         env = "CARMY_MCP_REQUEST_ID_META",
         value_delimiter = ',',
-        default_value = "claudecode/toolUseId",
-        global = true
+        default_value = "claudecode/toolUseId"
     )]
     pub mcp_request_id_meta: Vec<String>,
 
     /// Refuse MCP calls that carry no request id instead of running them unprotected.
-    #[arg(long, env = "CARMY_MCP_REQUIRE_REQUEST_ID", global = true)]
+    #[arg(long, env = "CARMY_MCP_REQUIRE_REQUEST_ID")]
     pub mcp_require_request_id: bool,
 
     /// A TOML file declaring the tools to serve (HTTP upstreams, MCP servers; see the README's
     /// "Put your own tools behind Carmy"). Unset serves the example tools.
-    #[arg(long, env = "CARMY_TOOLS_FILE", global = true)]
+    #[arg(long, env = "CARMY_TOOLS_FILE")]
     pub tools_file: Option<PathBuf>,
 
     /// Log format.

@@ -106,6 +106,8 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         Some(file) => configured::tools(file, config.max_result_bytes)?,
         None => Vec::new(),
     };
+    let operators = ApiKeys::parse(config.operator_keys.as_deref().unwrap_or_default())
+        .map_err(|error| GatewayError::ApiKeys(format!("CARMY_OPERATOR_KEYS: {error}")))?;
     let mut memory = None;
     let (store, orders): (Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>) =
         match &config.database_url {
@@ -152,6 +154,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     let mut builder = carmy::app()
         .idempotency_store(store)
         .api_keys(keys.clone())
+        .operator_keys(operators)
         .listen(config.listen)
         .allow_anonymous_network(config.allow_anonymous_network)
         .max_body_bytes(config.max_body_bytes)
@@ -160,6 +163,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
             default_tool_timeout: Duration::from_millis(config.tool_timeout_ms),
             max_result_bytes: config.max_result_bytes,
             drain_period: Duration::from_millis(config.drain_ms),
+            max_wait: Duration::from_millis(config.max_wait_ms),
             ..EngineConfig::default()
         });
     if tools_file.as_ref().is_none_or(|file| file.example_tools) {

@@ -44,6 +44,8 @@ pub enum Situation {
     EffectUnknown,
     /// `RECORD_DAMAGED`: the identity's record exists but cannot be read back.
     RecordDamaged,
+    /// `EXECUTION_SUPERSEDED`: the tool finished after its execution had been decided.
+    Superseded,
 }
 
 /// One entry of the table.
@@ -154,6 +156,14 @@ pub const TABLE: &[Entry] = &[
         effect_text: "The call ran earlier, so its effect may have happened.",
         next: "Check with a read-only tool{read_tools} whether it took effect, and ask the operator to repair execution {execution_id}; do not do the same thing another way meanwhile.",
     },
+    Entry {
+        situation: Situation::Superseded,
+        code: "EXECUTION_SUPERSEDED",
+        effect: Effect::MayHaveHappened,
+        what: "The tool finished as execution {execution_id}, but only after an operator had already decided that execution (resolved or released it); its outcome was kept in the audit log, not recorded.",
+        effect_text: "Its effect may have happened, possibly twice if the call was run again after the release.",
+        next: "Check with a read-only tool{read_tools} what actually happened, and tell the user or the operator before acting again; do not retry this call to undo or repeat it.",
+    },
 ];
 
 /// The facts a text is filled with.
@@ -209,7 +219,7 @@ impl Entry {
 mod tests {
     use super::*;
 
-    const ALL: [Situation; 11] = [
+    const ALL: [Situation; 12] = [
         Situation::Conflict,
         Situation::Running,
         Situation::Interrupted,
@@ -221,6 +231,7 @@ mod tests {
         Situation::Failed,
         Situation::EffectUnknown,
         Situation::RecordDamaged,
+        Situation::Superseded,
     ];
 
     /// Phrases that would send the model to run the call again under another identity.

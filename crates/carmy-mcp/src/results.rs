@@ -109,6 +109,9 @@ pub(crate) fn from_refusal(
             Some(execution_id),
             Some(InFlightState::Running.as_str()),
         ),
+        Refusal::Superseded { execution_id, .. } => {
+            (Situation::Superseded, Some(execution_id), None)
+        }
         Refusal::RecordDamaged { execution_id, .. } => {
             (Situation::RecordDamaged, Some(execution_id), None)
         }
@@ -120,7 +123,10 @@ pub(crate) fn from_refusal(
             message,
             retry_after,
         } => return Ok(not_executed(execution_id, code, message, *retry_after)),
-        Refusal::Finished { .. } | Refusal::NotFound | Refusal::Lost { .. } => {
+        Refusal::Finished { .. }
+        | Refusal::StillRunning { .. }
+        | Refusal::NotFound
+        | Refusal::Lost { .. } => {
             tracing::error!(%refusal, "tools/call got a refusal that execute never gives");
             return Err(ErrorData::internal_error("internal error", None));
         }
@@ -306,6 +312,7 @@ mod tests {
                 session_id: "default".into(),
                 started_at: chrono::Utc::now(),
                 finished_at: chrono::Utc::now(),
+                resolution: None,
             }),
             replayed: true,
         }

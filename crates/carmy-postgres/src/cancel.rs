@@ -1,5 +1,11 @@
 //! Cancel requests between replicas over PostgreSQL `LISTEN`/`NOTIFY` on [`CANCEL_CHANNEL`]:
 //! one dedicated listening connection per store forwards each request to a broadcast channel.
+//! Also the freeing of reservations whose tool never ran ([`release_unused`]).
+
+use crate::failure::Failure;
+use crate::sql::{NOTIFY_CANCEL_SQL, RELEASE_RESERVATION_SQL};
+use carmy::runtime::IdempotencyKey;
+use sqlx::postgres::PgPool;
 
 use carmy::outcome::ExecutionId;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
@@ -9,6 +15,14 @@ use tokio::sync::{broadcast, watch};
 /// The `LISTEN`/`NOTIFY` channel on which cancel requests travel between replicas; the payload
 /// is the execution id.
 pub const CANCEL_CHANNEL: &str = "carmy_cancel";
+
+/// The channel on which a trigger announces a recorded outcome that a call waits for
+/// (migration `V7`); the payload is the execution id.
+pub const RECORDED_CHANNEL: &str = "carmy_recorded";
+
+/// The channel on which `carmy.resolve_execution` and `carmy.release_execution` announce a
+/// decision (migration `V6`); the payload is the execution id.
+pub const DECIDED_CHANNEL: &str = "carmy_decided";
 
 /// How many cancel requests a slow subscriber may fall behind before it misses some.
 pub(crate) const CANCEL_BACKLOG: usize = 256;
@@ -20,14 +34,18 @@ const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 /// each payload to `cancels`, until `stopped` turns true. Reconnects after a failure; requests
 /// sent while disconnected are lost (cancellation is best effort; the requester watches the
 /// record).
+///
+/// The same connection listens on [`RECORDED_CHANNEL`] and [`DECIDED_CHANNEL`], forwarding
+/// their payloads to `recorded` (for calls that wait for an outcome).
 pub(crate) async fn listen_for_cancels(
     connect: PgConnectOptions,
     cancels: broadcast::Sender<ExecutionId>,
+    recorded: broadcast::Sender<ExecutionId>,
     mut stopped: watch::Receiver<bool>,
 ) {
     let listen = async {
         loop {
-            let Err(error) = forward_cancels(&connect, &cancels).await;
+            let Err(error) = forward_cancels(&connect, &cancels, &recorded).await;
             tracing::warn!(%error, "cancel listener failed; reconnecting");
             tokio::time::sleep(RECONNECT_AFTER).await;
         }
@@ -42,15 +60,58 @@ pub(crate) async fn listen_for_cancels(
 async fn forward_cancels(
     connect: &PgConnectOptions,
     cancels: &broadcast::Sender<ExecutionId>,
+    recorded: &broadcast::Sender<ExecutionId>,
 ) -> Result<std::convert::Infallible, sqlx::Error> {
     let connection = PgPoolOptions::new()
         .max_connections(1)
         .connect_lazy_with(connect.clone());
     let mut listener = PgListener::connect_with(&connection).await?;
-    listener.listen(CANCEL_CHANNEL).await?;
+    listener
+        .listen_all([CANCEL_CHANNEL, RECORDED_CHANNEL, DECIDED_CHANNEL])
+        .await?;
     loop {
         let notification = listener.recv().await?;
-        // No receiver is fine: then nothing runs here that could be cancelled.
-        let _ = cancels.send(ExecutionId::from_stored(notification.payload()));
+        let execution_id = ExecutionId::from_stored(notification.payload());
+        // No receiver is fine: then nothing here runs or waits for that execution.
+        let _ = if notification.channel() == CANCEL_CHANNEL {
+            cancels.send(execution_id)
+        } else {
+            recorded.send(execution_id)
+        };
     }
+}
+
+/// `NOTIFY carmy_cancel, '<execution_id>'`: every replica hears it; the one running the
+/// execution cancels it.
+pub(crate) async fn request_cancel(
+    pool: &PgPool,
+    execution_id: &ExecutionId,
+) -> Result<(), Failure> {
+    sqlx::query(NOTIFY_CANCEL_SQL)
+        .bind(CANCEL_CHANNEL)
+        .bind(execution_id.as_str())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// One autocommitted `DELETE` of the row, only while it is `running` and held by
+/// `execution_id` (`IdempotencyStore::release`: a reservation whose tool never ran).
+pub(crate) async fn release_unused(
+    pool: &PgPool,
+    key: &IdempotencyKey,
+    execution_id: &ExecutionId,
+) -> Result<(), Failure> {
+    let deleted = sqlx::query(RELEASE_RESERVATION_SQL)
+        .bind(&key.principal)
+        .bind(&key.session_id)
+        .bind(&key.request_id)
+        .bind(execution_id.as_str())
+        .execute(pool)
+        .await?
+        .rows_affected();
+    if deleted > 0 {
+        tracing::info!(%execution_id, "freed a reservation whose tool never ran");
+    }
+    Ok(())
 }

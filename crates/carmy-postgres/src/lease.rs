@@ -1,13 +1,19 @@
 //! This process's lease in `carmy.instances` (docs/semantics.md §4): registered at start, renewed
 //! every `lease_ttl / 3` by a background task, ended at shutdown. A running reservation whose
 //! owner's lease lapsed reads as interrupted (`carmy.in_flight_state`).
+//!
+//! The lease has a connection of its own ([`lease_pool`]), never one of the pool that tools,
+//! reads and cancels use: a pool exhausted by database-bound tools must not starve the renewal
+//! and make a live replica's executions read `interrupted` (docs/semantics.md §12).
 
 use crate::diagnosis::Diagnosis;
+use crate::failure::Failure;
 use crate::sql::{END_LEASE_SQL, LEASE_SQL};
+use carmy::runtime::StoreError;
 use sqlx::postgres::PgPool;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// The lease of one process in `carmy.instances`.
@@ -22,6 +28,9 @@ pub(crate) struct Lease {
     ttl_millis: i64,
     /// Whether the instance row has been written at least once.
     registered: AtomicBool,
+    /// Until when the lease surely holds, by this process's clock: the moment the last
+    /// successful renewal was sent, plus the TTL (the database set a later expiry).
+    held_until: std::sync::Mutex<Option<Instant>>,
 }
 
 impl Lease {
@@ -41,6 +50,7 @@ impl Lease {
             pid: i32::try_from(std::process::id()).ok(),
             ttl_millis,
             registered: AtomicBool::new(false),
+            held_until: std::sync::Mutex::new(None),
         }
     }
 
@@ -51,6 +61,7 @@ impl Lease {
 
     /// Sets `lease_expires_at = now() + ttl` (inserting the row if it is missing).
     pub(crate) async fn renew(&self) -> Result<(), sqlx::Error> {
+        let sent = Instant::now();
         sqlx::query(LEASE_SQL)
             .bind(&self.instance_id)
             .bind(self.hostname.as_deref())
@@ -59,7 +70,47 @@ impl Lease {
             .execute(&self.pool)
             .await?;
         self.registered.store(true, Ordering::Release);
+        let ttl = Duration::from_millis(u64::try_from(self.ttl_millis).unwrap_or(0));
+        *self
+            .held_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(sent + ttl);
         Ok(())
+    }
+
+    /// Whether the lease surely holds now (see `held_until`).
+    pub(crate) fn holds(&self) -> bool {
+        let held_until = *self
+            .held_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        held_until.is_some_and(|until| Instant::now() < until)
+    }
+
+    /// The step before a reservation (docs/semantics.md §12): when the lease no longer surely
+    /// holds (renewals failed, e.g. the replica is cut off from the database), renews it first,
+    /// waiting at most one renewal interval. A replica without a lease never reserves: the other
+    /// replicas already read its executions as interrupted.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the lease cannot be renewed in time.
+    pub(crate) async fn ensure_held(&self) -> Result<(), Failure> {
+        if self.holds() {
+            return Ok(());
+        }
+        let ttl = Duration::from_millis(u64::try_from(self.ttl_millis).unwrap_or(0));
+        match tokio::time::timeout(renewal_interval(ttl), self.renew()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(StoreError::Unavailable(format!(
+                "this replica's lease lapsed and cannot be renewed: {}",
+                self.diagnosis.explain(error).await
+            ))
+            .into()),
+            Err(_elapsed) => Err(StoreError::Unavailable(
+                "this replica's lease lapsed and its renewal did not finish in time".to_owned(),
+            )
+            .into()),
+        }
     }
 
     /// Registers the lease when it is not yet: the step before a reservation, so that none is
@@ -101,6 +152,16 @@ impl Lease {
             }
         }
     }
+}
+
+/// A pool of one connection for the lease alone, with the settings of `pool`'s connections. It
+/// waits for that connection at most one renewal interval (a third of `ttl`), so a renewal that
+/// cannot connect fails in time for the next one instead of letting the lease lapse silently.
+pub(crate) fn lease_pool(pool: &PgPool, ttl: Duration) -> PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(renewal_interval(ttl))
+        .connect_lazy_with((*pool.connect_options()).clone())
 }
 
 /// The renewal interval for a lease of `ttl`: a third of it, at least 1 ms.

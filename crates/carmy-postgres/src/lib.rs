@@ -21,9 +21,13 @@
 //! used by the store's statements in [`sql`]) and the view `carmy.uncertain_executions` listing
 //! executions whose outcome is not known.
 //!
-//! Modules: `store` ([`PostgresStore`]), [`sql`] (every statement), `options`
+//! Decisions (docs/semantics.md §12) are the SQL functions `carmy.resolve_execution` and
+//! `carmy.release_execution`, called by the store (`decide`) and by DBAs alike, with the audit
+//! trail in `carmy.audit_log` and released executions in `carmy.released_executions`.
+//!
+//! Modules: `store` ([`PostgresStore`]), [`sql`] (every statement), `decide`, `wait`, `options`
 //! ([`PostgresStoreOptions`], [`OptionsError`]), `lease`, `cancel`, `diagnosis`, `failure`,
-//! `decode`, `hot`, `ready`, `migrate`.
+//! `decode`, `hot`, `ready`, `recheck`, `migrate`.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -41,6 +45,7 @@
 //! ```
 
 mod cancel;
+mod decide;
 mod decode;
 mod diagnosis;
 mod failure;
@@ -49,10 +54,12 @@ mod lease;
 mod migrate;
 mod options;
 mod ready;
+mod recheck;
 pub mod sql;
 mod store;
+mod wait;
 
-pub use cancel::CANCEL_CHANNEL;
+pub use cancel::{CANCEL_CHANNEL, DECIDED_CHANNEL, RECORDED_CHANNEL};
 pub use migrate::{
     latest_migration_version, migrate, MigrateError, MIGRATION_LOCK_KEY, MIGRATION_TABLE,
     RETIRED_MIGRATIONS,

@@ -86,6 +86,70 @@ pub const RELEASE_RESERVATION_SQL: &str = "DELETE FROM carmy.reservations \
      WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
        AND execution_id = $4 AND state = 'running'";
 
+/// Resolves an execution through the SQL function of migration `V6` (the one implementation,
+/// shared with DBAs). Binds: `$1` execution_id, `$2` status, `$3` data (JSON text), `$4` error
+/// (JSON text or `NULL`), `$5` note, `$6` actor, `$7` force, `$8` principal (`NULL` for any).
+/// Returns the recorded outcome text; a refusal raises SQLSTATE `CR404`, `CR409` or `CR412`.
+pub const RESOLVE_EXECUTION_SQL: &str =
+    "SELECT carmy.resolve_execution($1, $2, $3::jsonb, $4::jsonb, $5, $6, $7, $8) AS outcome";
+
+/// Releases an execution through the SQL function of migration `V6`. Binds: `$1`
+/// execution_id, `$2` note, `$3` actor, `$4` force, `$5` principal (`NULL` for any). Returns a
+/// JSON summary (`execution_id`, `principal`, `session_id`, `request_id`, `tool`,
+/// `in_flight_state`, `by`, `at`, `note`); refusals as [`RESOLVE_EXECUTION_SQL`].
+pub const RELEASE_EXECUTION_SQL: &str =
+    "SELECT carmy.release_execution($1, $2, $3, $4, $5) AS released";
+
+/// Lists records. Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` in-flight
+/// state (`running` / `interrupted`), each `NULL` for any; `$5` limit.
+pub const LIST_EXECUTIONS_SQL: &str = concat!(
+    "SELECT r.principal, r.session_id, r.request_id, ",
+    record_columns!(),
+    " FROM carmy.reservations r \
+     WHERE ($1::text IS NULL OR r.principal = $1) \
+       AND ($2::text IS NULL OR r.session_id = $2) \
+       AND ($3::text IS NULL OR r.request_id = $3) \
+       AND ($4::text IS NULL \
+            OR (r.state = 'running' AND carmy.in_flight_state(r.owner_instance) = $4)) \
+     ORDER BY r.created_at, r.execution_id \
+     LIMIT $5"
+);
+
+/// Reads a released execution of one principal. Binds: `$1` execution_id, `$2` principal.
+pub const FIND_RELEASED_SQL: &str = "SELECT h.principal, h.session_id, h.request_id, \
+            h.execution_id, h.tool, h.fingerprint, h.fingerprint_version, \
+            h.in_flight_state, h.released_by, \
+            date_trunc('milliseconds', h.released_at) AS released_at, h.note \
+     FROM carmy.released_executions h \
+     WHERE h.execution_id = $1 AND h.principal = $2";
+
+/// Reads one execution's audit rows, oldest first. Binds: `$1` execution_id.
+pub const AUDIT_TRAIL_SQL: &str = "SELECT actor, at, execution_id, action, \
+            before::text AS before, after::text AS after, note \
+     FROM carmy.audit_log WHERE execution_id = $1 ORDER BY id";
+
+/// Keeps a late outcome as an audit row (`late_arrival`) and reads who holds the identity now.
+/// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` owner instance (the actor),
+/// `$5` execution_id, `$6` status, `$7` outcome text, `$8` note. Returns `current` (the holder's
+/// execution id, or `NULL`). An outcome holding `\u0000` (which `jsonb` refuses) is kept as a
+/// JSON string of its text.
+pub const LATE_ARRIVAL_SQL: &str = "WITH holder AS ( \
+         SELECT execution_id FROM carmy.reservations \
+         WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
+     ), logged AS ( \
+         INSERT INTO carmy.audit_log (actor, execution_id, action, before, after, note) \
+         SELECT $4, $5, 'late_arrival', \
+                jsonb_build_object('principal', $1::text, 'session_id', $2::text, \
+                                   'request_id', $3::text, \
+                                   'current_execution_id', (SELECT execution_id FROM holder)), \
+                jsonb_build_object('state', $6::text, 'outcome', \
+                    CASE WHEN strpos($7::text, '\\u0000') = 0 THEN $7::text::jsonb \
+                         ELSE to_jsonb($7::text) END), \
+                $8 \
+         RETURNING 1 \
+     ) \
+     SELECT (SELECT execution_id FROM holder) AS current, (SELECT count(*) FROM logged) AS logged";
+
 /// The highest applied migration; `NULL` when none. Reads [`crate::MIGRATION_TABLE`].
 pub const READY_SQL: &str = "SELECT max(version) FROM carmy.refinery_schema_history";
 
@@ -117,7 +181,12 @@ mod tests {
 
     #[test]
     fn every_record_read_uses_the_in_flight_function() {
-        for sql in [RESERVE_SQL, LOOKUP_SQL, FIND_EXECUTION_SQL] {
+        for sql in [
+            RESERVE_SQL,
+            LOOKUP_SQL,
+            FIND_EXECUTION_SQL,
+            LIST_EXECUTIONS_SQL,
+        ] {
             assert!(
                 sql.contains("carmy.in_flight_state(r.owner_instance)"),
                 "{sql}"

@@ -3,32 +3,33 @@
 //! [`crate::options`], the lease in `lease`, cancel delivery in `cancel`, error classes in
 //! `failure`, row decoding in `decode` and the hot-path connections in `hot`.
 
-use crate::cancel::{listen_for_cancels, CANCEL_BACKLOG, CANCEL_CHANNEL};
+use crate::cancel::{listen_for_cancels, release_unused, request_cancel, CANCEL_BACKLOG};
+use crate::decide;
 use crate::decode::{decode_key, decode_record};
 use crate::diagnosis::{explain_connect, Diagnosis};
 use crate::failure::{lost_in_transit, Failure};
 use crate::hot::{hot_pool, run_error, HotManager};
-use crate::lease::{renewal_interval, Lease};
+use crate::lease::{lease_pool, renewal_interval, Lease};
 use crate::options::{pool_options, ConnectError, PostgresStoreOptions};
 use crate::ready::check_ready;
-use crate::sql::{
-    COMPLETE_RECHECK_SQL, COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, NOTIFY_CANCEL_SQL,
-    RELEASE_RESERVATION_SQL, RESERVE_SQL,
-};
+use crate::recheck::already_recorded;
+use crate::sql::{COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, RESERVE_SQL};
+use crate::wait;
+use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use carmy::runtime::{
-    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, Reservation,
-    StoreError, StoreFuture, StoredRecord,
+    Decided, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
+    Reservation, StoreError, StoreFuture, StoredRecord,
 };
+use carmy::wait::until_decided;
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-/// How often `reserve` retries when the row it conflicted with vanished before it could be read
-/// (an operator deleted it in between).
+/// How often `reserve` retries when the row it conflicted with vanished before it was read.
 const RESERVE_ATTEMPTS: usize = 3;
 
 /// The PostgreSQL [`IdempotencyStore`] (docs/semantics.md §8): reservations and outcomes in
@@ -54,11 +55,9 @@ const RESERVE_ATTEMPTS: usize = 3;
 /// carmy.refinery_schema_history: <error>` (e.g. a permission), or `cannot register the
 /// instance lease: <cause>`.
 ///
-/// Every [`StoreError::Unavailable`] text carries its cause. When the pool times out waiting
-/// for a new connection, the store makes one direct connection attempt (at most one per second,
-/// bounded by the acquire timeout and 2 s) to tell why, e.g. `pool timed out while waiting for
-/// an open connection: cannot connect to PostgreSQL: error communicating with database:
-/// Connection refused (os error 111)`, or that all pooled connections were busy.
+/// Every [`StoreError::Unavailable`] text carries its cause; a pool timeout is explained by one
+/// direct connection attempt (at most one per second, see `diagnosis`), e.g. `pool timed out
+/// while waiting for an open connection: cannot connect to PostgreSQL: … Connection refused`.
 ///
 /// A background task renews the lease every `lease_ttl / 3` until [`PostgresStore::shutdown`]
 /// or drop; create the store inside a Tokio runtime. Share it as `Arc<PostgresStore>` (or
@@ -72,6 +71,8 @@ pub struct PostgresStore {
     stop: watch::Sender<bool>,
     renewer: Mutex<Option<JoinHandle<()>>>,
     cancels: broadcast::Sender<ExecutionId>,
+    /// Executions whose outcome was recorded or decided, heard by the listener (for waiters).
+    recorded: broadcast::Sender<ExecutionId>,
     /// Connections for `reserve` and `complete` (see [`crate::hot`]).
     hot: bb8::Pool<HotManager>,
 }
@@ -130,7 +131,7 @@ impl PostgresStore {
         let ttl_millis = options.lease_ttl_millis()?;
         let diagnosis = Arc::new(Diagnosis::new(pool.clone()));
         let lease = Arc::new(Lease::new(
-            pool.clone(),
+            lease_pool(&pool, options.lease_ttl),
             Arc::clone(&diagnosis),
             options.instance_id.clone(),
             ttl_millis,
@@ -153,9 +154,11 @@ impl PostgresStore {
             pool.options().get_acquire_timeout(),
         );
         let (cancels, _) = broadcast::channel(CANCEL_BACKLOG);
+        let (recorded, _) = broadcast::channel(CANCEL_BACKLOG);
         tokio::spawn(listen_for_cancels(
             connect,
             cancels.clone(),
+            recorded.clone(),
             stop.subscribe(),
         ));
         Ok(Self {
@@ -166,18 +169,17 @@ impl PostgresStore {
             stop,
             renewer: Mutex::new(Some(renewer)),
             cancels,
+            recorded,
             hot,
         })
     }
 
-    /// This process's id in `carmy.instances` (e.g. `inst_3f…`), written as `owner_instance` on
-    /// every reservation this store makes.
+    /// This process's id in `carmy.instances` (e.g. `inst_3f…`), its reservations' owner.
     pub fn instance_id(&self) -> &str {
         &self.instance_id
     }
 
-    /// The connection pool, for queries of the same database outside the reservation protocol
-    /// (e.g. the gateway's example tools on `carmy.example_orders`).
+    /// The pool, for other queries of the database (e.g. the example tools' orders).
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
@@ -207,27 +209,6 @@ impl PostgresStore {
         self.finish(ended).await
     }
 
-    /// One autocommitted `DELETE` of the row, only while it is `running` and held by
-    /// `execution_id`.
-    async fn release_impl(
-        &self,
-        key: &IdempotencyKey,
-        execution_id: &ExecutionId,
-    ) -> Result<(), Failure> {
-        let deleted = sqlx::query(RELEASE_RESERVATION_SQL)
-            .bind(&key.principal)
-            .bind(&key.session_id)
-            .bind(&key.request_id)
-            .bind(execution_id.as_str())
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        if deleted > 0 {
-            tracing::info!(%execution_id, "freed a reservation whose tool never ran");
-        }
-        Ok(())
-    }
-
     async fn reserve_impl(
         &self,
         key: &IdempotencyKey,
@@ -235,7 +216,7 @@ impl PostgresStore {
         intent: &ExecutionIntent,
     ) -> Result<Reservation, Failure> {
         // Never reserve without a lease row: others would read the reservation as interrupted.
-        self.lease.ensure_registered().await?;
+        self.lease.ensure_held().await?;
         for _ in 0..RESERVE_ATTEMPTS {
             let query = sqlx::query(RESERVE_SQL)
                 .bind(&key.principal)
@@ -304,39 +285,13 @@ impl PostgresStore {
             hot.used(&done);
             done?.rows_affected()
         };
-        if updated == 1 || self.already_recorded(key, result, outcome).await? {
+        if updated == 1 || already_recorded(&self.pool, key, result, outcome).await? {
             return Ok(());
         }
         Err(StoreError::NotOwner {
             execution_id: result.execution_id.clone(),
         }
         .into())
-    }
-
-    /// After a `complete` update that matched nothing: whether the row already holds exactly
-    /// this outcome of this execution (a retry after a lost acknowledgement). Otherwise this
-    /// execution does not hold the reservation.
-    async fn already_recorded(
-        &self,
-        key: &IdempotencyKey,
-        result: &ExecutionResult,
-        outcome: &str,
-    ) -> Result<bool, Failure> {
-        let row = sqlx::query(COMPLETE_RECHECK_SQL)
-            .bind(&key.principal)
-            .bind(&key.session_id)
-            .bind(&key.request_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        let Some(row) = row else {
-            return Ok(false);
-        };
-        let execution_id: String = row.try_get("execution_id")?;
-        let state: String = row.try_get("state")?;
-        let stored: Option<String> = row.try_get("outcome")?;
-        Ok(execution_id == result.execution_id.as_str()
-            && state != "running"
-            && stored.as_deref() == Some(outcome))
     }
 
     async fn lookup_impl(&self, key: &IdempotencyKey) -> Result<Option<StoredRecord>, Failure> {
@@ -349,6 +304,7 @@ impl PostgresStore {
         Ok(row.as_ref().map(decode_record).transpose()?)
     }
 
+    /// The held execution, else the released one (`carmy.released_executions`).
     async fn find_execution_impl(
         &self,
         principal: &str,
@@ -360,23 +316,13 @@ impl PostgresStore {
             .fetch_optional(&self.pool)
             .await?;
         let Some(row) = row else {
-            return Ok(None);
+            return decide::find_released(&self.pool, principal, execution_id).await;
         };
         Ok(Some(ExecutionLookup {
             key: decode_key(&row)?,
             record: decode_record(&row)?,
+            released: None,
         }))
-    }
-
-    /// `NOTIFY carmy_cancel, '<execution_id>'`: every replica hears it; the one running the
-    /// execution cancels it.
-    async fn request_cancel_impl(&self, execution_id: &ExecutionId) -> Result<(), Failure> {
-        sqlx::query(NOTIFY_CANCEL_SQL)
-            .bind(CANCEL_CHANNEL)
-            .bind(execution_id.as_str())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
     }
 
     /// Whether this store can serve calls (see [`crate::ready`]).
@@ -413,6 +359,9 @@ impl Drop for PostgresStore {
     }
 }
 
+/// Decisions call the DBAs' SQL functions ([`crate::decide`]); a late arrival is an audit row
+/// with this process's instance id as the actor; a waiter registers in `carmy.outcome_waiters`
+/// and waits on the listener ([`crate::wait`]).
 impl IdempotencyStore for PostgresStore {
     /// One autocommitted `DELETE` of the row, only while it is `running` and held by
     /// `execution_id`.
@@ -422,7 +371,7 @@ impl IdempotencyStore for PostgresStore {
         execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.finish(self.release_impl(key, execution_id).await)
+            self.finish(release_unused(&self.pool, key, execution_id).await)
                 .await
         })
     }
@@ -470,11 +419,76 @@ impl IdempotencyStore for PostgresStore {
         Box::pin(self.check_ready_impl())
     }
 
+    fn resolve_execution<'a>(
+        &'a self,
+        request: &'a ResolveRequest,
+    ) -> StoreFuture<'a, Decided<ExecutionResult>> {
+        Box::pin(async move {
+            self.finish(decide::resolve(&self.pool, request).await)
+                .await
+        })
+    }
+
+    fn release_execution<'a>(
+        &'a self,
+        request: &'a ReleaseRequest,
+    ) -> StoreFuture<'a, Decided<Released>> {
+        Box::pin(async move {
+            self.finish(decide::release(&self.pool, request).await)
+                .await
+        })
+    }
+
+    fn record_late_arrival<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        result: &'a RecordedResult,
+    ) -> StoreFuture<'a, Option<ExecutionId>> {
+        Box::pin(async move {
+            let kept = decide::late_arrival(&self.pool, &self.instance_id, key, result).await;
+            self.finish(kept).await
+        })
+    }
+
+    fn wait_for_outcome<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+        timeout: std::time::Duration,
+    ) -> StoreFuture<'a, Option<StoredRecord>> {
+        Box::pin(async move {
+            let recorded = Some(self.recorded.subscribe());
+            let waiter = self
+                .finish(wait::register(&self.pool, execution_id).await)
+                .await?;
+            let record = until_decided(self, recorded, key, execution_id, timeout).await;
+            wait::unregister(&self.pool, execution_id, &waiter).await;
+            record
+        })
+    }
+
+    fn list_executions<'a>(
+        &'a self,
+        query: &'a ExecutionQuery,
+    ) -> StoreFuture<'a, Vec<ExecutionLookup>> {
+        Box::pin(async move { self.finish(decide::list(&self.pool, query).await).await })
+    }
+
+    fn audit_trail<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Vec<AuditEntry>> {
+        Box::pin(async move {
+            self.finish(decide::audit_trail(&self.pool, execution_id).await)
+                .await
+        })
+    }
+
     /// `NOTIFY carmy_cancel, '<execution_id>'`: every replica hears it; the one running the
     /// execution cancels it.
     fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.finish(self.request_cancel_impl(execution_id).await)
+            self.finish(request_cancel(&self.pool, execution_id).await)
                 .await
         })
     }

@@ -76,6 +76,7 @@ fn result(
         session_id: key.session_id.clone(),
         started_at: at(1_700_000_000_123),
         finished_at: at(1_700_000_001_456),
+        resolution: None,
     }
 }
 
@@ -170,10 +171,13 @@ async fn migrate_twice_is_a_noop() {
             (1, "reservations"),
             (3, "document_history"),
             (4, "in_flight_state"),
-            (5, "outcome_is_record")
+            (5, "outcome_is_record"),
+            (6, "decisions"),
+            (7, "outcome_waiters"),
+            (8, "late_arrivals")
         ]
     );
-    assert_eq!(latest_migration_version(), 5);
+    assert_eq!(latest_migration_version(), 8);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -204,7 +208,14 @@ async fn migrations_alone_create_no_example_orders() {
     .unwrap();
     assert_eq!(
         tables,
-        vec!["instances", "refinery_schema_history", "reservations"]
+        vec![
+            "audit_log",
+            "instances",
+            "outcome_waiters",
+            "refinery_schema_history",
+            "released_executions",
+            "reservations"
+        ]
     );
     pool.close().await;
 }
@@ -228,7 +239,7 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3, 4, 5]);
+    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8]);
     pool.close().await;
 }
 
@@ -323,8 +334,12 @@ async fn schema_is_documented_and_constrained() {
     assert_eq!(
         relations,
         vec![
+            "audit_log",
             "instances",
+            "late_arrivals",
+            "outcome_waiters",
             "refinery_schema_history",
+            "released_executions",
             "reservations",
             "uncertain_executions"
         ]
@@ -381,12 +396,23 @@ async fn schema_is_documented_and_constrained() {
     .fetch_all(&pool)
     .await
     .unwrap();
+    // Every function is documented; the in-flight rule is stable, decisions are volatile.
+    let expected = [
+        ("decision_refused", "v"),
+        ("explain_undecided", "v"),
+        ("in_flight_state", "s"),
+        ("notify_outcome_waiters", "v"),
+        ("outcome_is_record", "i"),
+        ("record_timestamp", "i"),
+        ("release_execution", "v"),
+        ("resolve_execution", "v"),
+    ];
     assert_eq!(
         functions,
-        vec![
-            ("in_flight_state".to_owned(), "s".to_owned(), true),
-            ("outcome_is_record".to_owned(), "i".to_owned(), true)
-        ]
+        expected
+            .iter()
+            .map(|(name, volatility)| ((*name).to_owned(), (*volatility).to_owned(), true))
+            .collect::<Vec<_>>()
     );
     let view: String =
         sqlx::query_scalar("SELECT pg_get_viewdef('carmy.uncertain_executions'::regclass)")
@@ -1222,13 +1248,19 @@ async fn check_ready_after_migrate_and_not_before() {
         .execute(&pool)
         .await
         .unwrap();
+    // Versions need not be contiguous: the one before is whatever the history holds now.
+    let previous: Option<i32> =
+        sqlx::query_scalar("SELECT max(version) FROM carmy.refinery_schema_history")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     let reason = assert_not_ready(store.check_ready().await);
     assert_eq!(
         reason,
         format!(
             "schema carmy is not migrated (found version {}, need {latest}): run migrations \
              (carmy-gateway migrate, or carmy_postgres::migrate)",
-            latest - 1
+            previous.unwrap()
         )
     );
     sqlx::query("DELETE FROM carmy.refinery_schema_history")
@@ -1539,5 +1571,107 @@ async fn invalid_options_are_refused() {
     assert_eq!(
         error.to_string(),
         "instance_id is empty; accepted: any non-empty text"
+    );
+}
+
+/// A replica that cannot renew its lease (here: the test holds its instance row locked, as a
+/// cut-off connection would fail the renewal) refuses to reserve once its lease may have lapsed
+/// (docs/semantics.md §12), and reserves again once it holds a lease again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_without_a_lease_refuses_to_reserve_until_it_holds_one_again() {
+    let db = TestDb::migrated().await;
+    let mut options = db.options();
+    options.lease_ttl = Duration::from_millis(900);
+    let store = PostgresStore::connect(options).await.unwrap();
+    let before = key("p", "s", "before");
+    let reserved = store.reserve(&before, &fp('a'), &intent("echo")).await;
+    assert_eq!(reserved.unwrap(), Reservation::Reserved);
+
+    let mut locker = db.connect().await;
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query("SELECT 1 FROM carmy.instances WHERE instance_id = $1 FOR UPDATE")
+        .bind(store.instance_id())
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    eventually_eq(
+        Duration::from_secs(10),
+        "reserve refused without a lease",
+        true,
+        || async {
+            let attempt = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let key = key("p", "s", &format!("cut-{attempt}"));
+            match store.reserve(&key, &fp('a'), &intent("echo")).await {
+                Err(StoreError::Unavailable(reason)) => reason.contains("lease"),
+                _ => false,
+            }
+        },
+    )
+    .await;
+    sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+    eventually_eq(
+        Duration::from_secs(10),
+        "reserve with a lease again",
+        true,
+        || async {
+            let attempt = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let key = key("p", "s", &format!("back-{attempt}"));
+            matches!(
+                store.reserve(&key, &fp('a'), &intent("echo")).await,
+                Ok(Reservation::Reserved)
+            )
+        },
+    )
+    .await;
+    store.shutdown().await.unwrap();
+}
+
+/// A replica whose replay cache holds a finished record drops the copy as soon as it reads the
+/// row (by id) and finds it changed by an operator's SQL (docs/semantics.md §12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cached_copy_that_differs_from_the_row_read_is_dropped() {
+    let db = TestDb::migrated().await;
+    let store: Arc<dyn IdempotencyStore> = Arc::new(db.store().await);
+    let cached = carmy::cache::ReplayCache::new(store, 100, Duration::from_secs(3600));
+    let k = key("alice", "s", "cached");
+    let first = intent("echo");
+    let reserved = cached.reserve(&k, &fp('a'), &first).await.unwrap();
+    assert_eq!(reserved, Reservation::Reserved);
+    let recorded = result(
+        &k,
+        &first,
+        ExecutionStatus::Completed,
+        serde_json::json!({"v": 1}),
+    );
+    cached
+        .complete(&k, &fp('a'), &recorded.clone().into())
+        .await
+        .unwrap();
+    let mut changed = recorded.clone();
+    changed.data = serde_json::json!({"v": 2});
+    let mut connection = db.connect().await;
+    sqlx::query("UPDATE carmy.reservations SET outcome = $1 WHERE execution_id = $2")
+        .bind(changed.to_record_json())
+        .bind(first.execution_id.as_str())
+        .execute(&mut connection)
+        .await
+        .unwrap();
+    let replay = cached.reserve(&k, &fp('a'), &intent("echo")).await.unwrap();
+    assert_eq!(
+        replay,
+        Reservation::Existing(Existing::Replay(recorded)),
+        "still cached"
+    );
+    let found = cached.find_execution("alice", &first.execution_id).await;
+    assert_eq!(
+        found.unwrap().unwrap().record.state,
+        RecordState::Finished(changed.clone())
+    );
+    let replay = cached.reserve(&k, &fp('a'), &intent("echo")).await.unwrap();
+    assert_eq!(
+        replay,
+        Reservation::Existing(Existing::Replay(changed)),
+        "the copy was dropped"
     );
 }

@@ -112,3 +112,35 @@ pub async fn metric(client: &reqwest::Client, replica: &Replica, series: &str) -
 pub fn call(tool: &str, arguments: Value, request_id: &str) -> Value {
     serde_json::json!({"tool": tool, "arguments": arguments, "request_id": request_id})
 }
+
+/// Sends `method` to `path` on `replica` with an optional `Authorization: Bearer <key>` and an
+/// optional JSON body; returns the status and the JSON body (`Value::Null` when empty).
+///
+/// # Panics
+/// On a transport error or a body that is not JSON.
+pub async fn request(
+    client: &reqwest::Client,
+    replica: &Replica,
+    method: reqwest::Method,
+    path: &str,
+    key: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let mut builder = client.request(method, replica.url(path));
+    if let Some(key) = key {
+        builder = builder.bearer_auth(key);
+    }
+    if let Some(body) = body {
+        builder = builder
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    let response = builder.send().await.expect("request");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    if text.is_empty() {
+        return (status, Value::Null);
+    }
+    let value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+    (status, value)
+}

@@ -12,8 +12,8 @@ pub struct InProcess {
     pub gateway: Gateway,
 }
 
-/// Parses `flags` as the gateway's command line. `DATABASE_URL`, `CARMY_API_KEYS` and
-/// `CARMY_API_KEYS_FILE` from the test's environment are ignored: only `flags` choose the store
+/// Parses `flags` as the gateway's command line. `DATABASE_URL`, `CARMY_API_KEYS`,
+/// `CARMY_API_KEYS_FILE` and `CARMY_OPERATOR_KEYS` from the test's environment are ignored: only `flags` choose the store
 /// and the keys.
 ///
 /// # Panics
@@ -29,6 +29,9 @@ pub fn gateway_config(flags: &[&str]) -> Config {
     if !given("--api-keys") {
         config.api_keys = None;
         config.api_keys_file = None;
+    }
+    if !given("--operator-keys") {
+        config.operator_keys = None;
     }
     config
 }

@@ -23,7 +23,7 @@ pub mod tls;
 pub use cluster::Cluster;
 pub use db::{server_url, with_database, TestDb};
 pub use http::{
-    call, client, metric, post, post_text, spawn_post, spawn_post_unanswered, tool_runs,
+    call, client, metric, post, post_text, request, spawn_post, spawn_post_unanswered, tool_runs,
 };
 pub use in_process::InProcess;
 pub use poll::{eventually, eventually_eq};

@@ -64,6 +64,7 @@ impl Replica {
         command
             .env_remove("DATABASE_URL")
             .env_remove("CARMY_API_KEYS")
+            .env_remove("CARMY_OPERATOR_KEYS")
             .env("CARMY_LISTEN", "127.0.0.1:0")
             .env("CARMY_LOG_FORMAT", "json")
             .env("RUST_LOG", "info,tower_http=warn")

@@ -39,6 +39,9 @@ pub enum AppError {
     /// No API keys are configured and the address is not loopback (docs/semantics.md §6).
     #[error("refusing to serve anonymously on non-loopback address {0}: configure API keys (gateway: CARMY_API_KEYS or CARMY_API_KEYS_FILE) or allow anonymous network access explicitly (gateway: CARMY_ALLOW_ANONYMOUS_NETWORK=true)")]
     AnonymousOnNetwork(SocketAddr),
+    /// A key is configured both as an API key and as an operator key (docs/semantics.md §12).
+    #[error("a key appears both among the API keys and among the operator keys (CARMY_OPERATOR_KEYS); give operators keys of their own")]
+    AmbiguousKey,
     /// The listen address could not be bound (in use, not local, no permission).
     #[error("cannot listen on {address}: {source}")]
     Bind {
@@ -58,6 +61,7 @@ pub struct AppBuilder {
     store: Option<Arc<dyn IdempotencyStore>>,
     engine_config: EngineConfig,
     keys: ApiKeys,
+    operators: ApiKeys,
     listen: SocketAddr,
     allow_anonymous_network: bool,
     max_body_bytes: usize,
@@ -71,6 +75,7 @@ impl Default for AppBuilder {
             store: None,
             engine_config: EngineConfig::default(),
             keys: ApiKeys::none(),
+            operators: ApiKeys::none(),
             listen: DEFAULT_LISTEN.parse().expect("the default address parses"),
             allow_anonymous_network: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -114,6 +119,15 @@ impl AppBuilder {
         self
     }
 
+    /// Sets the operator keys (`key=name` pairs, docs/semantics.md §12): an operator may resolve,
+    /// release and list any principal's executions; decisions record it as `operator:<name>`.
+    /// None by default. A key must not also be an API key.
+    #[must_use]
+    pub fn operator_keys(mut self, keys: ApiKeys) -> Self {
+        self.operators = keys;
+        self
+    }
+
     /// Sets the address [`AppBuilder::run`] serves on.
     #[must_use]
     pub fn listen(mut self, address: SocketAddr) -> Self {
@@ -146,8 +160,12 @@ impl AppBuilder {
     /// Builds the application without serving it.
     ///
     /// # Errors
-    /// [`AppError::Tool`] for a duplicate tool name or an invalid argument schema.
+    /// [`AppError::Tool`] for a duplicate tool name or an invalid argument schema;
+    /// [`AppError::AmbiguousKey`] when an API key is also an operator key.
     pub fn build(self) -> Result<App, AppError> {
+        if self.keys.shares_a_key_with(&self.operators) {
+            return Err(AppError::AmbiguousKey);
+        }
         let mut tools = ToolRegistry::default();
         for tool in self.tools {
             tools.insert(tool)?;
@@ -165,6 +183,7 @@ impl AppBuilder {
         let router = router(AppState {
             engine: Arc::clone(&engine),
             keys: Arc::new(self.keys),
+            operators: Arc::new(self.operators),
             max_body_bytes: self.max_body_bytes,
             body_timeout: self.body_timeout,
         });

@@ -87,6 +87,13 @@ impl ApiKeys {
         if self.is_empty() {
             return Some(ANONYMOUS_PRINCIPAL.to_owned());
         }
+        self.find(authorization)
+    }
+
+    /// The name of a configured key that the `Authorization` header value presents
+    /// (`Bearer <key>`), with no anonymous fallback: `None` when no key matches or none is
+    /// configured. Used for operator keys (`CARMY_OPERATOR_KEYS`, docs/semantics.md §12).
+    pub fn find(&self, authorization: Option<&[u8]>) -> Option<String> {
         let value = std::str::from_utf8(authorization?).ok()?;
         let (scheme, key) = value.trim().split_once(' ')?;
         if !scheme.eq_ignore_ascii_case("bearer") {
@@ -103,6 +110,64 @@ impl ApiKeys {
         self.entries
             .get(index)
             .map(|(_, principal)| principal.clone())
+    }
+}
+
+impl ApiKeys {
+    /// Whether a key of `self` is also a key of `other` (an API key that is also an operator
+    /// key would be ambiguous).
+    pub fn shares_a_key_with(&self, other: &Self) -> bool {
+        self.entries
+            .iter()
+            .any(|(mine, _)| other.entries.iter().any(|(theirs, _)| mine == theirs))
+    }
+}
+
+/// An authenticated caller (docs/semantics.md §6, §12): its principal and, for an operator key,
+/// the operator's name. An operator may decide on and list any principal's executions; its
+/// own calls run as the principal named like the operator.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// The principal whose records the caller reads and writes.
+    pub principal: String,
+    /// `Some(name)` for an operator key of `CARMY_OPERATOR_KEYS`.
+    pub operator: Option<String>,
+}
+
+impl Caller {
+    /// A caller with an API key (or anonymous): no operator rights.
+    pub fn principal(principal: impl Into<String>) -> Self {
+        Self {
+            principal: principal.into(),
+            operator: None,
+        }
+    }
+
+    /// An operator named `name`.
+    pub fn operator(name: impl Into<String>) -> Self {
+        let name = name.into();
+        Self {
+            principal: name.clone(),
+            operator: Some(name),
+        }
+    }
+
+    /// Who acts, as decisions and audit rows record it: `operator:<name>` for an operator, the
+    /// principal otherwise.
+    pub fn actor(&self) -> String {
+        match &self.operator {
+            Some(name) => format!("operator:{name}"),
+            None => self.principal.clone(),
+        }
+    }
+
+    /// The principal a decision or listing is limited to: `None` for an operator (every
+    /// principal), else the caller's own.
+    pub fn scope(&self) -> Option<String> {
+        match self.operator {
+            Some(_) => None,
+            None => Some(self.principal.clone()),
+        }
     }
 }
 

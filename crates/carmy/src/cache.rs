@@ -5,15 +5,19 @@
 //! that is vacant, running or interrupted always goes to the store, and the fingerprint is compared
 //! on every cached answer exactly as the store would (docs/semantics.md §3).
 //!
-//! An operator who deletes or rewrites a finished row with SQL sees the change on a replica only
-//! after the entry expires (the time to live), or at once with the cache disabled.
+//! An operator who deletes or rewrites a finished row with SQL sees the change on a replica
+//! after the entry expires (the time to live), at once with the cache disabled, or as soon as
+//! the replica reads the row by id or in a listing: a read that differs from the cached copy
+//! drops the copy (docs/semantics.md §12).
 
+use crate::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
 use crate::runtime::{
-    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, RecordState,
-    Reservation, StoreFuture, StoredRecord,
+    Decided, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
+    RecordState, Reservation, StoreFuture, StoredRecord,
 };
+use crate::ExecutionResult;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,6 +73,23 @@ impl ReplayCache {
                     result: result.clone(),
                 }),
             );
+        }
+    }
+
+    /// Drops the cached copy of `found`'s identity when the store's row, just read, differs
+    /// from it (an operator changed the row): this replica then answers from the store.
+    fn drop_if_stale(&self, found: &ExecutionLookup) {
+        if found.released.is_some() {
+            // A released execution no longer holds its identity: it says nothing of the copy.
+            return;
+        }
+        let stale = self.records.get(&found.key).is_some_and(|cached| {
+            cached.fingerprint != found.record.fingerprint
+                || found.record.state != RecordState::Finished(cached.result.result().clone())
+        });
+        if stale {
+            tracing::info!(execution_id = %found.record.execution_id, "the store's row differs from the cached copy; dropping the copy");
+            self.records.invalidate(&found.key);
         }
     }
 
@@ -135,16 +156,79 @@ impl IdempotencyStore for ReplayCache {
         })
     }
 
+    /// Read from the store; a cached copy that differs from what was read is dropped.
     fn find_execution<'a>(
         &'a self,
         principal: &'a str,
         execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, Option<ExecutionLookup>> {
-        self.inner.find_execution(principal, execution_id)
+        Box::pin(async move {
+            let found = self.inner.find_execution(principal, execution_id).await?;
+            if let Some(found) = &found {
+                self.drop_if_stale(found);
+            }
+            Ok(found)
+        })
     }
 
     fn check_ready(&self) -> StoreFuture<'_, ()> {
         self.inner.check_ready()
+    }
+
+    /// Decisions act only on records without an outcome, which are never cached: nothing to
+    /// drop here.
+    fn resolve_execution<'a>(
+        &'a self,
+        request: &'a ResolveRequest,
+    ) -> StoreFuture<'a, Decided<ExecutionResult>> {
+        self.inner.resolve_execution(request)
+    }
+
+    fn release_execution<'a>(
+        &'a self,
+        request: &'a ReleaseRequest,
+    ) -> StoreFuture<'a, Decided<Released>> {
+        // Only records without an outcome are released, and those are never cached.
+        self.inner.release_execution(request)
+    }
+
+    fn record_late_arrival<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        result: &'a RecordedResult,
+    ) -> StoreFuture<'a, Option<ExecutionId>> {
+        self.inner.record_late_arrival(key, result)
+    }
+
+    /// Running records are never cached: the inner store waits and reads.
+    fn wait_for_outcome<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+        timeout: Duration,
+    ) -> StoreFuture<'a, Option<StoredRecord>> {
+        self.inner.wait_for_outcome(key, execution_id, timeout)
+    }
+
+    /// Read from the store; cached copies that differ from what was read are dropped.
+    fn list_executions<'a>(
+        &'a self,
+        query: &'a ExecutionQuery,
+    ) -> StoreFuture<'a, Vec<ExecutionLookup>> {
+        Box::pin(async move {
+            let found = self.inner.list_executions(query).await?;
+            for lookup in &found {
+                self.drop_if_stale(lookup);
+            }
+            Ok(found)
+        })
+    }
+
+    fn audit_trail<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Vec<AuditEntry>> {
+        self.inner.audit_trail(execution_id)
     }
 
     fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {

@@ -91,9 +91,25 @@ pub struct ValidatedCall {
     session_id: String,
     fingerprint: Fingerprint,
     traceparent: Option<String>,
+    /// How long the caller is willing to wait for a running duplicate (docs/semantics.md §12).
+    wait: Option<std::time::Duration>,
 }
 
 impl ValidatedCall {
+    /// The same call, willing to wait up to `wait` for a running duplicate's outcome instead of
+    /// getting `EXECUTION_UNCERTAIN` `running` at once (HTTP: `Prefer: wait=N`, RFC 7240). The
+    /// engine caps it ([`crate::engine::EngineConfig::max_wait`]).
+    #[must_use]
+    pub fn with_wait(mut self, wait: std::time::Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// How long the caller waits for a running duplicate; `None` for not at all.
+    pub fn wait(&self) -> Option<std::time::Duration> {
+        self.wait
+    }
+
     /// Checks a call received as JSON text: strict JSON (no duplicate members,
     /// docs/semantics.md §2), identifiers per [`crate::identity`], arguments an object, metadata an
     /// object or `null`.
@@ -157,6 +173,7 @@ impl ValidatedCall {
                 .unwrap_or_else(|| DEFAULT_SESSION.to_owned()),
             fingerprint,
             traceparent: None,
+            wait: None,
         })
     }
 

@@ -44,6 +44,7 @@ pub mod call;
 mod canonical;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod decision;
 pub mod engine;
 pub mod fault;
 pub mod fingerprint;
@@ -57,6 +58,7 @@ pub mod runtime;
 pub mod strict_json;
 pub mod tool;
 pub mod trace;
+pub mod wait;
 
 pub use app::{app, App, AppBuilder, AppError};
 pub use outcome::{

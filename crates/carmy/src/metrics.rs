@@ -70,6 +70,9 @@ pub enum CallOutcome {
     Lost,
     /// `record_damaged`: the identity's record could not be read back (`RECORD_DAMAGED`).
     RecordDamaged,
+    /// `superseded`: the tool finished after its execution was decided; its outcome went to the
+    /// audit log as a late arrival (`EXECUTION_SUPERSEDED`, docs/semantics.md §12).
+    Superseded,
 }
 
 /// What a resolution did: the `action` label of `carmy_resolutions_total`.
@@ -97,6 +100,7 @@ impl CallOutcome {
             Self::Rejected => "rejected",
             Self::Lost => "lost",
             Self::RecordDamaged => "record_damaged",
+            Self::Superseded => "superseded",
         }
     }
 }

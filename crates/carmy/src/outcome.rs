@@ -226,6 +226,11 @@ pub struct ExecutionResult {
     /// When the outcome was fixed, UTC, RFC 3339 with milliseconds.
     #[serde(serialize_with = "rfc3339_millis")]
     pub finished_at: DateTime<Utc>,
+    /// Present when the outcome was recorded by a decision (`POST
+    /// /v1/executions/{id}/resolve`, or `carmy.resolve_execution` in SQL) rather than by the
+    /// tool: who, when, why (docs/semantics.md §12). Absent from tools' records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<Box<crate::decision::Resolution>>,
 }
 
 fn rfc3339_millis<T, S>(at: &T, serializer: S) -> Result<S::Ok, S::Error>
@@ -285,7 +290,8 @@ impl RecordedResult {
     /// The response body of docs/semantics.md §4: the record with `replayed` before `started_at`,
     /// made from the stored text without serialising the outcome again.
     pub fn to_response_json(&self, replayed: bool) -> String {
-        // `started_at` and `finished_at` are the record's last members and hold timestamps, so
+        // `started_at` and `finished_at` follow `data` and hold timestamps; only `resolution`
+        // (whose members are all strings, where a quote is always escaped) may follow them, so
         // the last `,"started_at":` is the member itself, never text inside `data`.
         let at = self
             .json
@@ -346,6 +352,7 @@ mod tests {
             session_id: "default".into(),
             started_at: Utc::now(),
             finished_at: Utc::now(),
+            resolution: None,
         };
         let recorded = RecordedResult::new(result.clone());
         assert_eq!(recorded.record_json(), result.to_record_json());

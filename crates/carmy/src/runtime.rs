@@ -5,6 +5,10 @@
 //! before a tool runs and [`IdempotencyStore::complete`] after it finished; every answer to a later
 //! attempt with the same identity comes from what the store recorded.
 
+use crate::decision::{
+    AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, Resolution,
+    ResolveRequest,
+};
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use std::future::Future;
@@ -160,10 +164,13 @@ impl From<Existing> for Reservation {
 /// An execution read back by id for `GET /v1/executions/{execution_id}` (docs/semantics.md §7).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExecutionLookup {
-    /// The identity it holds.
+    /// The identity it holds (or held, when released).
     pub key: IdempotencyKey,
-    /// The record.
+    /// The record; for a released execution, its state when it was released.
     pub record: StoredRecord,
+    /// `Some` when the execution was released (docs/semantics.md §12): it no longer holds its
+    /// identity and is kept as history.
+    pub released: Option<Resolution>,
 }
 
 /// Why a store could not answer.
@@ -209,6 +216,9 @@ pub enum StoreError {
     },
 }
 
+/// The answer of a decision: what it recorded, or why it changed nothing.
+pub type Decided<T> = Result<T, DecisionRefusal>;
+
 /// A durable (or process-local) record of reservations and outcomes (docs/semantics.md §8).
 ///
 /// Object-safe: the engine holds an `Arc<dyn IdempotencyStore>`. Every method returns a
@@ -253,6 +263,31 @@ pub enum StoreError {
 ///     }
 ///     fn check_ready(&self) -> StoreFuture<'_, ()> {
 ///         self.0.check_ready()
+///     }
+///     fn resolve_execution<'a>(&'a self, request: &'a carmy::decision::ResolveRequest)
+///         -> StoreFuture<'a, Decided<carmy::ExecutionResult>> {
+///         self.0.resolve_execution(request)
+///     }
+///     fn release_execution<'a>(&'a self, request: &'a carmy::decision::ReleaseRequest)
+///         -> StoreFuture<'a, Decided<carmy::decision::Released>> {
+///         self.0.release_execution(request)
+///     }
+///     fn list_executions<'a>(&'a self, query: &'a carmy::decision::ExecutionQuery)
+///         -> StoreFuture<'a, Vec<ExecutionLookup>> {
+///         self.0.list_executions(query)
+///     }
+///     fn audit_trail<'a>(&'a self, execution_id: &'a ExecutionId)
+///         -> StoreFuture<'a, Vec<carmy::decision::AuditEntry>> {
+///         self.0.audit_trail(execution_id)
+///     }
+///     fn record_late_arrival<'a>(&'a self, key: &'a IdempotencyKey,
+///         result: &'a RecordedResult) -> StoreFuture<'a, Option<ExecutionId>> {
+///         self.0.record_late_arrival(key, result)
+///     }
+///     fn wait_for_outcome<'a>(&'a self, key: &'a IdempotencyKey,
+///         execution_id: &'a ExecutionId, timeout: std::time::Duration)
+///         -> StoreFuture<'a, Option<StoredRecord>> {
+///         self.0.wait_for_outcome(key, execution_id, timeout)
 ///     }
 ///     // request_cancel, cancel_requests and shutdown not forwarded: error E0046.
 /// }
@@ -323,6 +358,86 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError::Unavailable`] with the reason.
     fn check_ready(&self) -> StoreFuture<'_, ()>;
+
+    /// Records the outcome that reconciliation found for an execution without one
+    /// (docs/semantics.md §12), in one compare-and-set step with its audit row
+    /// ([`AuditAction::Resolve`](crate::decision::AuditAction)): of any number of concurrent
+    /// decisions on one execution exactly one wins. The recorded outcome carries
+    /// `resolution: {by, at, note}` and replays like any other.
+    ///
+    /// The request is already checked ([`crate::decision::check_outcome`],
+    /// [`crate::decision::check_note`]).
+    ///
+    /// # Errors
+    /// `Ok(Err(`[`DecisionRefusal`]`))` when nothing changed: not found (or another principal's
+    /// when `request.principal` is set), already decided (finished, resolved or released), or
+    /// still running without `force`. [`StoreError::Unavailable`] when the store fails.
+    fn resolve_execution<'a>(
+        &'a self,
+        request: &'a ResolveRequest,
+    ) -> StoreFuture<'a, Decided<ExecutionResult>>;
+
+    /// Frees the identity of an execution without an outcome, so the next attempt runs the
+    /// tool (docs/semantics.md §12): in one compare-and-set step the record moves to history
+    /// (kept, never deleted without trace; [`IdempotencyStore::find_execution`] still finds
+    /// it, with [`ExecutionLookup::released`]) and an audit row
+    /// ([`AuditAction::Release`](crate::decision::AuditAction)) is written.
+    ///
+    /// # Errors
+    /// As [`IdempotencyStore::resolve_execution`].
+    fn release_execution<'a>(
+        &'a self,
+        request: &'a ReleaseRequest,
+    ) -> StoreFuture<'a, Decided<Released>>;
+
+    /// Lists records matching `query`, oldest reservation first, at most `query.limit`
+    /// (docs/semantics.md §12: operators list the uncertain executions across principals).
+    /// Released executions are not listed.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn list_executions<'a>(
+        &'a self,
+        query: &'a ExecutionQuery,
+    ) -> StoreFuture<'a, Vec<ExecutionLookup>>;
+
+    /// The audit rows of one execution, oldest first (docs/semantics.md §12).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn audit_trail<'a>(&'a self, execution_id: &'a ExecutionId)
+        -> StoreFuture<'a, Vec<AuditEntry>>;
+
+    /// Keeps the outcome of an owner that finished after its execution was decided (resolved,
+    /// released, taken over) as a late arrival: an audit row
+    /// ([`AuditAction::LateArrival`](crate::decision::AuditAction), actor = the owner) holding
+    /// the outcome, never the record (docs/semantics.md §12: the effect may have happened
+    /// twice). Returns the execution that holds `key` now (`None` when vacant). Called after
+    /// `complete` answered [`StoreError::NotOwner`].
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails (the engine retries).
+    fn record_late_arrival<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        result: &'a RecordedResult,
+    ) -> StoreFuture<'a, Option<ExecutionId>>;
+
+    /// Waits until `execution_id`, which holds `key` without an outcome, gets one (recorded by
+    /// its tool on any replica, or decided) or no longer holds the identity (released), at most
+    /// `timeout`; returns `key`'s record as last read (`None` when vacant). Woken by the store's
+    /// notifications (PostgreSQL: `LISTEN`/`NOTIFY` across replicas), and reading the record at
+    /// least every second ([`crate::wait::until_decided`] is the loop to use). For `Prefer:
+    /// wait=N` (docs/semantics.md §12).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn wait_for_outcome<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+        timeout: std::time::Duration,
+    ) -> StoreFuture<'a, Option<StoredRecord>>;
 
     /// Asks the process that runs `execution_id` to cancel it (`POST
     /// /v1/executions/{execution_id}/cancel` landing on another replica). Delivery is best

@@ -17,6 +17,8 @@ pub struct Answer {
 
 /// The answer to a cancel request that found a running execution.
 #[derive(Clone, Debug, PartialEq)]
+// One answer per cancel request, moved once: boxing the record would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum CancelAnswer {
     /// The execution finished (normally `cancelled`; a tool that returned first keeps its
     /// outcome): the recorded outcome.
@@ -57,11 +59,35 @@ pub enum Refusal {
         /// The execution that ran.
         execution_id: ExecutionId,
     },
-    /// A cancel request for an execution that already has an outcome; nothing changed.
+    /// A cancel request, or a decision (resolve or release, docs/semantics.md §12), for an
+    /// execution that already has an outcome or was released; nothing changed (HTTP: 409
+    /// `EXECUTION_FINISHED`).
     #[error("execution {execution_id} already finished")]
     Finished {
         /// The finished execution.
         execution_id: ExecutionId,
+    },
+    /// A decision (resolve or release, docs/semantics.md §12) on an execution whose owner still
+    /// holds its lease: the tool may still be running and may still record its own outcome.
+    /// Nothing changed. Fronts tell the caller to wait for the outcome, or to repeat the
+    /// decision with `force` once reconciliation shows what happened (HTTP: 409
+    /// `EXECUTION_RUNNING`).
+    #[error("execution {execution_id} is still running on a live replica")]
+    StillRunning {
+        /// The running execution.
+        execution_id: ExecutionId,
+    },
+    /// The tool finished after its execution had been decided (resolved, released, taken
+    /// over): its outcome was not recorded but kept as a late arrival in the audit log (the
+    /// effect may have happened twice; docs/semantics.md §12). Fronts name the execution that
+    /// holds the identity now, never "retry to get it" (HTTP: 409 `EXECUTION_SUPERSEDED`).
+    #[error("execution {execution_id} was superseded before its outcome arrived")]
+    Superseded {
+        /// The execution whose outcome arrived late.
+        execution_id: ExecutionId,
+        /// The execution that holds the identity now (`None` when the identity is vacant):
+        /// the same id when the execution was resolved.
+        current: Option<ExecutionId>,
     },
     /// No such execution for this principal.
     #[error("no such execution")]
@@ -183,6 +209,9 @@ pub(crate) fn call_outcome(answer: &Result<Answer, Refusal>) -> CallOutcome {
             Refusal::NotExecuted { .. } => CallOutcome::NotExecuted,
             Refusal::Lost { .. } => CallOutcome::Lost,
             Refusal::RecordDamaged { .. } => CallOutcome::RecordDamaged,
+            Refusal::Superseded { .. } => CallOutcome::Superseded,
+            // Answers decisions, never a call.
+            Refusal::StillRunning { .. } => CallOutcome::Rejected,
         },
     }
 }

@@ -94,7 +94,13 @@ impl Engine {
         principal: &str,
         execution_id: &ExecutionId,
     ) -> Result<CancelAnswer, Refusal> {
-        match self.find(principal, execution_id).await?.record.state {
+        let found = self.find(principal, execution_id).await?;
+        if found.released.is_some() {
+            return Err(Refusal::Finished {
+                execution_id: execution_id.clone(),
+            });
+        }
+        match found.record.state {
             RecordState::Finished(_) => {
                 return Err(Refusal::Finished {
                     execution_id: execution_id.clone(),

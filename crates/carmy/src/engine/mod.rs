@@ -3,15 +3,20 @@
 //! Submodules: [`answer`] (the engine's answers and refusals, and the one mapping of store
 //! failures), `run` (starting an execution and running its tool), `record` (recording outcomes
 //! and freeing unused reservations, with one backoff), `cancel` (local and remote cancellation),
-//! [`hints`] (what a front adds to a refusal: the closest tool, `Retry-After`).
+//! [`hints`] (what a front adds to a refusal: the closest tool, `Retry-After`), [`decide`]
+//! (resolve, release and listing, docs/semantics.md §12), `wait` (waiting for a running
+//! duplicate's outcome).
 
 pub mod answer;
 mod cancel;
+pub mod decide;
 pub mod hints;
 mod record;
 mod run;
+mod wait;
 
 pub use answer::{Answer, CancelAnswer, Refusal};
+pub use decide::{Release, Resolve};
 
 use crate::call::ValidatedCall;
 use crate::fault;
@@ -49,6 +54,9 @@ pub struct EngineConfig {
     /// How long a cancel request waits for the cancelled outcome to be recorded before
     /// answering [`CancelAnswer::Pending`].
     pub cancel_wait: Duration,
+    /// The longest a call may wait for a running duplicate's outcome (`CARMY_MAX_WAIT_MS`,
+    /// default 30 s; docs/semantics.md §12): a longer `Prefer: wait=N` is cut to it.
+    pub max_wait: Duration,
 }
 
 impl Default for EngineConfig {
@@ -60,6 +68,7 @@ impl Default for EngineConfig {
             complete_retry_initial: Duration::from_millis(100),
             complete_retry_max: Duration::from_secs(5),
             cancel_wait: Duration::from_secs(10),
+            max_wait: Duration::from_secs(30),
         }
     }
 }
@@ -280,7 +289,9 @@ impl Engine {
         self.metrics.reserve_took(reserving.elapsed());
         match reserved {
             Ok(Reservation::Reserved) => {}
-            Ok(Reservation::Existing(existing)) => return answer::from_existing(existing),
+            Ok(Reservation::Existing(existing)) => {
+                return self.answer_existing(call, &key, existing).await
+            }
             Err(error) => {
                 if matches!(error, StoreError::Indeterminate(_)) {
                     self.release_in_background(key, intent.execution_id);

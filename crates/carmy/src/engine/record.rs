@@ -33,6 +33,41 @@ impl Backoff {
 }
 
 impl Engine {
+    /// Keeps an outcome that arrived after its execution was decided as a late arrival
+    /// (docs/semantics.md §12), retrying until the store accepts it, and tells the waiting
+    /// caller which execution holds the identity now.
+    async fn late_arrival(
+        &self,
+        key: &IdempotencyKey,
+        result: &RecordedResult,
+        recorded: Option<oneshot::Sender<Delivery>>,
+    ) {
+        let execution_id = result.result().execution_id.clone();
+        let mut backoff = self.backoff();
+        let current = loop {
+            match self.store.record_late_arrival(key, result).await {
+                Ok(current) => break current,
+                Err(error) => {
+                    tracing::warn!(%execution_id, %error, "keeping a late arrival failed; retrying");
+                    backoff.wait().await;
+                }
+            }
+        };
+        self.metrics.late_arrival();
+        tracing::warn!(
+            %execution_id,
+            current = current.as_ref().map(ExecutionId::as_str),
+            status = result.result().status.as_str(),
+            "late arrival: the tool finished after its execution was decided; its outcome is in the audit log, not the record, and its effect may have happened twice"
+        );
+        if let Some(sender) = recorded {
+            let _ = sender.send(Err(Refusal::Superseded {
+                execution_id,
+                current,
+            }));
+        }
+    }
+
     fn backoff(&self) -> Backoff {
         Backoff::new(
             self.config.complete_retry_initial,
@@ -97,11 +132,8 @@ impl Engine {
                     }
                     return;
                 }
-                Err(StoreError::NotOwner { execution_id }) => {
-                    tracing::error!(%execution_id, "the reservation is no longer held by this execution; outcome not recorded");
-                    if let Some(sender) = recorded.take() {
-                        let _ = sender.send(Err(Refusal::RecordingPending { execution_id }));
-                    }
+                Err(StoreError::NotOwner { .. }) => {
+                    self.late_arrival(key, &result, recorded.take()).await;
                     return;
                 }
                 Err(error) => {

@@ -166,6 +166,7 @@ impl Engine {
             session_id,
             started_at,
             finished_at: now_millis(),
+            resolution: None,
         })
     }
 

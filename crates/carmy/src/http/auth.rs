@@ -3,6 +3,7 @@
 
 use super::error::ApiError;
 use super::AppState;
+use crate::auth::Caller;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue};
@@ -10,7 +11,11 @@ use axum::http::{header, HeaderValue};
 /// The authenticated principal of a request; a handler that takes it answers 401 without one.
 pub(crate) struct Principal(pub(crate) String);
 
-impl FromRequestParts<AppState> for Principal {
+/// The authenticated caller of a request, with operator rights for an operator key
+/// (docs/semantics.md §12); a handler that takes it answers 401 without one.
+pub(crate) struct AuthenticatedCaller(pub(crate) Caller);
+
+impl FromRequestParts<AppState> for AuthenticatedCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
@@ -20,6 +25,9 @@ impl FromRequestParts<AppState> for Principal {
             // Two credentials are ambiguous: refuse rather than pick one.
             return Err(ApiError::Unauthorized);
         }
+        if let Some(name) = state.operators.find(authorization) {
+            return Ok(Self(Caller::operator(name)));
+        }
         if authorization.is_some() && state.keys.is_empty() {
             // A caller that sends a credential expects to be someone; a server without keys
             // cannot check it, so it says so instead of running the call as `anonymous`.
@@ -28,7 +36,17 @@ impl FromRequestParts<AppState> for Principal {
         state
             .keys
             .authenticate(authorization)
-            .map(Principal)
+            .map(|principal| Self(Caller::principal(principal)))
             .ok_or(ApiError::Unauthorized)
+    }
+}
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let AuthenticatedCaller(caller) =
+            AuthenticatedCaller::from_request_parts(parts, state).await?;
+        Ok(Self(caller.principal))
     }
 }

@@ -6,8 +6,9 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-/// The body of `GET /v1/executions/{id}` for an execution without an outcome yet: the members
-/// of a record, in the same order, with `status` `running` or `interrupted`.
+/// The body of `GET /v1/executions/{id}` for an execution without an outcome: the members of a
+/// record, in the same order, with `status` `running`, `interrupted` or `released` (and, for a
+/// released one, `resolution: {by, at, note}`; docs/semantics.md §12).
 #[derive(Serialize, ToSchema)]
 #[schema(as = InFlightExecution)]
 pub(super) struct InFlightBody<'a> {
@@ -22,6 +23,9 @@ pub(super) struct InFlightBody<'a> {
     pub(super) tool: &'a str,
     pub(super) request_id: &'a str,
     pub(super) session_id: &'a str,
+    /// Who released it, when and why (released executions only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) resolution: Option<&'a crate::decision::Resolution>,
 }
 
 /// What `GET /v1/executions/{id}` answers: a record, or an execution without an outcome yet.
@@ -31,8 +35,27 @@ pub(super) struct InFlightBody<'a> {
 pub(super) enum ExecutionState {
     /// Finished: the record (no `replayed`).
     Finished(crate::outcome::ExecutionResult),
-    /// Running or interrupted.
+    /// Running, interrupted or released.
     InFlight(InFlightBody<'static>),
+}
+
+/// The body of `GET /v1/executions` without `request_id`: the caller's records (an operator's:
+/// every principal's), newest first (docs/semantics.md §12).
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // describes the body only
+pub(super) struct ExecutionList {
+    pub(super) executions: Vec<ExecutionState>,
+}
+
+/// What `GET /v1/executions` answers: one record (with `request_id`) or a list.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code, clippy::large_enum_variant)] // describes the body only
+pub(super) enum ListAnswer {
+    /// The record of the identity named by `request_id` and `session_id`.
+    One(ExecutionState),
+    /// The listing.
+    Many(ExecutionList),
 }
 
 /// The 404 of routes with an execution id.

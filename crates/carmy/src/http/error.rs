@@ -80,12 +80,29 @@ pub enum ApiError {
         /// The execution that ran.
         execution_id: ExecutionId,
     },
-    /// 409 `EXECUTION_FINISHED`: a cancel request for an execution that already has an
-    /// outcome; the record is unchanged (`GET /v1/executions/{id}` shows it).
-    #[error("the execution already finished; its recorded outcome is unchanged")]
+    /// 409 `EXECUTION_FINISHED`: a cancel request or a decision (resolve, release) for an
+    /// execution that already has an outcome or was released; the record is unchanged (`GET
+    /// /v1/executions/{id}` shows it).
+    #[error("the execution already has an outcome or was released; nothing was changed (GET /v1/executions/{{execution_id}} shows the record)")]
     ExecutionFinished {
         /// The finished execution.
         execution_id: ExecutionId,
+    },
+    /// 409 `EXECUTION_RUNNING`: a decision (resolve, release) on an execution whose owner still
+    /// holds its lease (docs/semantics.md §12); nothing changed.
+    #[error("the execution's owner is alive and its tool may still record an outcome; wait for it (GET /v1/executions/{{execution_id}}), or repeat the decision with \"force\": true once reconciliation shows what happened")]
+    ExecutionRunning {
+        /// The running execution.
+        execution_id: ExecutionId,
+    },
+    /// 409 `EXECUTION_SUPERSEDED`: the tool finished after its execution was decided
+    /// (docs/semantics.md §12); its outcome is kept in the audit log, not the record.
+    #[error("{}", superseded_detail(.current.as_ref()))]
+    ExecutionSuperseded {
+        /// The execution whose outcome arrived late.
+        execution_id: ExecutionId,
+        /// The execution that holds the identity now.
+        current: Option<ExecutionId>,
     },
     /// 507 `IDEMPOTENCY_CAPACITY`: the in-memory store is full; nothing ran.
     #[error("the idempotency store is full; nothing was run or recorded")]
@@ -141,6 +158,14 @@ impl From<Refusal> for ApiError {
             },
             Refusal::RecordingPending { execution_id } => Self::RecordingPending { execution_id },
             Refusal::Finished { execution_id } => Self::ExecutionFinished { execution_id },
+            Refusal::StillRunning { execution_id } => Self::ExecutionRunning { execution_id },
+            Refusal::Superseded {
+                execution_id,
+                current,
+            } => Self::ExecutionSuperseded {
+                execution_id,
+                current,
+            },
             Refusal::NotFound => Self::NotFound("no such execution".into()),
             Refusal::Capacity => Self::Capacity,
             Refusal::StoreUnavailable => Self::StoreUnavailable,
@@ -223,6 +248,14 @@ fn retry_after_seconds(pause: std::time::Duration) -> u64 {
     (pause.as_secs() + u64::from(pause.subsec_nanos() > 0)).max(1)
 }
 
+fn superseded_detail(current: Option<&ExecutionId>) -> String {
+    let now = current.map_or_else(
+        || "the identity is free now: a retry with the same request_id runs the tool again, so check first whether this run's effect happened".to_owned(),
+        |current| format!("the identity's record is now execution {current} (GET /v1/executions/{current}); do not retry with a new request_id"),
+    );
+    format!("this execution was resolved, released or taken over before the tool finished; its outcome was not recorded but kept as a late arrival in the audit log, and its effect may have happened in addition to the recorded one; {now}")
+}
+
 fn uncertain_detail(state: InFlightState) -> &'static str {
     match state {
         InFlightState::Running => {
@@ -247,7 +280,9 @@ impl ApiError {
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::IdempotencyConflict { .. }
             | Self::ExecutionUncertain { .. }
-            | Self::ExecutionFinished { .. } => StatusCode::CONFLICT,
+            | Self::ExecutionFinished { .. }
+            | Self::ExecutionRunning { .. }
+            | Self::ExecutionSuperseded { .. } => StatusCode::CONFLICT,
             Self::RecordingPending { .. }
             | Self::StoreUnavailable
             | Self::NotReady(_)
@@ -275,6 +310,8 @@ impl ApiError {
                 "EXECUTION_UNCERTAIN"
             }
             Self::ExecutionFinished { .. } => "EXECUTION_FINISHED",
+            Self::ExecutionRunning { .. } => "EXECUTION_RUNNING",
+            Self::ExecutionSuperseded { .. } => "EXECUTION_SUPERSEDED",
             Self::Capacity => "IDEMPOTENCY_CAPACITY",
             Self::StoreUnavailable => "STORE_UNAVAILABLE",
             Self::NotReady(_) => "NOT_READY",
@@ -298,6 +335,8 @@ impl ApiError {
                 "Execution uncertain"
             }
             Self::ExecutionFinished { .. } => "Execution finished",
+            Self::ExecutionRunning { .. } => "Execution running",
+            Self::ExecutionSuperseded { .. } => "Execution superseded",
             Self::Capacity => "Idempotency store full",
             Self::StoreUnavailable => "Store unavailable",
             Self::NotReady(_) => "Not ready",
@@ -313,7 +352,9 @@ impl ApiError {
             | Self::ExecutionUncertain { execution_id, .. }
             | Self::RecordingPending { execution_id }
             | Self::ExecutionFinished { execution_id }
-            | Self::RecordDamaged { execution_id, .. } => Some(execution_id),
+            | Self::RecordDamaged { execution_id, .. }
+            | Self::ExecutionRunning { execution_id }
+            | Self::ExecutionSuperseded { execution_id, .. } => Some(execution_id),
             _ => None,
         }
     }
@@ -345,6 +386,9 @@ pub(crate) struct ProblemBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(schema_with = super::openapi::in_flight_state_schema)]
     state: Option<&'static str>,
+    /// For `EXECUTION_SUPERSEDED`: the execution that holds the identity now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    current_execution_id: Option<&'a ExecutionId>,
 }
 
 impl IntoResponse for ApiError {
@@ -353,7 +397,9 @@ impl IntoResponse for ApiError {
         let code = self.code();
         let state = match &self {
             Self::ExecutionUncertain { state, .. } => Some(state.as_str()),
-            Self::RecordingPending { .. } => Some(InFlightState::Running.as_str()),
+            Self::RecordingPending { .. } | Self::ExecutionRunning { .. } => {
+                Some(InFlightState::Running.as_str())
+            }
             _ => None,
         };
         let body = ProblemBody {
@@ -367,6 +413,10 @@ impl IntoResponse for ApiError {
             code,
             execution_id: self.execution_id(),
             state,
+            current_execution_id: match &self {
+                Self::ExecutionSuperseded { current, .. } => current.as_ref(),
+                _ => None,
+            },
         };
         let mut text = serde_json::to_string(&body).expect("a problem body always serializes");
         // A body that ends with a newline does not run into the shell prompt after curl.

@@ -6,12 +6,12 @@ mod auth;
 mod bodies;
 pub mod error;
 mod openapi;
+mod recovery;
 
 use crate::auth::ApiKeys;
 use crate::call::{CallRejected, CallRequest, ValidatedCall};
 use crate::engine::{CancelAnswer, Engine};
 use crate::outcome::ExecutionId;
-use crate::runtime::RecordState;
 use auth::Principal;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
@@ -20,8 +20,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use bodies::{
-    CallHeaders, CancellingBody, ExecutionPath, ExecutionState, InFlightBody, ProbeBody, ToolEntry,
-    ToolList, NO_SUCH_EXECUTION,
+    CallHeaders, CancellingBody, ExecutionPath, ExecutionState, ProbeBody, ToolEntry, ToolList,
+    NO_SUCH_EXECUTION,
 };
 use error::ApiError;
 use serde::Deserialize;
@@ -47,6 +47,8 @@ pub const DEFAULT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_
 pub(crate) struct AppState {
     pub(crate) engine: Arc<Engine>,
     pub(crate) keys: Arc<ApiKeys>,
+    /// Operator keys (docs/semantics.md §12), checked before `keys`.
+    pub(crate) operators: Arc<ApiKeys>,
     pub(crate) max_body_bytes: usize,
     pub(crate) body_timeout: std::time::Duration,
 }
@@ -56,9 +58,11 @@ pub(crate) struct AppState {
 /// description cannot part (docs/semantics.md §13). Register new routes here the same way.
 pub(crate) fn api_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .routes(routes!(create_execution))
+        .routes(routes!(create_execution, recovery::list_executions))
         .routes(routes!(get_execution))
         .routes(routes!(cancel_execution))
+        .routes(routes!(recovery::resolve_execution))
+        .routes(routes!(recovery::release_execution))
         .routes(routes!(list_tools))
         .routes(routes!(healthz))
         .routes(routes!(readyz))
@@ -265,7 +269,10 @@ async fn create_execution(
     let traceparent = headers
         .get("traceparent")
         .and_then(|value| value.to_str().ok());
-    let call = validate_call(principal, &body)?.with_traceparent(traceparent);
+    let mut call = validate_call(principal, &body)?.with_traceparent(traceparent);
+    if let Some(wait) = recovery::prefer_wait(&headers) {
+        call = call.with_wait(wait);
+    }
     let tool = call.tool().to_owned();
     let answer = state
         .engine
@@ -324,19 +331,7 @@ async fn get_execution(
 ) -> Result<Response, ApiError> {
     let execution_id = execution_id_from_path(execution_id)?;
     let found = state.engine.find(&principal, &execution_id).await?;
-    let body = match &found.record.state {
-        RecordState::Finished(result) => result.to_record_json(),
-        RecordState::InFlight(in_flight) => serde_json::to_string(&InFlightBody {
-            execution_id: &found.record.execution_id,
-            status: in_flight.as_str(),
-            data: (),
-            error: (),
-            tool: &found.record.tool,
-            request_id: &found.key.request_id,
-            session_id: &found.key.session_id,
-        })
-        .expect("an in-flight body always serializes"),
-    };
+    let body = recovery::record_body(&found);
     Ok(json_response(StatusCode::OK, body))
 }
 

@@ -129,6 +129,13 @@ pub(crate) fn every_error() -> Vec<ApiError> {
         },
         ApiError::NotReady(String::new()),
         ApiError::NoApiKeys,
+        ApiError::ExecutionRunning {
+            execution_id: ExecutionId::from_stored("exec_0"),
+        },
+        ApiError::ExecutionSuperseded {
+            execution_id: ExecutionId::from_stored("exec_0"),
+            current: None,
+        },
         ApiError::RecordDamaged {
             execution_id: ExecutionId::from_stored("exec_0"),
             problem: String::new(),
@@ -159,6 +166,8 @@ fn listed(error: &ApiError) {
         | ApiError::NotExecuted { .. }
         | ApiError::NotReady(_)
         | ApiError::NoApiKeys
+        | ApiError::ExecutionRunning { .. }
+        | ApiError::ExecutionSuperseded { .. }
         | ApiError::RecordDamaged { .. }
         | ApiError::Internal => {}
     }
@@ -185,9 +194,11 @@ pub(crate) fn problem_code_schema() -> Object {
 pub(crate) fn in_flight_state_schema() -> Object {
     ObjectBuilder::new()
         .schema_type(SchemaType::Type(Type::String))
-        .enum_values(Some(
-            [InFlightState::Running, InFlightState::Interrupted].map(InFlightState::as_str),
-        ))
+        .enum_values(Some([
+            InFlightState::Running.as_str(),
+            InFlightState::Interrupted.as_str(),
+            "released",
+        ]))
         .build()
 }
 

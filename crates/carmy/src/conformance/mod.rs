@@ -10,6 +10,11 @@
 //! ```
 //!
 //! Every check receives a fresh, empty store and panics with a message naming the broken rule.
+//! The checks of decisions (docs/semantics.md §12) are in `decisions`.
+
+mod decisions;
+
+pub use decisions::*;
 
 use crate::fingerprint::{fingerprint, Fingerprint};
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
@@ -38,6 +43,13 @@ macro_rules! store_conformance_tests {
             concurrent_reserves_have_one_winner,
             release_frees_only_an_unused_reservation,
             ready_when_reachable,
+            resolve_records_once_and_replays,
+            release_frees_the_identity_and_keeps_history,
+            decisions_are_scoped_to_the_principal,
+            concurrent_decisions_have_one_winner,
+            listing_filters_and_scopes,
+            waiting_ends_when_the_outcome_is_recorded,
+            late_arrivals_are_kept_beside_the_record,
         );
     };
     (@cases $factory:path; $($case:ident),+ $(,)?) => {
@@ -86,6 +98,7 @@ fn result_for(
         session_id: key.session_id.clone(),
         started_at: Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap(),
         finished_at: Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 6).unwrap(),
+        resolution: None,
     }
 }
 

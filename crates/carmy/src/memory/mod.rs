@@ -1,16 +1,26 @@
-//! The process-local, bounded store (docs/semantics.md §8).
+//! The process-local, bounded store (docs/semantics.md §8), with decisions and their audit
+//! trail kept in memory too (`decide`, docs/semantics.md §12).
 
+mod decide;
+
+use crate::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
+use crate::runtime::Decided;
 use crate::runtime::{
     ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
     RecordState, Reservation, StoreError, StoreFuture, StoredRecord,
 };
+use crate::ExecutionResult;
+use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// The default number of entries (docs/semantics.md §8, `CARMY_MEMORY_CAPACITY`).
 pub const DEFAULT_MEMORY_CAPACITY: usize = 10_000;
+
+/// How many outcome notifications a slow waiter may fall behind (it then reads the record).
+const RECORDED_BACKLOG: usize = 1024;
 
 /// A process-local store holding at most `capacity` identities.
 ///
@@ -20,12 +30,20 @@ pub const DEFAULT_MEMORY_CAPACITY: usize = 10_000;
 pub struct InMemoryIdempotencyStore {
     capacity: usize,
     inner: Mutex<Inner>,
+    /// The ids of executions that just got an outcome or were released, for waiters.
+    recorded: tokio::sync::broadcast::Sender<ExecutionId>,
 }
 
 #[derive(Default)]
 struct Inner {
     by_key: HashMap<IdempotencyKey, StoredRecord>,
     by_execution: HashMap<ExecutionId, IdempotencyKey>,
+    /// When each held execution was reserved (a resolution's `started_at`).
+    reserved_at: HashMap<ExecutionId, DateTime<Utc>>,
+    /// Released executions: history, not counted against the capacity.
+    released: HashMap<ExecutionId, ExecutionLookup>,
+    /// Every decision's audit row, oldest first.
+    audit: Vec<AuditEntry>,
 }
 
 impl Default for InMemoryIdempotencyStore {
@@ -40,6 +58,7 @@ impl InMemoryIdempotencyStore {
         Self {
             capacity,
             inner: Mutex::new(Inner::default()),
+            recorded: tokio::sync::broadcast::channel(RECORDED_BACKLOG).0,
         }
     }
 
@@ -88,6 +107,9 @@ impl InMemoryIdempotencyStore {
         inner
             .by_execution
             .insert(intent.execution_id.clone(), key.clone());
+        inner
+            .reserved_at
+            .insert(intent.execution_id.clone(), decide::now_millis());
         Ok(Reservation::Reserved)
     }
 
@@ -109,6 +131,8 @@ impl InMemoryIdempotencyStore {
         match &record.state {
             RecordState::InFlight(_) => {
                 record.state = RecordState::Finished(result.clone());
+                // No waiter is fine.
+                let _ = self.recorded.send(result.execution_id.clone());
                 Ok(())
             }
             RecordState::Finished(recorded) if recorded == result => Ok(()),
@@ -150,6 +174,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         if unused {
             inner.by_key.remove(key);
             inner.by_execution.remove(execution_id);
+            inner.reserved_at.remove(execution_id);
         }
         drop(inner);
         Box::pin(async { Ok(()) })
@@ -165,23 +190,75 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         principal: &'a str,
         execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, Option<ExecutionLookup>> {
-        let inner = self.lock();
-        let answer = inner
-            .by_execution
-            .get(execution_id)
-            .filter(|key| key.principal == principal)
-            .and_then(|key| {
-                inner.by_key.get(key).map(|record| ExecutionLookup {
-                    key: key.clone(),
-                    record: record.clone(),
-                })
-            });
-        drop(inner);
+        let answer = self.lock().find(Some(principal), execution_id);
         Box::pin(async move { Ok(answer) })
     }
 
     fn check_ready(&self) -> StoreFuture<'_, ()> {
         Box::pin(async { Ok(()) })
+    }
+
+    fn resolve_execution<'a>(
+        &'a self,
+        request: &'a ResolveRequest,
+    ) -> StoreFuture<'a, Decided<ExecutionResult>> {
+        let answer = self.lock().resolve(request);
+        if answer.is_ok() {
+            let _ = self.recorded.send(request.execution_id.clone());
+        }
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn release_execution<'a>(
+        &'a self,
+        request: &'a ReleaseRequest,
+    ) -> StoreFuture<'a, Decided<Released>> {
+        let answer = self.lock().release(request);
+        if answer.is_ok() {
+            let _ = self.recorded.send(request.execution_id.clone());
+        }
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn list_executions<'a>(
+        &'a self,
+        query: &'a ExecutionQuery,
+    ) -> StoreFuture<'a, Vec<ExecutionLookup>> {
+        let answer = self.lock().list(query);
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn audit_trail<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Vec<AuditEntry>> {
+        let answer = self.lock().audit_of(execution_id);
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn record_late_arrival<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        result: &'a RecordedResult,
+    ) -> StoreFuture<'a, Option<ExecutionId>> {
+        let answer = self.lock().late_arrival(key, result);
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn wait_for_outcome<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+        timeout: std::time::Duration,
+    ) -> StoreFuture<'a, Option<StoredRecord>> {
+        let recorded = Some(self.recorded.subscribe());
+        Box::pin(crate::wait::until_decided(
+            self,
+            recorded,
+            key,
+            execution_id,
+            timeout,
+        ))
     }
 
     /// Every execution runs in this process: nothing to publish.

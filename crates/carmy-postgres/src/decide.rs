@@ -1,0 +1,257 @@
+//! Decisions on PostgreSQL (docs/semantics.md §12): the store calls the SQL functions
+//! `carmy.resolve_execution` and `carmy.release_execution` (migration `V6`), the same ones a
+//! DBA calls, so API and SQL share one implementation and one compare-and-set. Also listings,
+//! released executions read by id, and audit trails.
+
+use crate::decode::{decode_key, decode_record};
+use crate::failure::{unavailable, Failure};
+use crate::sql::{
+    AUDIT_TRAIL_SQL, FIND_RELEASED_SQL, LATE_ARRIVAL_SQL, LIST_EXECUTIONS_SQL,
+    RELEASE_EXECUTION_SQL, RESOLVE_EXECUTION_SQL,
+};
+use carmy::decision::{
+    AuditAction, AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, Resolution,
+    ResolveRequest,
+};
+use carmy::fingerprint::Fingerprint;
+use carmy::outcome::{ExecutionId, ExecutionResult};
+use carmy::runtime::{
+    Decided, ExecutionLookup, IdempotencyKey, InFlightState, RecordState, StoreError, StoredRecord,
+};
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgPool, PgRow};
+use sqlx::Row;
+
+/// The refusal a decision function raised (SQLSTATE `CR404`, `CR409`, `CR412`), if any.
+fn refusal(error: &sqlx::Error) -> Option<DecisionRefusal> {
+    let code = error.as_database_error()?.code()?;
+    Some(match code.as_ref() {
+        "CR404" => DecisionRefusal::NotFound,
+        "CR409" => DecisionRefusal::AlreadyDecided,
+        "CR412" => DecisionRefusal::StillRunning,
+        _ => return None,
+    })
+}
+
+/// Runs a decision statement: its one text column, or the refusal it raised.
+async fn decide(
+    query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    pool: &PgPool,
+) -> Result<Decided<String>, Failure> {
+    match query.fetch_one(pool).await {
+        Ok(row) => Ok(Ok(row.try_get::<String, _>(0)?)),
+        Err(error) => match refusal(&error) {
+            Some(refused) => Ok(Err(refused)),
+            None => Err(error.into()),
+        },
+    }
+}
+
+/// `carmy.resolve_execution` for `request`.
+pub(crate) async fn resolve(
+    pool: &PgPool,
+    request: &ResolveRequest,
+) -> Result<Decided<ExecutionResult>, Failure> {
+    let data = serde_json::to_string(&request.data).map_err(|e| unavailable_text(&e))?;
+    let error = request
+        .error
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| unavailable_text(&e))?;
+    let query = sqlx::query(RESOLVE_EXECUTION_SQL)
+        .bind(request.execution_id.as_str())
+        .bind(request.status.as_str())
+        .bind(data)
+        .bind(error)
+        .bind(&request.note)
+        .bind(&request.actor)
+        .bind(request.force)
+        .bind(request.principal.as_deref());
+    let outcome = match decide(query, pool).await? {
+        Ok(outcome) => outcome,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    let result = ExecutionResult::from_record_json(&outcome).map_err(|e| unavailable_text(&e))?;
+    Ok(Ok(result))
+}
+
+/// The summary `carmy.release_execution` returns.
+#[derive(serde::Deserialize)]
+struct ReleasedSummary {
+    execution_id: String,
+    principal: String,
+    session_id: String,
+    request_id: String,
+    tool: String,
+    in_flight_state: String,
+    by: String,
+    at: DateTime<Utc>,
+    note: String,
+}
+
+/// `carmy.release_execution` for `request`.
+pub(crate) async fn release(
+    pool: &PgPool,
+    request: &ReleaseRequest,
+) -> Result<Decided<Released>, Failure> {
+    let query = sqlx::query(RELEASE_EXECUTION_SQL)
+        .bind(request.execution_id.as_str())
+        .bind(&request.note)
+        .bind(&request.actor)
+        .bind(request.force)
+        .bind(request.principal.as_deref());
+    let summary = match decide(query, pool).await? {
+        Ok(summary) => summary,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    let summary: ReleasedSummary =
+        serde_json::from_str(&summary).map_err(|e| unavailable_text(&e))?;
+    Ok(Ok(Released {
+        execution_id: ExecutionId::from_stored(summary.execution_id),
+        key: IdempotencyKey::new(summary.principal, summary.session_id, summary.request_id),
+        tool: summary.tool,
+        state_at_release: in_flight(&summary.in_flight_state)?,
+        resolution: Resolution {
+            by: summary.by,
+            at: summary.at,
+            note: summary.note,
+        },
+    }))
+}
+
+fn in_flight(text: &str) -> Result<InFlightState, StoreError> {
+    match text {
+        "running" => Ok(InFlightState::Running),
+        "interrupted" => Ok(InFlightState::Interrupted),
+        other => Err(StoreError::Unavailable(format!(
+            "unknown in-flight state {other:?}"
+        ))),
+    }
+}
+
+fn unavailable_text(error: &dyn std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("cannot read a decision's answer: {error}"))
+}
+
+/// Keeps `result`, which arrived after its execution was decided, as a late arrival; the
+/// execution that holds `key` now.
+pub(crate) async fn late_arrival(
+    pool: &PgPool,
+    instance_id: &str,
+    key: &IdempotencyKey,
+    recorded: &carmy::RecordedResult,
+) -> Result<Option<ExecutionId>, Failure> {
+    let result = recorded.result();
+    let row = sqlx::query(LATE_ARRIVAL_SQL)
+        .bind(&key.principal)
+        .bind(&key.session_id)
+        .bind(&key.request_id)
+        .bind(instance_id)
+        .bind(result.execution_id.as_str())
+        .bind(result.status.as_str())
+        .bind(recorded.record_json())
+        .bind(carmy::decision::LATE_ARRIVAL_NOTE)
+        .fetch_one(pool)
+        .await?;
+    let current: Option<String> = row.try_get("current")?;
+    Ok(current.map(ExecutionId::from_stored))
+}
+
+/// Records matching `query` (released ones excluded).
+pub(crate) async fn list(
+    pool: &PgPool,
+    query: &ExecutionQuery,
+) -> Result<Vec<ExecutionLookup>, Failure> {
+    let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+    let rows = sqlx::query(LIST_EXECUTIONS_SQL)
+        .bind(query.principal.as_deref())
+        .bind(query.session_id.as_deref())
+        .bind(query.request_id.as_deref())
+        .bind(query.in_flight.map(InFlightState::as_str))
+        .bind(limit)
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(ExecutionLookup {
+                key: decode_key(row)?,
+                record: decode_record(row)?,
+                released: None,
+            })
+        })
+        .collect::<Result<_, StoreError>>()
+        .map_err(Failure::from)
+}
+
+/// A released execution of `principal`, from `carmy.released_executions`.
+pub(crate) async fn find_released(
+    pool: &PgPool,
+    principal: &str,
+    execution_id: &ExecutionId,
+) -> Result<Option<ExecutionLookup>, Failure> {
+    let row = sqlx::query(FIND_RELEASED_SQL)
+        .bind(execution_id.as_str())
+        .bind(principal)
+        .fetch_optional(pool)
+        .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let state: String = row.try_get("in_flight_state")?;
+    Ok(Some(ExecutionLookup {
+        key: decode_key(&row)?,
+        record: StoredRecord {
+            execution_id: ExecutionId::from_stored(row.try_get::<String, _>("execution_id")?),
+            fingerprint: Fingerprint {
+                version: row.try_get("fingerprint_version")?,
+                digest: row.try_get("fingerprint")?,
+            },
+            tool: row.try_get("tool")?,
+            state: RecordState::InFlight(in_flight(&state)?),
+        },
+        released: Some(Resolution {
+            by: row.try_get("released_by")?,
+            at: row.try_get("released_at")?,
+            note: row.try_get("note")?,
+        }),
+    }))
+}
+
+/// The audit rows of `execution_id`, oldest first.
+pub(crate) async fn audit_trail(
+    pool: &PgPool,
+    execution_id: &ExecutionId,
+) -> Result<Vec<AuditEntry>, Failure> {
+    let rows = sqlx::query(AUDIT_TRAIL_SQL)
+        .bind(execution_id.as_str())
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(audit_entry)
+        .collect::<Result<_, StoreError>>()
+        .map_err(Failure::from)
+}
+
+fn audit_entry(row: &PgRow) -> Result<AuditEntry, StoreError> {
+    let json = |column: &str| -> Result<serde_json::Value, StoreError> {
+        let text: Option<String> = row.try_get(column).map_err(unavailable)?;
+        text.map_or(Ok(serde_json::Value::Null), |text| {
+            serde_json::from_str(&text).map_err(|e| unavailable_text(&e))
+        })
+    };
+    let action: String = row.try_get("action").map_err(unavailable)?;
+    Ok(AuditEntry {
+        actor: row.try_get("actor").map_err(unavailable)?,
+        at: row.try_get("at").map_err(unavailable)?,
+        execution_id: ExecutionId::from_stored(
+            row.try_get::<String, _>("execution_id")
+                .map_err(unavailable)?,
+        ),
+        action: AuditAction::parse(&action)
+            .ok_or_else(|| StoreError::Unavailable(format!("unknown audit action {action:?}")))?,
+        before: json("before")?,
+        after: json("after")?,
+        note: row.try_get("note").map_err(unavailable)?,
+    })
+}

@@ -1,0 +1,290 @@
+//! Operators' and owners' decisions on uncertain executions, and the audit trail they leave
+//! (docs/semantics.md §12): the types every store takes and returns for
+//! [`IdempotencyStore::resolve`](crate::runtime::IdempotencyStore::resolve),
+//! [`IdempotencyStore::release`](crate::runtime::IdempotencyStore::release),
+//! [`IdempotencyStore::list_executions`](crate::runtime::IdempotencyStore::list_executions) and
+//! [`IdempotencyStore::audit_trail`](crate::runtime::IdempotencyStore::audit_trail).
+//!
+//! A decision is taken at most once per execution: the store compares and sets in one step, so
+//! of any number of concurrent decisions exactly one wins and the others get
+//! [`DecisionRefusal::AlreadyDecided`].
+
+use crate::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
+use crate::runtime::{IdempotencyKey, InFlightState};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::Value;
+
+/// The note of every late-arrival audit row (docs/semantics.md §12).
+pub const LATE_ARRIVAL_NOTE: &str = "the owner's outcome arrived after the execution was decided; it was not recorded, and the effect may have happened twice";
+
+/// Longest accepted decision note, in bytes of UTF-8.
+pub const MAX_NOTE_BYTES: usize = 4096;
+
+/// Who took a decision and why, as a resolved record replays it (`resolution: {by, at, note}`)
+/// and as `GET /v1/executions/{id}` shows a released execution.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Resolution {
+    /// The actor: the owning principal's name, `operator:<name>` for an operator key, or what
+    /// a DBA passed to the SQL function.
+    pub by: String,
+    /// When the decision was recorded (store clock), UTC, RFC 3339 with milliseconds.
+    #[serde(serialize_with = "rfc3339_millis")]
+    #[schema(value_type = String, format = DateTime)]
+    pub at: DateTime<Utc>,
+    /// The required explanation (what reconciliation found).
+    pub note: String,
+}
+
+fn rfc3339_millis<S: Serializer>(at: &DateTime<Utc>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&at.to_rfc3339_opts(SecondsFormat::Millis, true))
+}
+
+/// A request to record the outcome that reconciliation found for an uncertain execution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolveRequest {
+    /// The execution to resolve.
+    pub execution_id: ExecutionId,
+    /// `None` lets the decision act on any principal's execution (an operator); `Some` limits
+    /// it to that principal's (the owner): another principal's execution is
+    /// [`DecisionRefusal::NotFound`].
+    pub principal: Option<String>,
+    /// The outcome's status.
+    pub status: ExecutionStatus,
+    /// The outcome's `data` (`null` unless `status` is `completed`).
+    pub data: Value,
+    /// The outcome's `error`: `None` exactly when `status` is `completed`.
+    pub error: Option<ExecutionError>,
+    /// Why (required, non-empty, at most [`MAX_NOTE_BYTES`]).
+    pub note: String,
+    /// Who decides (recorded as `resolution.by` and in the audit log).
+    pub actor: String,
+    /// Also resolve an execution whose owner still holds its lease (`running`).
+    pub force: bool,
+}
+
+/// A request to free an uncertain execution's identity so that the next attempt runs the tool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseRequest {
+    /// The execution to release.
+    pub execution_id: ExecutionId,
+    /// As [`ResolveRequest::principal`].
+    pub principal: Option<String>,
+    /// Why (required, non-empty, at most [`MAX_NOTE_BYTES`]).
+    pub note: String,
+    /// Who decides.
+    pub actor: String,
+    /// Also release an execution whose owner still holds its lease (`running`).
+    pub force: bool,
+}
+
+/// A released execution as history keeps it: its identity is free again, the trace stays.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Released {
+    /// The execution that was released.
+    pub execution_id: ExecutionId,
+    /// The identity it held (free now).
+    pub key: IdempotencyKey,
+    /// The tool it named.
+    pub tool: String,
+    /// Whether its owner was alive when it was released (`running` only with `force`).
+    pub state_at_release: InFlightState,
+    /// Who, when, why.
+    pub resolution: Resolution,
+}
+
+/// Why a decision changed nothing (docs/semantics.md §12).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecisionRefusal {
+    /// No such execution (for this principal, when one was given).
+    #[error("no such execution")]
+    NotFound,
+    /// The execution already has an outcome (recorded by its tool or by an earlier decision)
+    /// or was released: `409 EXECUTION_FINISHED`; nothing changed.
+    #[error("the execution was already decided")]
+    AlreadyDecided,
+    /// The execution's owner still holds its lease and `force` was not set; nothing changed.
+    #[error("the execution is still running")]
+    StillRunning,
+}
+
+/// What an audit row records (docs/semantics.md §12).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditAction {
+    /// An outcome was recorded by a decision.
+    Resolve,
+    /// An identity was freed by a decision.
+    Release,
+    /// A cancel request (kept for rows written by later builds and by DBAs).
+    Cancel,
+    /// An attempt took over an interrupted execution (kept for rows written by later builds).
+    Takeover,
+    /// An owner's outcome arrived after a decision (kept for rows written by later builds).
+    LateArrival,
+}
+
+impl AuditAction {
+    /// The text stored in `carmy.audit_log.action`, e.g. `resolve`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Resolve => "resolve",
+            Self::Release => "release",
+            Self::Cancel => "cancel",
+            Self::Takeover => "takeover",
+            Self::LateArrival => "late_arrival",
+        }
+    }
+
+    /// Parses the stored text; `None` for an action this build does not know.
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "resolve" => Self::Resolve,
+            "release" => Self::Release,
+            "cancel" => Self::Cancel,
+            "takeover" => Self::Takeover,
+            "late_arrival" => Self::LateArrival,
+            _ => return None,
+        })
+    }
+}
+
+/// One audit row: who did what to which execution, when, with the state before and after.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditEntry {
+    /// Who acted.
+    pub actor: String,
+    /// When (store clock).
+    pub at: DateTime<Utc>,
+    /// The execution acted on.
+    pub execution_id: ExecutionId,
+    /// What was done.
+    pub action: AuditAction,
+    /// The state before, e.g. `{"state": "running", "in_flight_state": "interrupted"}`.
+    pub before: Value,
+    /// The state after, e.g. `{"state": "completed", "outcome": {…}}` or
+    /// `{"state": "released"}`.
+    pub after: Value,
+    /// The decision's note.
+    pub note: Option<String>,
+}
+
+/// Which records [`IdempotencyStore::list_executions`](crate::runtime::IdempotencyStore) returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecutionQuery {
+    /// Only this principal's records; `None` for every principal (operators).
+    pub principal: Option<String>,
+    /// Only unfinished records in this state; `None` for any state.
+    pub in_flight: Option<InFlightState>,
+    /// Only this session's records.
+    pub session_id: Option<String>,
+    /// Only records with this request_id.
+    pub request_id: Option<String>,
+    /// At most this many, oldest reservation first.
+    pub limit: usize,
+}
+
+/// Checks a decision's note: non-empty after trimming, at most [`MAX_NOTE_BYTES`], no U+0000.
+///
+/// # Errors
+/// A sentence saying what to fix.
+pub fn check_note(note: &str) -> Result<(), String> {
+    if note.trim().is_empty() {
+        return Err("note is required: say what reconciliation found (e.g. \"order 17 exists; created by this call\")".into());
+    }
+    if note.len() > MAX_NOTE_BYTES {
+        return Err(format!("note is longer than {MAX_NOTE_BYTES} bytes"));
+    }
+    if note.contains('\0') {
+        return Err("note must not contain U+0000".into());
+    }
+    Ok(())
+}
+
+/// Checks that a resolution's `data` and `error` fit its `status` (docs/semantics.md §12):
+/// `completed` takes `data` and no `error`; every other status takes an `error` with a
+/// non-empty `code` and `data` `null`. No string may hold U+0000 (PostgreSQL's `jsonb` cannot
+/// keep it, and both stores answer alike).
+///
+/// # Errors
+/// A sentence saying what to fix.
+pub fn check_outcome(
+    status: ExecutionStatus,
+    data: &Value,
+    error: Option<&ExecutionError>,
+) -> Result<(), String> {
+    match (status, error) {
+        (ExecutionStatus::Completed, Some(_)) => {
+            return Err("status completed takes data and no error".into())
+        }
+        (ExecutionStatus::Completed, None) => {}
+        (_, None) => {
+            return Err(format!(
+                "status {} needs an error {{\"code\": …, \"message\": …}}",
+                status.as_str()
+            ))
+        }
+        (_, Some(error)) if error.code.trim().is_empty() => {
+            return Err("error.code must not be empty".into())
+        }
+        (_, Some(_)) if !data.is_null() => {
+            return Err(format!(
+                "status {} records data null; put what you know in error.message",
+                status.as_str()
+            ))
+        }
+        (_, Some(_)) => {}
+    }
+    let error_text = error.map_or_else(String::new, |error| {
+        format!("{}{}", error.code, error.message)
+    });
+    if holds_nul(data) || error_text.contains('\0') {
+        return Err("data and error must not contain U+0000".into());
+    }
+    Ok(())
+}
+
+fn holds_nul(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(members) => members
+            .iter()
+            .any(|(name, value)| name.contains('\0') || holds_nul(value)),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn error() -> ExecutionError {
+        ExecutionError {
+            code: "ORDER_MISSING".into(),
+            message: "no order found".into(),
+            effect: None,
+            details: None,
+        }
+    }
+
+    #[test]
+    fn outcomes_must_fit_their_status() {
+        let completed = ExecutionStatus::Completed;
+        let failed = ExecutionStatus::Failed;
+        assert!(check_outcome(completed, &json!({"order_id": 1}), None).is_ok());
+        assert!(check_outcome(completed, &Value::Null, Some(&error())).is_err());
+        assert!(check_outcome(failed, &Value::Null, None).is_err());
+        assert!(check_outcome(failed, &json!(1), Some(&error())).is_err());
+        assert!(check_outcome(failed, &Value::Null, Some(&error())).is_ok());
+        assert!(check_outcome(completed, &json!({"a": ["\u{0}"]}), None).is_err());
+    }
+
+    #[test]
+    fn notes_are_required() {
+        assert!(check_note(" ").is_err());
+        assert!(check_note(&"x".repeat(MAX_NOTE_BYTES + 1)).is_err());
+        assert!(check_note("order 17 exists").is_ok());
+    }
+}

@@ -1,0 +1,156 @@
+//! Decisions on uncertain executions (docs/semantics.md §12): resolve, release and listing,
+//! checked here and taken by the store in one compare-and-set step.
+
+use super::{Engine, Refusal};
+use crate::auth::Caller;
+use crate::decision::{
+    check_note, check_outcome, AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest,
+    Released, ResolveRequest,
+};
+use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
+use crate::runtime::{ExecutionLookup, InFlightState};
+use serde_json::Value;
+
+/// The most records one listing returns.
+pub const MAX_LISTED: usize = 1000;
+
+/// An outcome that reconciliation found, as a caller states it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resolve {
+    /// The outcome's status.
+    pub status: ExecutionStatus,
+    /// Its `data` (`null` unless `completed`).
+    pub data: Value,
+    /// Its `error` (required unless `completed`).
+    pub error: Option<ExecutionError>,
+    /// Why (required).
+    pub note: String,
+    /// Also decide while the owner still holds its lease.
+    pub force: bool,
+}
+
+/// A release, as a caller states it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Release {
+    /// Why (required).
+    pub note: String,
+    /// Also decide while the owner still holds its lease.
+    pub force: bool,
+}
+
+/// Turns a store's refusal of a decision into the engine's.
+fn refused(refusal: DecisionRefusal, execution_id: &ExecutionId) -> Refusal {
+    match refusal {
+        DecisionRefusal::NotFound => Refusal::NotFound,
+        DecisionRefusal::AlreadyDecided => Refusal::Finished {
+            execution_id: execution_id.clone(),
+        },
+        DecisionRefusal::StillRunning => Refusal::StillRunning {
+            execution_id: execution_id.clone(),
+        },
+    }
+}
+
+impl Engine {
+    /// Records `resolve` as the outcome of `execution_id` (docs/semantics.md §12) on behalf of
+    /// `caller`: its own execution, or any principal's for an operator.
+    ///
+    /// # Errors
+    /// [`Refusal::Invalid`] for a missing note or an outcome that does not fit its status;
+    /// [`Refusal::NotFound`]; [`Refusal::Finished`] when the execution already has an outcome
+    /// or was released (nothing changed); [`Refusal::StillRunning`] when its owner still holds
+    /// its lease and `force` is not set; [`Refusal::StoreUnavailable`].
+    pub async fn resolve(
+        &self,
+        caller: &Caller,
+        execution_id: &ExecutionId,
+        resolve: Resolve,
+    ) -> Result<ExecutionResult, Refusal> {
+        check_note(&resolve.note).map_err(Refusal::Invalid)?;
+        check_outcome(resolve.status, &resolve.data, resolve.error.as_ref())
+            .map_err(Refusal::Invalid)?;
+        let request = ResolveRequest {
+            execution_id: execution_id.clone(),
+            principal: caller.scope(),
+            status: resolve.status,
+            data: resolve.data,
+            error: resolve.error,
+            note: resolve.note,
+            actor: caller.actor(),
+            force: resolve.force,
+        };
+        let result = self
+            .store
+            .resolve_execution(&request)
+            .await?
+            .map_err(|refusal| refused(refusal, execution_id))?;
+        self.metrics.resolved(crate::metrics::Resolution::Resolve);
+        tracing::info!(%execution_id, actor = %request.actor, status = result.status.as_str(), "execution resolved");
+        Ok(result)
+    }
+
+    /// Frees the identity of `execution_id` (docs/semantics.md §12) on behalf of `caller`;
+    /// the execution stays in history.
+    ///
+    /// # Errors
+    /// As [`Engine::resolve`].
+    pub async fn release(
+        &self,
+        caller: &Caller,
+        execution_id: &ExecutionId,
+        release: Release,
+    ) -> Result<Released, Refusal> {
+        check_note(&release.note).map_err(Refusal::Invalid)?;
+        let request = ReleaseRequest {
+            execution_id: execution_id.clone(),
+            principal: caller.scope(),
+            note: release.note,
+            actor: caller.actor(),
+            force: release.force,
+        };
+        let released = self
+            .store
+            .release_execution(&request)
+            .await?
+            .map_err(|refusal| refused(refusal, execution_id))?;
+        self.metrics.resolved(crate::metrics::Resolution::Release);
+        tracing::info!(%execution_id, actor = %request.actor, "execution released");
+        Ok(released)
+    }
+
+    /// The caller's records (an operator's: every principal's) matching `state`, `session_id`
+    /// and `request_id`, oldest first, at most `limit` (capped at [`MAX_LISTED`]).
+    ///
+    /// # Errors
+    /// [`Refusal::StoreUnavailable`].
+    pub async fn list(
+        &self,
+        caller: &Caller,
+        state: Option<InFlightState>,
+        session_id: Option<String>,
+        request_id: Option<String>,
+        limit: usize,
+    ) -> Result<Vec<ExecutionLookup>, Refusal> {
+        let query = ExecutionQuery {
+            principal: caller.scope(),
+            in_flight: state,
+            session_id,
+            request_id,
+            limit: limit.min(MAX_LISTED),
+        };
+        Ok(self.store.list_executions(&query).await?)
+    }
+
+    /// The audit rows of one of `principal`'s executions, oldest first.
+    ///
+    /// # Errors
+    /// [`Refusal::NotFound`] when it is not `principal`'s; [`Refusal::StoreUnavailable`].
+    pub async fn audit_trail(
+        &self,
+        principal: &str,
+        execution_id: &ExecutionId,
+    ) -> Result<Vec<AuditEntry>, Refusal> {
+        self.find(principal, execution_id).await?;
+        Ok(self.store.audit_trail(execution_id).await?)
+    }
+}

@@ -1,0 +1,320 @@
+//! The recovery routes (docs/semantics.md §12): `POST /v1/executions/{id}/resolve`,
+//! `POST /v1/executions/{id}/release` and `GET /v1/executions` (listing, and lookup by
+//! identity), plus the one body of a record read by id.
+
+use super::auth::AuthenticatedCaller;
+use super::bodies::{ExecutionPath, ExecutionState, InFlightBody, ListAnswer, NO_SUCH_EXECUTION};
+use super::error::ApiError;
+use super::openapi;
+use super::{execution_id_from_path, invalid, is_json_content_type, json_response, AppState};
+use crate::engine::{Release, Resolve};
+use crate::identity::validate_identifier;
+use crate::outcome::{ExecutionError, ExecutionStatus};
+use crate::runtime::{ExecutionLookup, InFlightState, RecordState, DEFAULT_SESSION};
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// How many records `GET /v1/executions` lists when the query names no `limit`.
+const DEFAULT_LIST_LIMIT: usize = 100;
+
+/// The body of `POST /v1/executions/{id}/resolve`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ResolveBody {
+    /// The outcome reconciliation found: `completed`, `failed`, `timed_out` or `cancelled`.
+    #[schema(pattern = "^(completed|failed|timed_out|cancelled)$")]
+    status: String,
+    /// The outcome's `data` (for `completed`).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    data: Value,
+    /// The outcome's `error` (for the other statuses).
+    #[serde(default)]
+    error: Option<ExecutionError>,
+    /// Why: what reconciliation found (required, recorded in the audit log).
+    #[schema(min_length = 1, max_length = 4096)]
+    note: String,
+    /// Also decide an execution that is still `running` (check that its owner is gone first).
+    #[serde(default)]
+    force: bool,
+}
+
+/// The body of `POST /v1/executions/{id}/release`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReleaseBody {
+    /// Why (required, recorded in the audit log).
+    #[schema(min_length = 1, max_length = 4096)]
+    note: String,
+    /// Also release an execution that is still `running`.
+    #[serde(default)]
+    force: bool,
+}
+
+/// The query of `GET /v1/executions`.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    /// Only executions in this state: `running` or `interrupted`.
+    #[param(pattern = "^(running|interrupted)$")]
+    state: Option<String>,
+    /// The caller's record for this request_id (with `session_id`, default `default`).
+    request_id: Option<String>,
+    /// The session of `request_id`, or a filter of the listing.
+    session_id: Option<String>,
+    /// At most this many records (default 100).
+    limit: Option<usize>,
+}
+
+/// Reads a JSON body strictly (duplicate members refused) into `T`.
+fn read_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let body = body.map_err(|rejection| invalid(rejection.body_text()))?;
+    if !is_json_content_type(headers) {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let text = std::str::from_utf8(&body).map_err(|_| invalid("the body is not UTF-8"))?;
+    let value = crate::strict_json::parse(text).map_err(invalid)?;
+    serde_json::from_value(value).map_err(invalid)
+}
+
+/// Records the outcome that reconciliation found for an uncertain execution
+/// (docs/semantics.md §12).
+#[utoipa::path(
+    post,
+    path = "/v1/executions/{execution_id}/resolve",
+    tag = "recovery",
+    security(("bearer" = [])),
+    params(ExecutionPath),
+    request_body(content = ResolveBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The record as it now replays, with `resolution: {by, at, note}`", body = crate::outcome::ExecutionResult),
+        (status = 400, description = "`INVALID_REQUEST`: bad body, status, note or outcome", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 404, description = NO_SUCH_EXECUTION, body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`EXECUTION_FINISHED` (already decided: it has an outcome or was released; nothing changed) or `EXECUTION_RUNNING` (still running: send `force: true` once its owner is known to be gone)", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`UNSUPPORTED_MEDIA_TYPE`", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, response = openapi::Unavailable),
+    )
+)]
+pub(super) async fn resolve_execution(
+    State(state): State<AppState>,
+    AuthenticatedCaller(caller): AuthenticatedCaller,
+    execution_id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let execution_id = execution_id_from_path(execution_id)?;
+    let body: ResolveBody = read_body(&headers, body)?;
+    let status = ExecutionStatus::parse(&body.status)
+        .ok_or_else(|| invalid("status must be one of completed, failed, timed_out, cancelled"))?;
+    let resolve = Resolve {
+        status,
+        data: body.data,
+        error: body.error,
+        note: body.note,
+        force: body.force,
+    };
+    let result = state
+        .engine
+        .resolve(&caller, &execution_id, resolve)
+        .await?;
+    Ok(json_response(StatusCode::OK, result.to_record_json()))
+}
+
+/// Frees an uncertain execution's identity so the next attempt runs the tool; the execution
+/// stays in history (docs/semantics.md §12).
+#[utoipa::path(
+    post,
+    path = "/v1/executions/{execution_id}/release",
+    tag = "recovery",
+    security(("bearer" = [])),
+    params(ExecutionPath),
+    request_body(content = ReleaseBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The released execution (`status: released`, `resolution: {by, at, note}`)", body = ExecutionState),
+        (status = 400, description = "`INVALID_REQUEST`: bad body or note", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 404, description = NO_SUCH_EXECUTION, body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`EXECUTION_FINISHED` (already decided) or `EXECUTION_RUNNING` (still running: send `force: true` once its owner is known to be gone)", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE`", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "`UNSUPPORTED_MEDIA_TYPE`", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, response = openapi::Unavailable),
+    )
+)]
+pub(super) async fn release_execution(
+    State(state): State<AppState>,
+    AuthenticatedCaller(caller): AuthenticatedCaller,
+    execution_id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let execution_id = execution_id_from_path(execution_id)?;
+    let body: ReleaseBody = read_body(&headers, body)?;
+    let release = Release {
+        note: body.note,
+        force: body.force,
+    };
+    let released = state
+        .engine
+        .release(&caller, &execution_id, release)
+        .await?;
+    let body = InFlightBody {
+        execution_id: &released.execution_id,
+        status: "released",
+        data: (),
+        error: (),
+        tool: &released.tool,
+        request_id: &released.key.request_id,
+        session_id: &released.key.session_id,
+        resolution: Some(&released.resolution),
+    };
+    Ok(json_response(StatusCode::OK, to_json(&body)))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/executions",
+    tag = "recovery",
+    security(("bearer" = [])),
+    params(ListQuery),
+    responses(
+        (status = 200, description = "With `request_id`: that identity's record; otherwise `{\"executions\": [...]}`", body = ListAnswer),
+        (status = 400, description = "`INVALID_REQUEST`: a bad query member", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, response = openapi::Unauthorized),
+        (status = 404, description = "`NOT_FOUND`: no record for this request_id and session_id", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, response = openapi::Unavailable),
+    )
+)]
+/// `GET /v1/executions`: with `request_id`, the caller's record for the identity
+/// (`session_id` defaults to `default`; 404 when none); otherwise the caller's records (an
+/// operator's: every principal's), optionally only those `running` or `interrupted`.
+pub(super) async fn list_executions(
+    State(state): State<AppState>,
+    AuthenticatedCaller(caller): AuthenticatedCaller,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|rejection| invalid(rejection.body_text()))?;
+    let in_flight = match query.state.as_deref() {
+        None => None,
+        Some("running") => Some(InFlightState::Running),
+        Some("interrupted") => Some(InFlightState::Interrupted),
+        Some(_) => return Err(invalid("state must be running or interrupted")),
+    };
+    for (field, value) in [
+        ("request_id", &query.request_id),
+        ("session_id", &query.session_id),
+    ] {
+        if let Some(value) = value {
+            validate_identifier(field, value).map_err(invalid)?;
+        }
+    }
+    if let Some(request_id) = query.request_id {
+        let session_id = query.session_id.unwrap_or_else(|| DEFAULT_SESSION.into());
+        let mut own = caller.clone();
+        // An identity names one principal's record: the caller's own, operator or not.
+        own.operator = None;
+        let found = state
+            .engine
+            .list(&own, in_flight, Some(session_id), Some(request_id), 1)
+            .await?;
+        let found = found.first().ok_or(ApiError::NotFound(
+            "no record for this request_id and session_id".into(),
+        ))?;
+        return Ok(json_response(StatusCode::OK, record_body(found)));
+    }
+    let limit = query.limit.unwrap_or(DEFAULT_LIST_LIMIT);
+    let found = state
+        .engine
+        .list(&caller, in_flight, query.session_id, None, limit)
+        .await?;
+    let bodies: Vec<String> = found.iter().map(record_body).collect();
+    Ok(json_response(
+        StatusCode::OK,
+        format!("{{\"executions\":[{}]}}", bodies.join(",")),
+    ))
+}
+
+fn to_json(body: &InFlightBody<'_>) -> String {
+    serde_json::to_string(body).expect("a record body always serializes")
+}
+
+/// The JSON of a record read back (`GET /v1/executions/{id}` and listings): a finished
+/// record's stored text, else a [`RecordBody`].
+pub(super) fn record_body(found: &ExecutionLookup) -> String {
+    let status = match (&found.released, &found.record.state) {
+        (None, RecordState::Finished(result)) => return result.to_record_json(),
+        (Some(_), _) => "released",
+        (None, RecordState::InFlight(in_flight)) => in_flight.as_str(),
+    };
+    to_json(&InFlightBody {
+        execution_id: &found.record.execution_id,
+        status,
+        data: (),
+        error: (),
+        tool: &found.record.tool,
+        request_id: &found.key.request_id,
+        session_id: &found.key.session_id,
+        resolution: found.released.as_ref(),
+    })
+}
+
+/// The `wait` preference of a request's `Prefer` headers (RFC 7240 §4.3: `Prefer: wait=N`, N
+/// whole seconds; several preferences may share a header, separated by commas). A malformed or
+/// absent preference is ignored, as RFC 7240 asks; the engine caps the wait.
+pub(super) fn prefer_wait(headers: &HeaderMap) -> Option<std::time::Duration> {
+    headers
+        .get_all(axum::http::header::HeaderName::from_static("prefer"))
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|preference| {
+            let (name, value) = preference.split(';').next()?.split_once('=')?;
+            if !name.trim().eq_ignore_ascii_case("wait") {
+                return None;
+            }
+            let seconds: u64 = value.trim().trim_matches('"').parse().ok()?;
+            Some(std::time::Duration::from_secs(seconds))
+        })
+        .next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+    use std::time::Duration;
+
+    #[test]
+    fn the_wait_preference() {
+        let wait = |values: &[&str]| {
+            let mut headers = HeaderMap::new();
+            for value in values {
+                headers.append("prefer", HeaderValue::from_str(value).unwrap());
+            }
+            prefer_wait(&headers)
+        };
+        assert_eq!(wait(&["wait=5"]), Some(Duration::from_secs(5)));
+        assert_eq!(
+            wait(&["respond-async, Wait = 10"]),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            wait(&["handling=strict", "wait=\"2\""]),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(wait(&["wait=-1"]), None);
+        assert_eq!(wait(&["wait=soon"]), None);
+        assert_eq!(wait(&[]), None);
+    }
+}

@@ -1,0 +1,245 @@
+//! Decisions on the in-memory store (docs/semantics.md §12): resolve, release, listing and the
+//! audit trail, each under the store's one lock, so a decision compares and sets in one step
+//! exactly as `carmy.resolve_execution` does in PostgreSQL.
+//!
+//! Every execution of this store runs in this process, so its in-flight records are always
+//! `running`: deciding on one needs `force`. History and audit rows live as long as the
+//! process and are not counted against the capacity.
+
+use super::Inner;
+use crate::decision::{
+    AuditAction, AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, Resolution,
+    ResolveRequest,
+};
+use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::runtime::{
+    Decided, ExecutionLookup, IdempotencyKey, InFlightState, RecordState, StoredRecord,
+};
+use chrono::{DateTime, SubsecRound, Utc};
+use serde_json::{json, Value};
+
+/// The current time at the millisecond precision records are kept with.
+pub(super) fn now_millis() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(3)
+}
+
+impl Inner {
+    /// The execution, held or released, if `principal` (when given) owns it.
+    pub(super) fn find(
+        &self,
+        principal: Option<&str>,
+        execution_id: &ExecutionId,
+    ) -> Option<ExecutionLookup> {
+        let owned = |key: &IdempotencyKey| principal.is_none_or(|p| key.principal == p);
+        if let Some(key) = self.by_execution.get(execution_id).filter(|k| owned(k)) {
+            return self.by_key.get(key).map(|record| ExecutionLookup {
+                key: key.clone(),
+                record: record.clone(),
+                released: None,
+            });
+        }
+        self.released
+            .get(execution_id)
+            .filter(|lookup| owned(&lookup.key))
+            .cloned()
+    }
+
+    /// The held, in-flight record a decision may act on, with its identity and state.
+    fn decidable(
+        &self,
+        principal: Option<&str>,
+        execution_id: &ExecutionId,
+        force: bool,
+    ) -> Result<(IdempotencyKey, StoredRecord, InFlightState), DecisionRefusal> {
+        let found = self
+            .find(principal, execution_id)
+            .ok_or(DecisionRefusal::NotFound)?;
+        if found.released.is_some() {
+            return Err(DecisionRefusal::AlreadyDecided);
+        }
+        let RecordState::InFlight(state) = found.record.state else {
+            return Err(DecisionRefusal::AlreadyDecided);
+        };
+        if state == InFlightState::Running && !force {
+            return Err(DecisionRefusal::StillRunning);
+        }
+        Ok((found.key, found.record, state))
+    }
+
+    pub(super) fn resolve(&mut self, request: &ResolveRequest) -> Decided<ExecutionResult> {
+        let (key, record, state) = self.decidable(
+            request.principal.as_deref(),
+            &request.execution_id,
+            request.force,
+        )?;
+        let at = now_millis();
+        let result = ExecutionResult {
+            execution_id: record.execution_id.clone(),
+            status: request.status,
+            data: request.data.clone(),
+            error: request.error.clone(),
+            tool: record.tool.clone(),
+            request_id: Some(key.request_id.clone()),
+            session_id: key.session_id.clone(),
+            started_at: self
+                .reserved_at
+                .get(&record.execution_id)
+                .copied()
+                .unwrap_or(at),
+            finished_at: at,
+            resolution: Some(Box::new(Resolution {
+                by: request.actor.clone(),
+                at,
+                note: request.note.clone(),
+            })),
+        };
+        if let Some(held) = self.by_key.get_mut(&key) {
+            held.state = RecordState::Finished(result.clone());
+        }
+        self.audit.push(AuditEntry {
+            actor: request.actor.clone(),
+            at,
+            execution_id: record.execution_id,
+            action: AuditAction::Resolve,
+            before: before(state),
+            after: json!({
+                "state": request.status.as_str(),
+                "outcome": serde_json::to_value(&result).unwrap_or(Value::Null),
+            }),
+            note: Some(request.note.clone()),
+        });
+        Ok(result)
+    }
+
+    pub(super) fn release(&mut self, request: &ReleaseRequest) -> Decided<Released> {
+        let (key, record, state) = self.decidable(
+            request.principal.as_deref(),
+            &request.execution_id,
+            request.force,
+        )?;
+        let at = now_millis();
+        let resolution = Resolution {
+            by: request.actor.clone(),
+            at,
+            note: request.note.clone(),
+        };
+        self.by_key.remove(&key);
+        self.by_execution.remove(&record.execution_id);
+        self.reserved_at.remove(&record.execution_id);
+        let released = Released {
+            execution_id: record.execution_id.clone(),
+            key: key.clone(),
+            tool: record.tool.clone(),
+            state_at_release: state,
+            resolution: resolution.clone(),
+        };
+        self.released.insert(
+            record.execution_id.clone(),
+            ExecutionLookup {
+                key,
+                record: record.clone(),
+                released: Some(resolution),
+            },
+        );
+        self.audit.push(AuditEntry {
+            actor: request.actor.clone(),
+            at,
+            execution_id: record.execution_id,
+            action: AuditAction::Release,
+            before: before(state),
+            after: json!({"state": "released"}),
+            note: Some(request.note.clone()),
+        });
+        Ok(released)
+    }
+
+    pub(super) fn list(&self, query: &ExecutionQuery) -> Vec<ExecutionLookup> {
+        let matches = |key: &IdempotencyKey, record: &StoredRecord| {
+            query.principal.as_ref().is_none_or(|p| &key.principal == p)
+                && query
+                    .session_id
+                    .as_ref()
+                    .is_none_or(|s| &key.session_id == s)
+                && query
+                    .request_id
+                    .as_ref()
+                    .is_none_or(|r| &key.request_id == r)
+                && query
+                    .in_flight
+                    .is_none_or(|wanted| record.state == RecordState::InFlight(wanted))
+        };
+        let mut found: Vec<(DateTime<Utc>, ExecutionLookup)> = self
+            .by_key
+            .iter()
+            .filter(|(key, record)| matches(key, record))
+            .map(|(key, record)| {
+                let at = self
+                    .reserved_at
+                    .get(&record.execution_id)
+                    .copied()
+                    .unwrap_or_default();
+                let lookup = ExecutionLookup {
+                    key: key.clone(),
+                    record: record.clone(),
+                    released: None,
+                };
+                (at, lookup)
+            })
+            .collect();
+        found.sort_by(|a, b| (a.0, &a.1.key).cmp(&(b.0, &b.1.key)));
+        found
+            .into_iter()
+            .take(query.limit)
+            .map(|(_, lookup)| lookup)
+            .collect()
+    }
+
+    /// Keeps a late outcome as an audit row; the execution holding `key` now.
+    pub(super) fn late_arrival(
+        &mut self,
+        key: &IdempotencyKey,
+        recorded: &crate::outcome::RecordedResult,
+    ) -> Option<ExecutionId> {
+        let current = self
+            .by_key
+            .get(key)
+            .map(|record| record.execution_id.clone());
+        let result = recorded.result();
+        self.audit.push(AuditEntry {
+            actor: "owner".into(),
+            at: now_millis(),
+            execution_id: result.execution_id.clone(),
+            action: AuditAction::LateArrival,
+            before: late_before(key, current.as_ref()),
+            after: json!({
+                "state": result.status.as_str(),
+                "outcome": serde_json::to_value(result).unwrap_or(Value::Null),
+            }),
+            note: Some(crate::decision::LATE_ARRIVAL_NOTE.into()),
+        });
+        current
+    }
+
+    pub(super) fn audit_of(&self, execution_id: &ExecutionId) -> Vec<AuditEntry> {
+        self.audit
+            .iter()
+            .filter(|entry| &entry.execution_id == execution_id)
+            .cloned()
+            .collect()
+    }
+}
+
+/// A late arrival's `before`: the identity and the execution that holds it now.
+fn late_before(key: &IdempotencyKey, current: Option<&ExecutionId>) -> Value {
+    json!({
+        "principal": key.principal,
+        "session_id": key.session_id,
+        "request_id": key.request_id,
+        "current_execution_id": current,
+    })
+}
+
+/// The audit row's `before` for an in-flight record.
+fn before(state: InFlightState) -> Value {
+    json!({"state": "running", "in_flight_state": state.as_str()})
+}
