@@ -94,5 +94,7 @@ async def test_running_duplicate_is_waited_out(gateway: Gateway, proxy: FaultyPr
     assert results["second"].replayed is True and results["first"].replayed is False
     assert results["second"].execution_id == results["first"].execution_id
     statuses = [p.status for p in proxy.requests_for(request_id)]
-    assert statuses[0] == 409 and statuses[-1] == 200 and set(statuses[:-1]) == {409}
+    # The client sends `Prefer: wait`, which the server honours: the duplicate may be answered
+    # by the wait itself (one 200) or after 409 running answers and retries.
+    assert statuses[-1] == 200 and set(statuses[:-1]) <= {409}
     assert gateway.metric("carmy_tool_runs_total", tool="sleep") == runs_before + 1

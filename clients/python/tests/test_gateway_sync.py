@@ -135,8 +135,9 @@ def test_running_duplicate_is_waited_out(gateway: Gateway, proxy: FaultyProxy) -
     assert first.replayed is False and second.replayed is True
     assert second.execution_id == first.execution_id and second.status == "completed"
     statuses = [p.status for p in proxy.requests_for(request_id)]
-    assert statuses[0] == 409 and statuses[-1] == 200 and len(statuses) >= 2
-    assert set(statuses[:-1]) == {409}
+    # The client sends `Prefer: wait`, which the server honours: the duplicate may be answered
+    # by the wait itself (one 200) or after 409 running answers and retries.
+    assert statuses[-1] == 200 and set(statuses[:-1]) <= {409}
     assert gateway.metric("carmy_tool_runs_total", tool="sleep") == runs_before + 1
 
 
