@@ -61,50 +61,7 @@ impl IdempotencyStore for OwnedStore {
         self.store.check_ready()
     }
 
-    fn resolve_execution<'a>(
-        &'a self,
-        request: &'a carmy::decision::ResolveRequest,
-    ) -> carmy::runtime::StoreFuture<'a, carmy::runtime::Decided<carmy::ExecutionResult>> {
-        self.store.resolve_execution(request)
-    }
-
-    fn release_execution<'a>(
-        &'a self,
-        request: &'a carmy::decision::ReleaseRequest,
-    ) -> carmy::runtime::StoreFuture<'a, carmy::runtime::Decided<carmy::decision::Released>> {
-        self.store.release_execution(request)
-    }
-
-    fn list_executions<'a>(
-        &'a self,
-        query: &'a carmy::decision::ExecutionQuery,
-    ) -> carmy::runtime::StoreFuture<'a, Vec<carmy::runtime::ExecutionLookup>> {
-        self.store.list_executions(query)
-    }
-
-    fn wait_for_outcome<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-        timeout: std::time::Duration,
-    ) -> carmy::runtime::StoreFuture<'a, Option<carmy::runtime::StoredRecord>> {
-        self.store.wait_for_outcome(key, execution_id, timeout)
-    }
-
-    fn record_late_arrival<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        result: &'a carmy::RecordedResult,
-    ) -> carmy::runtime::StoreFuture<'a, Option<ExecutionId>> {
-        self.store.record_late_arrival(key, result)
-    }
-
-    fn audit_trail<'a>(
-        &'a self,
-        execution_id: &'a ExecutionId,
-    ) -> carmy::runtime::StoreFuture<'a, Vec<carmy::decision::AuditEntry>> {
-        self.store.audit_trail(execution_id)
-    }
+    carmy_test_support::forward_recovery!(store);
 
     fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
         self.store.request_cancel(execution_id)

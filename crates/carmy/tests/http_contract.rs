@@ -118,50 +118,7 @@ impl IdempotencyStore for FaultyStore {
         self.inner.check_ready()
     }
 
-    fn resolve_execution<'a>(
-        &'a self,
-        request: &'a carmy::decision::ResolveRequest,
-    ) -> carmy::runtime::StoreFuture<'a, carmy::runtime::Decided<carmy::ExecutionResult>> {
-        self.inner.resolve_execution(request)
-    }
-
-    fn release_execution<'a>(
-        &'a self,
-        request: &'a carmy::decision::ReleaseRequest,
-    ) -> carmy::runtime::StoreFuture<'a, carmy::runtime::Decided<carmy::decision::Released>> {
-        self.inner.release_execution(request)
-    }
-
-    fn list_executions<'a>(
-        &'a self,
-        query: &'a carmy::decision::ExecutionQuery,
-    ) -> carmy::runtime::StoreFuture<'a, Vec<carmy::runtime::ExecutionLookup>> {
-        self.inner.list_executions(query)
-    }
-
-    fn wait_for_outcome<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-        timeout: std::time::Duration,
-    ) -> carmy::runtime::StoreFuture<'a, Option<carmy::runtime::StoredRecord>> {
-        self.inner.wait_for_outcome(key, execution_id, timeout)
-    }
-
-    fn record_late_arrival<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        result: &'a carmy::RecordedResult,
-    ) -> carmy::runtime::StoreFuture<'a, Option<ExecutionId>> {
-        self.inner.record_late_arrival(key, result)
-    }
-
-    fn audit_trail<'a>(
-        &'a self,
-        execution_id: &'a ExecutionId,
-    ) -> carmy::runtime::StoreFuture<'a, Vec<carmy::decision::AuditEntry>> {
-        self.inner.audit_trail(execution_id)
-    }
+    carmy_test_support::forward_recovery!(inner);
 
     fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
         self.inner.request_cancel(execution_id)

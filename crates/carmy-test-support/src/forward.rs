@@ -1,0 +1,61 @@
+//! Store wrappers in tests change a few `IdempotencyStore` methods and forward the rest. The
+//! recovery methods (docs/semantics.md §12) are forwarded by every wrapper alike, so they are
+//! written once here.
+
+/// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the six recovery methods
+/// (`resolve_execution`, `release_execution`, `list_executions`, `wait_for_outcome`,
+/// `record_late_arrival`, `audit_trail`), each forwarded unchanged to the field `$inner` (any
+/// `IdempotencyStore`). Example: `carmy_test_support::forward_recovery!(inner);`.
+#[macro_export]
+macro_rules! forward_recovery {
+    ($inner:ident) => {
+        fn resolve_execution<'a>(
+            &'a self,
+            request: &'a ::carmy::decision::ResolveRequest,
+        ) -> ::carmy::runtime::StoreFuture<'a, ::carmy::runtime::Decided<::carmy::ExecutionResult>>
+        {
+            self.$inner.resolve_execution(request)
+        }
+
+        fn release_execution<'a>(
+            &'a self,
+            request: &'a ::carmy::decision::ReleaseRequest,
+        ) -> ::carmy::runtime::StoreFuture<
+            'a,
+            ::carmy::runtime::Decided<::carmy::decision::Released>,
+        > {
+            self.$inner.release_execution(request)
+        }
+
+        fn list_executions<'a>(
+            &'a self,
+            query: &'a ::carmy::decision::ExecutionQuery,
+        ) -> ::carmy::runtime::StoreFuture<'a, Vec<::carmy::runtime::ExecutionLookup>> {
+            self.$inner.list_executions(query)
+        }
+
+        fn wait_for_outcome<'a>(
+            &'a self,
+            key: &'a ::carmy::runtime::IdempotencyKey,
+            execution_id: &'a ::carmy::ExecutionId,
+            timeout: ::std::time::Duration,
+        ) -> ::carmy::runtime::StoreFuture<'a, Option<::carmy::runtime::StoredRecord>> {
+            self.$inner.wait_for_outcome(key, execution_id, timeout)
+        }
+
+        fn record_late_arrival<'a>(
+            &'a self,
+            key: &'a ::carmy::runtime::IdempotencyKey,
+            result: &'a ::carmy::RecordedResult,
+        ) -> ::carmy::runtime::StoreFuture<'a, Option<::carmy::ExecutionId>> {
+            self.$inner.record_late_arrival(key, result)
+        }
+
+        fn audit_trail<'a>(
+            &'a self,
+            execution_id: &'a ::carmy::ExecutionId,
+        ) -> ::carmy::runtime::StoreFuture<'a, Vec<::carmy::decision::AuditEntry>> {
+            self.$inner.audit_trail(execution_id)
+        }
+    };
+}
