@@ -99,7 +99,11 @@ impl Lease {
             return Ok(());
         }
         let ttl = Duration::from_millis(u64::try_from(self.ttl_millis).unwrap_or(0));
-        match tokio::time::timeout(renewal_interval(ttl), self.renew()).await {
+        // The lease pool gives up on a connection after half an interval (`lease_pool`), so a
+        // database that cannot be reached is reported with its cause, and the diagnosis runs
+        // outside this deadline; only a renewal that hangs after connecting runs into it.
+        let renewed = tokio::time::timeout(renewal_interval(ttl), self.renew()).await;
+        match renewed {
             Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => Err(StoreError::Unavailable(format!(
                 "this replica's lease lapsed and cannot be renewed: {}",
@@ -155,12 +159,13 @@ impl Lease {
 }
 
 /// A pool of one connection for the lease alone, with the settings of `pool`'s connections. It
-/// waits for that connection at most one renewal interval (a third of `ttl`), so a renewal that
-/// cannot connect fails in time for the next one instead of letting the lease lapse silently.
+/// waits for that connection at most half a renewal interval (a sixth of `ttl`), so a renewal
+/// that cannot connect fails, with its cause, in time for the next one instead of letting the
+/// lease lapse silently, and before the deadline of [`Lease::ensure_held`].
 pub(crate) fn lease_pool(pool: &PgPool, ttl: Duration) -> PgPool {
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
-        .acquire_timeout(renewal_interval(ttl))
+        .acquire_timeout((renewal_interval(ttl) / 2).max(Duration::from_millis(1)))
         .connect_lazy_with((*pool.connect_options()).clone())
 }
 

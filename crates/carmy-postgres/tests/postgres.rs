@@ -1344,8 +1344,10 @@ async fn an_unreachable_server_is_unavailable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn readiness_tells_an_unreachable_database_from_missing_migrations() {
-    // Nothing listens: the pool times out; the reason says why.
-    let options = PostgresStoreOptions::new("postgres://postgres@127.0.0.1:1/postgres");
+    // Nothing listens: the pool times out; the reason says why. A short lease: the reserve
+    // below first tries to register it, waiting at most half a renewal interval.
+    let mut options = PostgresStoreOptions::new("postgres://postgres@127.0.0.1:1/postgres");
+    options.lease_ttl = Duration::from_secs(3);
     let pool = PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_millis(300))
