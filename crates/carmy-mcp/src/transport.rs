@@ -44,8 +44,9 @@ impl Gate {
 /// (the SDK hands them to the handler), and passes the request on with the same body.
 pub(crate) async fn admit(State(gate): State<Gate>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    let Some(principal) = principal(&gate.keys, &parts.headers) else {
-        return ApiError::Unauthorized.into_response();
+    let principal = match principal(&gate.keys, &parts.headers) {
+        Ok(principal) => principal,
+        Err(refusal) => return refusal.into_response(),
     };
     let mut idempotency_key = None;
     let body = if parts.method == Method::POST {
@@ -70,14 +71,24 @@ pub(crate) async fn admit(State(gate): State<Gate>, request: Request, next: Next
     next.run(Request::from_parts(parts, body)).await
 }
 
-/// The principal of the `Authorization` header; two headers are ambiguous and refused.
-fn principal(keys: &ApiKeys, headers: &axum::http::HeaderMap) -> Option<String> {
+/// The principal of the `Authorization` header, as the HTTP API decides it
+/// (docs/semantics.md §6).
+///
+/// # Errors
+/// [`ApiError::Unauthorized`] for two headers (ambiguous) or an unknown key;
+/// [`ApiError::NoApiKeys`] for a credential sent to a server without API keys, which cannot
+/// check it and so does not run the call as `anonymous`.
+fn principal(keys: &ApiKeys, headers: &axum::http::HeaderMap) -> Result<String, ApiError> {
     let mut values = headers.get_all(header::AUTHORIZATION).iter();
     let authorization = values.next().map(HeaderValue::as_bytes);
     if values.next().is_some() {
-        return None;
+        return Err(ApiError::Unauthorized);
+    }
+    if authorization.is_some() && keys.is_empty() {
+        return Err(ApiError::NoApiKeys);
     }
     keys.authenticate(authorization)
+        .ok_or(ApiError::Unauthorized)
 }
 
 /// A body that could not be read: 413 past the limit, 400 otherwise.

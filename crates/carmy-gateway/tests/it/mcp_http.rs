@@ -1,6 +1,7 @@
 //! The MCP front at the HTTP level (docs/semantics.md §11), with raw requests: the 2026-07-28
 //! per-request lifecycle and an older version sharing one record, the `Host` check and its
-//! setting, the API key, the body limit and strict JSON.
+//! setting, the API key (and a credential sent to a server without keys), the body limit and
+//! strict JSON.
 
 use super::mcp_client::Served;
 use serde_json::{json, Value};
@@ -95,6 +96,31 @@ async fn keys_limits_and_strict_json_before_the_sdk() {
     assert_eq!(status, 400, "{text}");
     let error: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(error["error"]["code"], -32700);
+    assert_eq!(gateway.runs("echo"), 1);
+}
+
+#[tokio::test]
+async fn without_keys_a_credential_is_refused_as_the_http_api_refuses_it() {
+    let gateway = Served::start(&[]).await;
+    let body = call("n-1", &json!({}));
+    for authorization in ["Bearer sk-123", "Basic YTpi"] {
+        let (status, text) = post(&gateway, &[("authorization", authorization)], &body).await;
+        assert_eq!(status, 401, "{text}");
+        let problem: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(problem["code"], "UNAUTHORIZED", "{text}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("this server has no API keys configured"),
+            "{text}"
+        );
+    }
+    assert_eq!(gateway.runs("echo"), 0);
+    // Without the header the same call runs, once, as `anonymous`.
+    let (status, text) = post(&gateway, &[], &body).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(execution(&text)["replayed"], false, "{text}");
     assert_eq!(gateway.runs("echo"), 1);
 }
 
