@@ -1,6 +1,8 @@
 //! The HTTP load generator: `concurrency` workers, each with one kept-alive HTTP/1.1 connection
 //! to the gateway, sending `POST /v1/executions` (or, for the MCP scenarios, an MCP `tools/call`
-//! to `POST /mcp`, docs/semantics.md §11) of the `echo` tool back to back (closed loop).
+//! to `POST /mcp`, docs/semantics.md §11) of the `echo` tool back to back (closed loop); or,
+//! for the upstream scenarios ([`crate::upstream`]), the configured HTTP tool `bench_charge`
+//! and the upstream behind it.
 //! Only answers of the expected status and kind count as successes; everything else is counted
 //! by kind.
 
@@ -34,6 +36,11 @@ pub enum Scenario {
     /// [`Scenario::Replay`] as an MCP `tools/call` (the request id in
     /// `_meta["io.carmy/request_id"]`): expect `"replayed":true`.
     McpReplay,
+    /// `POST /v1/charges` straight to the benchmark's upstream ([`crate::upstream`]): expect 200.
+    UpstreamDirect,
+    /// The upstream as the configured HTTP tool `bench_charge`, a fresh `request_id` every call:
+    /// expect 200 with `"replayed":false`.
+    HttpTool,
 }
 
 impl Scenario {
@@ -45,12 +52,23 @@ impl Scenario {
             Self::Conflict => "conflict",
             Self::McpNewIdentity => "new identity over /mcp",
             Self::McpReplay => "replay over /mcp",
+            Self::UpstreamDirect => "upstream directly",
+            Self::HttpTool => "upstream through Carmy",
         }
     }
 
     /// Whether the calls go to `/mcp`.
     pub fn is_mcp(self) -> bool {
         matches!(self, Self::McpNewIdentity | Self::McpReplay)
+    }
+
+    /// The path the calls are POSTed to.
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::McpNewIdentity | Self::McpReplay => "/mcp",
+            Self::UpstreamDirect => crate::upstream::UPSTREAM_PATH,
+            _ => "/v1/executions",
+        }
     }
 
     /// The same calls through the HTTP API.
@@ -165,14 +183,13 @@ impl Connection {
         Ok(Self { sender })
     }
 
-    /// POSTs `body` to `/v1/executions`, or to `/mcp` when `mcp`; returns the status and the
-    /// body.
-    async fn post(&mut self, host: &str, body: String, mcp: bool) -> Result<(u16, Bytes), String> {
+    /// POSTs `body` to `path`; returns the status and the body.
+    async fn post(&mut self, host: &str, body: String, path: &str) -> Result<(u16, Bytes), String> {
         self.sender
             .ready()
             .await
             .map_err(|error| format!("connection: {error}"))?;
-        let request = hyper::Request::post(if mcp { "/mcp" } else { "/v1/executions" })
+        let request = hyper::Request::post(path)
             .header(hyper::header::HOST, host)
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .header(hyper::header::ACCEPT, "application/json, text/event-stream")
@@ -204,7 +221,10 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 /// Classifies an answer: `Ok(())` when it is the scenario's expected one, else the error kind.
 fn check(scenario: Scenario, status: u16, body: &[u8]) -> Result<(), String> {
     let expected = match scenario {
-        Scenario::NewIdentity => status == 200 && contains(body, br#""replayed":false"#),
+        Scenario::NewIdentity | Scenario::HttpTool => {
+            status == 200 && contains(body, br#""replayed":false"#)
+        }
+        Scenario::UpstreamDirect => status == 200,
         Scenario::Replay => status == 200 && contains(body, br#""replayed":true"#),
         Scenario::Conflict => status == 409 && contains(body, br#""IDEMPOTENCY_CONFLICT""#),
         Scenario::McpNewIdentity | Scenario::McpReplay => {
@@ -263,6 +283,12 @@ impl Bodies {
                 mcp_call_body(&format!("new-{}", uuid::Uuid::new_v4().simple()))
             }
             Scenario::McpReplay => mcp_call_body(&replay_request_id(index)),
+            Scenario::UpstreamDirect => r#"{"amount":1}"#.to_owned(),
+            Scenario::HttpTool => format!(
+                r#"{{"tool":"{}","arguments":{{"amount":1}},"request_id":"new-{}"}}"#,
+                crate::upstream::TOOL_NAME,
+                uuid::Uuid::new_v4().simple()
+            ),
         };
         self.sent += 1;
         body
@@ -306,7 +332,7 @@ async fn worker(
                 }
             },
         };
-        let answer = conn.post(&host, bodies.next(), scenario.is_mcp()).await;
+        let answer = conn.post(&host, bodies.next(), scenario.path()).await;
         let latency = started.elapsed();
         let outcome = match answer {
             Ok((status, body)) => check(scenario, status, &body),
@@ -406,7 +432,11 @@ pub async fn call_replay_identities(address: SocketAddr, count: usize) -> Result
             let mut index = worker + 1;
             while index <= count {
                 let (status, body) = conn
-                    .post(&host, call_body(&replay_request_id(index), false), false)
+                    .post(
+                        &host,
+                        call_body(&replay_request_id(index), false),
+                        Scenario::Replay.path(),
+                    )
                     .await?;
                 if status != 200 {
                     return Err(format!(
@@ -438,7 +468,7 @@ pub async fn sequential(
     let host = address.to_string();
     let mut conn = Connection::open(address).await?;
     for body in bodies {
-        let (status, answer) = conn.post(&host, body.clone(), scenario.is_mcp()).await?;
+        let (status, answer) = conn.post(&host, body.clone(), scenario.path()).await?;
         check(scenario, status, &answer).map_err(|kind| format!("{body}: {kind}"))?;
     }
     Ok(())

@@ -14,7 +14,9 @@
 //! 5. times the in-memory store in-process on one thread;
 //! 6. counts round trips to PostgreSQL per call on the wire, through a counting proxy;
 //! 7. with `--large`, compares new-identity latency on `--small-rows` and `--large-rows` rows;
-//! 8. prints the table and the targets and writes `bench/results/latest.json` and `latest.png`.
+//! 8. calls a small upstream API directly and as a configured HTTP tool through a gateway, at
+//!    c=1 and the target concurrency (the latency Carmy adds, docs/semantics.md §10);
+//! 9. prints the table and the targets and writes `bench/results/latest.json` and `latest.png`.
 //!
 //! It exits 0 even when a target fails, unless `--strict` is given. See `bench/README.md`.
 
@@ -27,6 +29,7 @@ mod gateway;
 mod load;
 mod pgbench;
 mod report;
+mod upstream;
 mod wire;
 
 use clap::Parser;
@@ -359,6 +362,16 @@ async fn run(
 
     let flatness = measure_flatness(args, &runs, gateway_binary, database, has_cache).await?;
 
+    eprintln!("an HTTP tool through Carmy against its upstream directly");
+    let upstream = upstream::measure(
+        gateway_binary,
+        &database.url,
+        &gateway_env(args, has_cache),
+        warmup,
+        measure,
+    )
+    .await?;
+
     let mut report = Report {
         finished_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         command: command_line(),
@@ -383,6 +396,7 @@ async fn run(
         memory_store,
         round_trips,
         flatness,
+        upstream,
         targets: Vec::new(),
     };
     report.judge();

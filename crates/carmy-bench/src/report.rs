@@ -6,6 +6,7 @@ use crate::db::ServerInfo;
 use crate::format::{rows, thousands};
 use crate::load::{RunResult, Scenario};
 use crate::pgbench::PgbenchResult;
+use crate::upstream::UpstreamRuns;
 use crate::wire::Counts;
 use carmy_bench::memory::MemoryStoreResult;
 use serde::Serialize;
@@ -27,6 +28,8 @@ pub const MEMORY_PAIRS_PER_SECOND: f64 = 500_000.0;
 pub const NOISY_OTHER_PERCENT: f64 = 20.0;
 /// Round trips to PostgreSQL per new identity on the happy path.
 pub const ROUND_TRIPS_PER_NEW_IDENTITY: f64 = 2.0;
+/// Latency Carmy adds to an HTTP tool at c=1 (p50 through Carmy − p50 direct), in ms.
+pub const ADDED_P50_MS: f64 = 1.0;
 
 /// How the benchmark was run.
 #[derive(Clone, Debug, Serialize)]
@@ -152,6 +155,8 @@ pub struct Report {
     pub round_trips: Option<RoundTrips>,
     /// New-identity latency against table size.
     pub flatness: Flatness,
+    /// An HTTP tool through Carmy against its upstream called directly.
+    pub upstream: UpstreamRuns,
     /// The targets.
     pub targets: Vec<Target>,
 }
@@ -160,7 +165,10 @@ impl Report {
     /// The ceiling a scenario is compared with (TPS).
     pub fn ceiling(&self, scenario: Scenario) -> f64 {
         match scenario {
-            Scenario::NewIdentity | Scenario::McpNewIdentity => self.pgbench_new_identity.tps,
+            Scenario::NewIdentity
+            | Scenario::McpNewIdentity
+            | Scenario::UpstreamDirect
+            | Scenario::HttpTool => self.pgbench_new_identity.tps,
             Scenario::Replay | Scenario::Conflict | Scenario::McpReplay => {
                 self.pgbench_read_one.tps
             }
@@ -180,7 +188,62 @@ impl Report {
         targets.push(self.flatness_target());
         targets.push(self.memory_target());
         targets.push(self.round_trip_target());
+        targets.push(self.upstream_target());
         self.targets = targets;
+    }
+
+    /// The latency Carmy adds to an HTTP tool at c=1, with p99 and the throughput ratio at the
+    /// target concurrency in the figure.
+    fn upstream_target(&self) -> Target {
+        let name = format!("HTTP tool through Carmy adds <= {ADDED_P50_MS} ms p50 at c=1");
+        let at = |runs: &[RunResult], concurrency: usize| {
+            runs.iter()
+                .find(|run| run.concurrency == concurrency)
+                .cloned()
+        };
+        let (direct, through) = (&self.upstream.direct, &self.upstream.through_carmy);
+        match (at(direct, 1), at(through, 1)) {
+            (Some(direct_1), Some(through_1)) => {
+                let p50 = |run: &RunResult| run.p50_ms.unwrap_or(f64::INFINITY);
+                let p99 = |run: &RunResult| run.p99_ms.unwrap_or(f64::INFINITY);
+                let added = p50(&through_1) - p50(&direct_1);
+                let c = TARGET_CONCURRENCY;
+                let loaded = match (at(direct, c), at(through, c)) {
+                    (Some(d), Some(t)) => format!(
+                        "; at c={c}: p50 +{:.2} ms, p99 +{:.2} ms, {:.0} vs {:.0} calls/s = {:.2} x",
+                        p50(&t) - p50(&d),
+                        p99(&t) - p99(&d),
+                        t.calls_per_second,
+                        d.calls_per_second,
+                        t.calls_per_second / d.calls_per_second.max(f64::MIN_POSITIVE)
+                    ),
+                    _ => String::new(),
+                };
+                Target {
+                    name,
+                    figure: format!(
+                        "p50 {:.2} ms vs {:.2} ms direct = +{added:.2} ms, p99 +{:.2} ms{loaded}",
+                        p50(&through_1),
+                        p50(&direct_1),
+                        p99(&through_1) - p99(&direct_1)
+                    ),
+                    value: Some(added),
+                    bound: ADDED_P50_MS,
+                    status: Status::of(
+                        added <= ADDED_P50_MS
+                            && through_1.error_count() == 0
+                            && direct_1.error_count() == 0,
+                    ),
+                }
+            }
+            _ => Target {
+                name,
+                figure: "not measured".to_owned(),
+                value: None,
+                bound: ADDED_P50_MS,
+                status: Status::Skip,
+            },
+        }
     }
 
     /// New identities and replays at the target concurrency against their pgbench ceilings.

@@ -75,7 +75,10 @@ impl Report {
         }
         for run in &self.runs {
             let ceiling = match run.scenario {
-                Scenario::NewIdentity | Scenario::McpNewIdentity => "new_identity",
+                Scenario::NewIdentity
+                | Scenario::McpNewIdentity
+                | Scenario::UpstreamDirect
+                | Scenario::HttpTool => "new_identity",
                 Scenario::Replay | Scenario::Conflict | Scenario::McpReplay => "read_one",
             };
             TableRow {
@@ -100,6 +103,30 @@ impl Report {
                 }
                 .write(out);
             }
+        }
+        for run in self
+            .upstream
+            .direct
+            .iter()
+            .chain(&self.upstream.through_carmy)
+        {
+            let direct = self
+                .upstream
+                .direct
+                .iter()
+                .find(|direct| direct.concurrency == run.concurrency);
+            TableRow {
+                label: run.label(),
+                versus: match (run.scenario, direct) {
+                    (Scenario::HttpTool, Some(direct)) => format!(
+                        "{:.2} x direct",
+                        run.calls_per_second / direct.calls_per_second.max(f64::MIN_POSITIVE)
+                    ),
+                    _ => "(no database)".to_owned(),
+                },
+                ..TableRow::of(run)
+            }
+            .write(out);
         }
     }
 
@@ -129,6 +156,8 @@ note: in some windows other processes took more than {NOISY_OTHER_PERCENT:.0}%  
             .iter()
             .chain(std::iter::once(&self.flatness.small))
             .chain(&self.flatness.large)
+            .chain(&self.upstream.direct)
+            .chain(&self.upstream.through_carmy)
             .filter(|run| run.error_count() > 0)
             .map(|run| {
                 format!(
