@@ -45,4 +45,4 @@ WHERE principal = 'pgbench' AND session_id = 'default'
   AND execution_id = 'exec_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text
   AND fingerprint = '9b2c6f0de3f1a4c85e7d20b6a1c94f3e8d5b7a60c2e1f9d43b8a7c6e5d4f3a2b1'
   AND fingerprint_version = 'v1'
-  AND state = 'running';
+  AND state = 'running' AND attempt = 1;

@@ -7,7 +7,7 @@ use crate::decode::{decode_key, decode_record};
 use crate::failure::{unavailable, Failure};
 use crate::sql::{
     AUDIT_TRAIL_SQL, FIND_RELEASED_SQL, LATE_ARRIVAL_SQL, LIST_EXECUTIONS_SQL,
-    RELEASE_EXECUTION_SQL, RESOLVE_EXECUTION_SQL,
+    RELEASE_EXECUTION_SQL, RESOLVE_EXECUTION_SQL, TAKE_OVER_SQL,
 };
 use carmy::decision::{
     AuditAction, AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, Resolution,
@@ -156,6 +156,32 @@ pub(crate) async fn late_arrival(
         .await?;
     let current: Option<String> = row.try_get("current")?;
     Ok(current.map(ExecutionId::from_stored))
+}
+
+/// Takes `execution_id` over for `instance_id` ([`TAKE_OVER_SQL`]); the new attempt, or
+/// `None` when nothing was taken over.
+pub(crate) async fn take_over(
+    pool: &PgPool,
+    instance_id: &str,
+    key: &IdempotencyKey,
+    fingerprint: &carmy::fingerprint::Fingerprint,
+    execution_id: &ExecutionId,
+) -> Result<Option<u32>, Failure> {
+    let row = sqlx::query(TAKE_OVER_SQL)
+        .bind(&key.principal)
+        .bind(&key.session_id)
+        .bind(&key.request_id)
+        .bind(execution_id.as_str())
+        .bind(&fingerprint.digest)
+        .bind(&fingerprint.version)
+        .bind(instance_id)
+        .fetch_optional(pool)
+        .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let attempt: i32 = row.try_get("attempt")?;
+    Ok(Some(u32::try_from(attempt).unwrap_or(u32::MAX)))
 }
 
 /// Records matching `query` (released ones excluded).

@@ -65,15 +65,51 @@ pub const FIND_EXECUTION_SQL: &str = concat!(
      WHERE r.execution_id = $1 AND r.principal = $2"
 );
 
-/// Records an outcome, only for the execution holding a running reservation.
+/// Records an outcome, only for the execution holding a running reservation, made by the
+/// attempt that holds it now (an earlier attempt of an execution taken over matches nothing,
+/// docs/semantics.md §12).
 ///
 /// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` execution_id, `$5` fingerprint
-/// digest, `$6` fingerprint version, `$7` state, `$8` outcome text, `$9` error code.
+/// digest, `$6` fingerprint version, `$7` state, `$8` outcome text, `$9` error code, `$10` the
+/// attempt (integer).
 pub const COMPLETE_SQL: &str = "UPDATE carmy.reservations \
      SET state = $7, outcome = $8, error_code = $9, finished_at = now() \
      WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
        AND execution_id = $4 AND fingerprint = $5 AND fingerprint_version = $6 \
-       AND state = 'running'";
+       AND state = 'running' AND attempt = $10";
+
+/// Takes an interrupted execution over for this process (`IdempotencyStore::take_over`,
+/// docs/semantics.md §12): one statement that moves the row to this owner with the next
+/// attempt, only while it is running under a lapsed lease, and writes the `takeover` audit row.
+/// Of concurrent takeovers one updates the row; the others then find its new owner's live
+/// lease and match nothing.
+///
+/// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` execution_id, `$5` fingerprint
+/// digest, `$6` fingerprint version, `$7` this instance. Returns `attempt` (the new one) in one
+/// row, or no row when nothing was taken over.
+pub const TAKE_OVER_SQL: &str = "WITH before AS ( \
+         SELECT owner_instance, attempt FROM carmy.reservations \
+         WHERE principal = $1 AND session_id = $2 AND request_id = $3 AND execution_id = $4 \
+     ), taken AS ( \
+         UPDATE carmy.reservations r SET owner_instance = $7, attempt = r.attempt + 1 \
+         WHERE r.principal = $1 AND r.session_id = $2 AND r.request_id = $3 \
+           AND r.execution_id = $4 AND r.fingerprint = $5 AND r.fingerprint_version = $6 \
+           AND r.state = 'running' \
+           AND carmy.in_flight_state(r.owner_instance) = 'interrupted' \
+         RETURNING r.execution_id, r.attempt \
+     ), logged AS ( \
+         INSERT INTO carmy.audit_log (actor, execution_id, action, before, after, note) \
+         SELECT $7, t.execution_id, 'takeover', \
+                jsonb_build_object('state', 'interrupted', \
+                                   'owner_instance', (SELECT owner_instance FROM before), \
+                                   'attempt', (SELECT attempt FROM before)), \
+                jsonb_build_object('state', 'running', 'owner_instance', $7::text, \
+                                   'attempt', t.attempt), \
+                'on_interrupted = rerun: the owner''s lease lapsed; this attempt runs the tool again' \
+         FROM taken t \
+         RETURNING 1 \
+     ) \
+     SELECT t.attempt FROM taken t";
 
 /// What `complete` reads back when its update matched nothing. Binds as [`LOOKUP_SQL`].
 pub const COMPLETE_RECHECK_SQL: &str =

@@ -278,7 +278,8 @@ impl PostgresStore {
             .bind(&fingerprint.version)
             .bind(result.status.as_str())
             .bind(outcome)
-            .bind(error_code);
+            .bind(error_code)
+            .bind(i32::try_from(recorded.attempt()).unwrap_or(i32::MAX));
         let updated = {
             let mut hot = self.hot.get().await.map_err(run_error)?;
             let done = query.execute(&mut hot.connection).await;
@@ -436,6 +437,32 @@ impl IdempotencyStore for PostgresStore {
         Box::pin(async move {
             self.finish(decide::release(&self.pool, request).await)
                 .await
+        })
+    }
+
+    /// One statement ([`crate::sql::TAKE_OVER_SQL`]), after making sure this process holds its
+    /// lease (a taker without one would itself read as interrupted at once).
+    fn take_over<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<u32>> {
+        Box::pin(async move {
+            let taken = match self.lease.ensure_held().await {
+                Ok(()) => {
+                    decide::take_over(
+                        &self.pool,
+                        &self.instance_id,
+                        key,
+                        fingerprint,
+                        execution_id,
+                    )
+                    .await
+                }
+                Err(failure) => Err(failure),
+            };
+            self.finish(taken).await
         })
     }
 

@@ -174,10 +174,11 @@ async fn migrate_twice_is_a_noop() {
             (5, "outcome_is_record"),
             (6, "decisions"),
             (7, "outcome_waiters"),
-            (8, "late_arrivals")
+            (8, "late_arrivals"),
+            (10, "takeover")
         ]
     );
-    assert_eq!(latest_migration_version(), 8);
+    assert_eq!(latest_migration_version(), 10);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -239,7 +240,7 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 10]);
     pool.close().await;
 }
 
@@ -939,6 +940,66 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
     assert_eq!(raw_row(&pool, &vacant).await, None);
 
     store.shutdown().await.unwrap();
+    pool.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_takeover_fences_the_earlier_attempt_and_has_one_winner() {
+    let db = TestDb::migrated().await;
+    let pool = db.pool().await;
+    let owner = db.store().await;
+    let takers = [db.store().await, db.store().await];
+    let k = key("alice", "default", "taken");
+    let holder = intent("read_orders");
+
+    // A live owner's execution is not taken over; nor one with another fingerprint.
+    owner.reserve(&k, &fp('a'), &holder).await.unwrap();
+    let id = &holder.execution_id;
+    assert_eq!(takers[0].take_over(&k, &fp('a'), id).await.unwrap(), None);
+    owner.shutdown().await.unwrap();
+    assert_eq!(takers[0].take_over(&k, &fp('b'), id).await.unwrap(), None);
+
+    // Ten concurrent takeovers from two stores: exactly one wins, attempt 2.
+    let fingerprint = fp('a');
+    let attempts =
+        futures::future::join_all((0..10).map(|n| takers[n % 2].take_over(&k, &fingerprint, id)))
+            .await;
+    let won: Vec<u32> = attempts.into_iter().filter_map(|a| a.unwrap()).collect();
+    assert_eq!(won, vec![2]);
+    assert_eq!(
+        takers[1].lookup(&k).await.unwrap().unwrap().state,
+        RecordState::InFlight(InFlightState::Running)
+    );
+    let audit: Vec<(String, String)> = sqlx::query_as(
+        "SELECT action, after->>'attempt' FROM carmy.audit_log WHERE execution_id = $1",
+    )
+    .bind(id.as_str())
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(audit, vec![("takeover".to_owned(), "2".to_owned())]);
+
+    // The first attempt's outcome, arriving late, is refused; the second attempt's is recorded.
+    let late = result(&k, &holder, ExecutionStatus::Completed, order(1));
+    let before = raw_row(&pool, &k).await.unwrap();
+    assert!(matches!(
+        takers[0].complete(&k, &fp('a'), &late.clone().into()).await,
+        Err(StoreError::NotOwner { .. })
+    ));
+    assert_eq!(raw_row(&pool, &k).await.unwrap(), before);
+    let second = result(&k, &holder, ExecutionStatus::Completed, order(2));
+    let recorded = carmy::RecordedResult::new(second.clone()).with_attempt(2);
+    takers[0].complete(&k, &fp('a'), &recorded).await.unwrap();
+    assert_eq!(
+        takers[1].lookup(&k).await.unwrap().unwrap().state,
+        RecordState::Finished(second)
+    );
+    // A finished execution is never taken over.
+    assert_eq!(takers[1].take_over(&k, &fp('a'), id).await.unwrap(), None);
+
+    for taker in takers {
+        taker.shutdown().await.unwrap();
+    }
     pool.close().await;
 }
 

@@ -2,9 +2,9 @@
 //! recovery methods (docs/semantics.md §12) are forwarded by every wrapper alike, so they are
 //! written once here.
 
-/// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the six recovery methods
-/// (`resolve_execution`, `release_execution`, `list_executions`, `wait_for_outcome`,
-/// `record_late_arrival`, `audit_trail`), each forwarded unchanged to the field `$inner` (any
+/// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the seven recovery methods
+/// (`resolve_execution`, `release_execution`, `list_executions`, `take_over`,
+/// `wait_for_outcome`, `record_late_arrival`, `audit_trail`), each forwarded unchanged to the field `$inner` (any
 /// `IdempotencyStore`). Example: `carmy_test_support::forward_recovery!(inner);`.
 #[macro_export]
 macro_rules! forward_recovery {
@@ -32,6 +32,15 @@ macro_rules! forward_recovery {
             query: &'a ::carmy::decision::ExecutionQuery,
         ) -> ::carmy::runtime::StoreFuture<'a, Vec<::carmy::runtime::ExecutionLookup>> {
             self.$inner.list_executions(query)
+        }
+
+        fn take_over<'a>(
+            &'a self,
+            key: &'a ::carmy::runtime::IdempotencyKey,
+            fingerprint: &'a ::carmy::fingerprint::Fingerprint,
+            execution_id: &'a ::carmy::ExecutionId,
+        ) -> ::carmy::runtime::StoreFuture<'a, Option<u32>> {
+            self.$inner.take_over(key, fingerprint, execution_id)
         }
 
         fn wait_for_outcome<'a>(

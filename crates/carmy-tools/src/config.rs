@@ -17,6 +17,7 @@
 //! input_schema = { type = "object", required = ["customer"] }   # or input_schema_file
 //! annotations = { readOnlyHint = false }
 //! max_response_bytes = 1048576     # default: the gateway's CARMY_MAX_RESULT_BYTES
+//! on_interrupted = "uncertain"     # default; "rerun" re-runs an interrupted execution
 //! [tools.headers]
 //! Authorization = "Bearer ${PAYMENTS_TOKEN}"
 //!
@@ -26,7 +27,7 @@
 //! prefix = "files."
 //! ```
 
-use carmy::ToolAnnotations;
+use carmy::{OnInterrupted, ToolAnnotations};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use toml::Spanned;
@@ -85,6 +86,10 @@ pub struct RawTool {
     pub annotations: Option<ToolAnnotations>,
     /// Largest upstream body kept, in bytes (at least 1).
     pub max_response_bytes: Option<Spanned<u64>>,
+    /// What the next attempt does when the owner of an execution died: `uncertain` (the
+    /// default) or `rerun` (docs/semantics.md §12; needs an idempotency header or read-only /
+    /// idempotent annotations).
+    pub on_interrupted: Option<Spanned<OnInterrupted>>,
     /// Headers sent on every request; values may use `${NAME}` from the environment.
     #[serde(default)]
     pub headers: BTreeMap<String, Spanned<String>>,
@@ -116,6 +121,9 @@ pub struct RawMcpServer {
     pub timeout_ms: Option<Spanned<u64>>,
     /// An argument that also receives the execution id, for servers whose tools take a key.
     pub idempotency_argument: Option<String>,
+    /// `uncertain` (the default) or `rerun` for every imported tool (docs/semantics.md §12;
+    /// the execution id travels in `_meta` as the call's idempotency key).
+    pub on_interrupted: Option<OnInterrupted>,
 }
 
 /// Just enough of an entry to name it in an error about the rest of it.

@@ -10,7 +10,7 @@
 use crate::response::{body_value, describe, read_bounded, retry_after, status_error, ReadFailure};
 use crate::spec::HttpToolSpec;
 use carmy::tool::{Tool, ToolContext, ToolFuture};
-use carmy::{ToolAnnotations, ToolError};
+use carmy::{OnInterrupted, ToolAnnotations, ToolError};
 use reqwest::header::{HeaderValue, CONTENT_TYPE};
 use reqwest::Method;
 use serde_json::{Map, Value};
@@ -185,6 +185,14 @@ impl Tool for HttpTool {
 
     fn annotations(&self) -> Option<&ToolAnnotations> {
         self.spec.annotations.as_ref()
+    }
+
+    fn on_interrupted(&self) -> OnInterrupted {
+        self.spec.on_interrupted
+    }
+
+    fn sends_idempotency_key(&self) -> bool {
+        self.spec.idempotency_header.is_some()
     }
 
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_> {

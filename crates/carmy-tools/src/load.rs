@@ -8,6 +8,7 @@ use crate::spec::{
     Header, HttpToolSpec, McpServerSpec, McpTransport, ToolsConfig, DEFAULT_IDEMPOTENCY_HEADER,
 };
 use crate::template::UrlTemplate;
+use carmy::OnInterrupted;
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -176,6 +177,29 @@ impl Checker<'_> {
                 },
             )?),
         };
+        let on_interrupted = match &tool.on_interrupted {
+            None => OnInterrupted::Uncertain,
+            Some(policy) => {
+                let hinted = tool.annotations.as_ref().is_some_and(|hints| {
+                    hints.read_only_hint == Some(true) || hints.idempotent_hint == Some(true)
+                });
+                if *policy.get_ref() == OnInterrupted::Rerun
+                    && idempotency_header.is_none()
+                    && !hinted
+                {
+                    return Err(at(
+                        policy.span(),
+                        "on_interrupted",
+                        "\"rerun\" runs the tool a second time for one execution, so it needs \
+                         an idempotency_header (the upstream then sees the same key twice) or \
+                         annotations readOnlyHint or idempotentHint = true; keep \"uncertain\" \
+                         otherwise"
+                            .into(),
+                    ));
+                }
+                *policy.get_ref()
+            }
+        };
         let mut not_executed_statuses = BTreeSet::new();
         if let Some(statuses) = &tool.not_executed_statuses {
             for status in statuses.get_ref() {
@@ -200,6 +224,7 @@ impl Checker<'_> {
             max_response_bytes: positive(&tool.max_response_bytes)
                 .map_err(|span| at(span, "max_response_bytes", "must be at least 1".into()))?
                 .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX)),
+            on_interrupted,
             headers: self.headers(&tool.headers, &label)?,
         })
     }
@@ -358,6 +383,7 @@ impl Checker<'_> {
                 .map_err(|span| at(span, "timeout_ms", "must be at least 1".into()))?
                 .map(Duration::from_millis),
             idempotency_argument: server.idempotency_argument.clone(),
+            on_interrupted: server.on_interrupted.unwrap_or_default(),
         })
     }
 }

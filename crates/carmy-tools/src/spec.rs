@@ -3,7 +3,7 @@
 
 use crate::secret::Secret;
 use crate::template::UrlTemplate;
-use carmy::ToolAnnotations;
+use carmy::{OnInterrupted, ToolAnnotations};
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::Method;
 use serde_json::Value;
@@ -51,6 +51,8 @@ pub struct HttpToolSpec {
     pub annotations: Option<ToolAnnotations>,
     /// Largest upstream body kept, in bytes; `None` uses the gateway's `CARMY_MAX_RESULT_BYTES`.
     pub max_response_bytes: Option<usize>,
+    /// The takeover policy (docs/semantics.md §12).
+    pub on_interrupted: OnInterrupted,
     /// Headers sent on every request.
     pub headers: Vec<Header>,
 }
@@ -97,6 +99,8 @@ pub struct McpServerSpec {
     pub timeout: Option<Duration>,
     /// An argument that also receives the execution id, if configured.
     pub idempotency_argument: Option<String>,
+    /// The takeover policy of every imported tool (docs/semantics.md §12).
+    pub on_interrupted: OnInterrupted,
 }
 
 /// How an MCP server is reached.

@@ -192,6 +192,16 @@ impl IdempotencyStore for ReplayCache {
         self.inner.release_execution(request)
     }
 
+    /// Only records without an outcome are taken over, and those are never cached.
+    fn take_over<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<u32>> {
+        self.inner.take_over(key, fingerprint, execution_id)
+    }
+
     fn record_late_arrival<'a>(
         &'a self,
         key: &'a IdempotencyKey,

@@ -64,4 +64,4 @@ pub use app::{app, App, AppBuilder, AppError};
 pub use outcome::{
     Effect, ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
 };
-pub use tool::{Tool, ToolAnnotations, ToolError, ToolErrorKind};
+pub use tool::{OnInterrupted, Tool, ToolAnnotations, ToolError, ToolErrorKind};

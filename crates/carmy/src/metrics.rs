@@ -15,6 +15,7 @@
 //! | `carmy_prunes_total` | counter | | finished records pruned by retention (docs/semantics.md §12) |
 //! | `carmy_resolutions_total` | counter | `action` (`resolve`, `release`) | uncertain executions closed by an operator or owner (§12) |
 //! | `carmy_late_arrivals_total` | counter | | outcomes that arrived after their execution was resolved, released or taken over (§12) |
+//! | `carmy_takeovers_total` | counter | `tool` | interrupted executions this process took over and ran again (`on_interrupted = "rerun"`, §12) |
 //!
 //! The last three are hooks for the recovery features of docs/semantics.md §12: they are
 //! registered (and read 0) so dashboards and alerts can be written before those features count
@@ -175,6 +176,7 @@ pub struct Metrics {
     prunes: Counter,
     resolutions: Family<ResolutionLabels, Counter>,
     late_arrivals: Counter,
+    takeovers: Family<ToolLabels, Counter>,
     records_damaged: Counter,
 }
 
@@ -192,6 +194,7 @@ impl Default for Metrics {
             prunes: Counter::default(),
             resolutions: Family::default(),
             late_arrivals: Counter::default(),
+            takeovers: Family::default(),
             records_damaged: Counter::default(),
         };
         for action in [Resolution::Resolve, Resolution::Release] {
@@ -275,6 +278,11 @@ impl Metrics {
             m.late_arrivals,
         );
         registry.register(
+            "carmy_takeovers",
+            "Interrupted executions this process took over and ran again (on_interrupted = rerun)",
+            m.takeovers,
+        );
+        registry.register(
             "carmy_records_damaged",
             "Records found unreadable (RECORD_DAMAGED answers) by this process",
             m.records_damaged,
@@ -356,6 +364,14 @@ impl Metrics {
     /// decided by someone else, and was kept in the audit log instead of the record.
     pub fn late_arrival(&self) {
         self.late_arrivals.inc();
+    }
+
+    /// Counts one interrupted execution of `tool` taken over by this process
+    /// (docs/semantics.md §12).
+    pub(crate) fn taken_over(&self, tool: &str) {
+        self.takeovers
+            .get_or_create(&ToolLabels { tool: tool.into() })
+            .inc();
     }
 
     /// How many times this process started `tool`'s body.

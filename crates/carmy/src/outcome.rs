@@ -263,13 +263,33 @@ impl ExecutionResult {
 pub struct RecordedResult {
     result: ExecutionResult,
     json: Arc<str>,
+    attempt: u32,
 }
 
 impl RecordedResult {
-    /// Serialises `result` (the record of [`ExecutionResult::to_record_json`]).
+    /// Serialises `result` (the record of [`ExecutionResult::to_record_json`]), as the outcome
+    /// of the execution's first attempt.
     pub fn new(result: ExecutionResult) -> Self {
         let json = result.to_record_json().into();
-        Self { result, json }
+        Self {
+            result,
+            json,
+            attempt: 1,
+        }
+    }
+
+    /// The same outcome, as made by attempt `attempt` of its execution (2 and later after a
+    /// takeover, docs/semantics.md §12): a store records it only while that attempt holds the
+    /// execution.
+    #[must_use]
+    pub fn with_attempt(mut self, attempt: u32) -> Self {
+        self.attempt = attempt;
+        self
+    }
+
+    /// Which attempt of the execution made this outcome; 1 unless it was taken over.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
     }
 
     /// The outcome.

@@ -6,7 +6,7 @@
 //! pointer copy; a writer builds the next registry aside and swaps it in, so every call sees
 //! one consistent set.
 
-use crate::tool::Tool;
+use crate::tool::{OnInterrupted, Tool};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
@@ -18,6 +18,9 @@ pub(crate) struct RegisteredTool {
 
 impl RegisteredTool {
     fn new(tool: Arc<dyn Tool>) -> Result<Self, ToolRegistryError> {
+        if tool.on_interrupted() == OnInterrupted::Rerun && !may_rerun(tool.as_ref()) {
+            return Err(ToolRegistryError::RerunNotSafe(tool.name().to_owned()));
+        }
         let validator = jsonschema::validator_for(tool.input_schema()).map_err(|error| {
             ToolRegistryError::InvalidSchema {
                 name: tool.name().to_owned(),
@@ -50,12 +53,31 @@ impl RegisteredTool {
     }
 }
 
+/// Whether running `tool` a second time for one execution is harmless (docs/semantics.md §12):
+/// its annotations say read-only or idempotent, or it sends the execution id to its upstream
+/// as an idempotency key.
+fn may_rerun(tool: &dyn Tool) -> bool {
+    let hinted = tool.annotations().is_some_and(|hints| {
+        hints.read_only_hint == Some(true) || hints.idempotent_hint == Some(true)
+    });
+    hinted || tool.sends_idempotency_key()
+}
+
 /// Why a tool could not be registered.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolRegistryError {
     /// Two tools share a name.
     #[error("tool {0:?} is registered twice")]
     Duplicate(String),
+    /// `on_interrupted = "rerun"` for a tool that is not declared read-only or idempotent and
+    /// sends no idempotency key: a second run could repeat its effect.
+    #[error(
+        "tool {0:?} has on_interrupted = \"rerun\" but is neither read-only nor idempotent \
+         (annotations readOnlyHint or idempotentHint) and sends no idempotency key: a second \
+         run could repeat its effect; declare the hint if it holds, or keep the default \
+         \"uncertain\""
+    )]
+    RerunNotSafe(String),
     /// A tool's schema is not a valid JSON Schema.
     #[error("tool {name:?} has an invalid argument schema: {reason}")]
     InvalidSchema {
@@ -188,5 +210,45 @@ mod tests {
         assert_eq!(names(&shared), ["echo", "files.read"]);
         shared.replace_group("files", Vec::new()).unwrap();
         assert_eq!(names(&shared), ["echo"]);
+    }
+
+    #[test]
+    fn rerun_is_accepted_only_for_a_tool_that_may_run_twice() {
+        use crate::tool::{OnInterrupted, ToolAnnotations};
+        let rerun = |annotations: Option<ToolAnnotations>| {
+            let tool = FnTool::new(
+                "charge",
+                json!({"type": "object"}),
+                |_c, a| async move { Ok(a) },
+            )
+            .with_on_interrupted(OnInterrupted::Rerun);
+            let tool = match annotations {
+                Some(hints) => tool.with_annotations(hints),
+                None => tool,
+            };
+            ToolRegistry::default().insert(Arc::new(tool))
+        };
+        let refused = rerun(None).unwrap_err();
+        assert!(matches!(&refused, ToolRegistryError::RerunNotSafe(name) if name == "charge"));
+        assert!(refused.to_string().starts_with(
+            "tool \"charge\" has on_interrupted = \"rerun\" but is neither read-only nor idempotent"
+        ));
+        let not_idempotent = ToolAnnotations {
+            idempotent_hint: Some(false),
+            ..ToolAnnotations::default()
+        };
+        assert!(rerun(Some(not_idempotent)).is_err());
+        for hints in [
+            ToolAnnotations {
+                read_only_hint: Some(true),
+                ..ToolAnnotations::default()
+            },
+            ToolAnnotations {
+                idempotent_hint: Some(true),
+                ..ToolAnnotations::default()
+            },
+        ] {
+            rerun(Some(hints)).unwrap();
+        }
     }
 }

@@ -423,6 +423,30 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         result: &'a RecordedResult,
     ) -> StoreFuture<'a, Option<ExecutionId>>;
 
+    /// Takes over an interrupted execution of a tool whose policy is
+    /// [`OnInterrupted::Rerun`](crate::tool::OnInterrupted) (docs/semantics.md §12), in one
+    /// compare-and-set step: only if `execution_id` still holds `key` with `fingerprint`, has no
+    /// outcome, and its owner's lease lapsed, this process becomes its owner, its attempt is
+    /// incremented and an audit row ([`AuditAction::Takeover`](crate::decision::AuditAction))
+    /// is written. Of any number of concurrent takeovers at most one wins. The winner runs the
+    /// tool again as `execution_id` and records with
+    /// [`RecordedResult::with_attempt`]; `complete` refuses the earlier attempt's outcome
+    /// ([`StoreError::NotOwner`], kept as a late arrival).
+    ///
+    /// Returns the new attempt number (2 for the first takeover), or `None` when nothing
+    /// changed: another attempt took it over, it finished or was decided, or its owner holds a
+    /// lease again. A process-local store never has an interrupted execution and answers
+    /// `None`.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails, or this process holds no lease.
+    fn take_over<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<u32>>;
+
     /// Waits until `execution_id`, which holds `key` without an outcome, gets one (recorded by
     /// its tool on any replica, or decided) or no longer holds the identity (released), at most
     /// `timeout`; returns `key`'s record as last read (`None` when vacant). Woken by the store's

@@ -144,6 +144,33 @@ pub struct ToolAnnotations {
     pub open_world_hint: Option<bool>,
 }
 
+/// What the next attempt does with an execution of the tool whose owner's lease lapsed before an
+/// outcome was recorded (docs/semantics.md §12, takeover).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnInterrupted {
+    /// `EXECUTION_UNCERTAIN` `interrupted` until someone resolves or releases it (§4: never
+    /// re-run automatically). The default.
+    #[default]
+    Uncertain,
+    /// The next attempt takes the execution over and runs the tool again: same `execution_id`
+    /// (so an upstream sees the same idempotency key), `attempt` incremented, an audit row; at
+    /// most one attempt takes over. Accepted only for a tool whose annotations say read-only
+    /// or idempotent, or that sends the execution id as an idempotency key
+    /// ([`Tool::sends_idempotency_key`]); the registry refuses it otherwise.
+    Rerun,
+}
+
+impl OnInterrupted {
+    /// `uncertain` or `rerun`, as in the tools file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Uncertain => "uncertain",
+            Self::Rerun => "rerun",
+        }
+    }
+}
+
 /// A named, schema-described async operation an agent can call.
 pub trait Tool: Send + Sync + 'static {
     /// The name agents call it by (the body's `tool`). Part of the fingerprint.
@@ -180,6 +207,19 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
+    /// What happens to an execution whose owner died before recording an outcome
+    /// (docs/semantics.md §12). The default keeps it uncertain.
+    fn on_interrupted(&self) -> OnInterrupted {
+        OnInterrupted::Uncertain
+    }
+
+    /// Whether every run passes the execution id to its upstream as an idempotency key, so
+    /// that the upstream itself deduplicates a second run (docs/semantics.md §10); makes
+    /// [`OnInterrupted::Rerun`] acceptable. The default says no.
+    fn sends_idempotency_key(&self) -> bool {
+        false
+    }
+
     /// Runs the tool. The future runs detached from the HTTP connection; it is dropped when the
     /// deadline passes (recorded `timed_out`) or the execution is cancelled (`cancelled`).
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_>;
@@ -195,6 +235,7 @@ pub struct FnTool {
     schema: Value,
     timeout: Option<Duration>,
     annotations: Option<ToolAnnotations>,
+    on_interrupted: OnInterrupted,
     handler: Box<BoxedHandler>,
 }
 
@@ -211,6 +252,7 @@ impl FnTool {
             schema,
             timeout: None,
             annotations: None,
+            on_interrupted: OnInterrupted::Uncertain,
             handler: Box::new(move |context, arguments| Box::pin(handler(context, arguments))),
         }
     }
@@ -235,6 +277,14 @@ impl FnTool {
         self.annotations = Some(annotations);
         self
     }
+
+    /// Sets the takeover policy ([`OnInterrupted`]); `Rerun` needs annotations that say
+    /// read-only or idempotent, or registration fails.
+    #[must_use]
+    pub fn with_on_interrupted(mut self, policy: OnInterrupted) -> Self {
+        self.on_interrupted = policy;
+        self
+    }
 }
 
 impl Tool for FnTool {
@@ -256,6 +306,10 @@ impl Tool for FnTool {
 
     fn annotations(&self) -> Option<&ToolAnnotations> {
         self.annotations.as_ref()
+    }
+
+    fn on_interrupted(&self) -> OnInterrupted {
+        self.on_interrupted
     }
 
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_> {

@@ -28,6 +28,7 @@ mod recovery_replicas;
 mod round_trips;
 mod security;
 mod shutdown_and_cancel;
+mod takeover;
 mod test_script;
 mod tools_file;
 mod upstream;

@@ -104,6 +104,16 @@ fn each_mistake_stops_the_gateway_naming_file_line_tool_and_field() {
             ", line 5, tool \"pay\", field `not_executed_statuses`: 200 is not an error status",
         ),
         (
+            "rerun for a tool that may repeat its effect",
+            format!("{GOOD_TOOL}idempotency_header = \"\"\non_interrupted = \"rerun\"\n"),
+            ", line 6, tool \"pay\", field `on_interrupted`: \"rerun\" runs the tool a second time for one execution, so it needs an idempotency_header",
+        ),
+        (
+            "unknown takeover policy",
+            format!("{GOOD_TOOL}on_interrupted = \"retry\"\n"),
+            ", line 5, tool \"pay\": unknown variant `retry`, expected `uncertain` or `rerun`",
+        ),
+        (
             "zero timeout",
             format!("{GOOD_TOOL}timeout_ms = 0\n"),
             ", line 5, tool \"pay\", field `timeout_ms`: must be at least 1",

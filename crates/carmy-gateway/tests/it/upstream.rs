@@ -50,7 +50,8 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
 }
 
-async fn answer(method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+/// Answers a request, the `nth` (1-based) the upstream received for its path.
+async fn answer(method: Method, uri: Uri, headers: HeaderMap, body: Bytes, nth: usize) -> Response {
     let target = uri
         .path_and_query()
         .map_or_else(|| uri.path().to_owned(), |pq| pq.as_str().to_owned());
@@ -75,6 +76,12 @@ async fn answer(method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Re
             reply(200, "\"late\"".to_owned())
         }
         "/redirect" => (StatusCode::FOUND, [("location", "/json")], "").into_response(),
+        // The first request never gets an answer (its caller is killed meanwhile); later ones
+        // fall through to the echo.
+        path if path.starts_with("/stuck-once") && nth == 1 => {
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            reply(504, "\"too late\"".to_owned())
+        }
         _ => {
             let echo = serde_json::json!({
                 "method": method.as_str(),
@@ -102,17 +109,24 @@ impl Upstream {
             move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| {
                 let recorded = Arc::clone(&recorded);
                 async move {
-                    recorded.lock().unwrap().push(Arrival {
-                        method: method.to_string(),
-                        target: uri
-                            .path_and_query()
-                            .map_or_else(|| uri.path().to_owned(), |pq| pq.as_str().to_owned()),
-                        idempotency_key: header(&headers, "idempotency-key"),
-                        traceparent: header(&headers, "traceparent"),
-                        authorization: header(&headers, "authorization"),
-                        body: String::from_utf8_lossy(&body).into_owned(),
-                    });
-                    answer(method, uri, headers, body).await
+                    let nth = {
+                        let mut arrivals = recorded.lock().unwrap();
+                        arrivals.push(Arrival {
+                            method: method.to_string(),
+                            target: uri
+                                .path_and_query()
+                                .map_or_else(|| uri.path().to_owned(), |pq| pq.as_str().to_owned()),
+                            idempotency_key: header(&headers, "idempotency-key"),
+                            traceparent: header(&headers, "traceparent"),
+                            authorization: header(&headers, "authorization"),
+                            body: String::from_utf8_lossy(&body).into_owned(),
+                        });
+                        arrivals
+                            .iter()
+                            .filter(|a| a.target.split('?').next() == Some(uri.path()))
+                            .count()
+                    };
+                    answer(method, uri, headers, body, nth).await
                 }
             },
         );

@@ -129,6 +129,15 @@ impl Tool for McpTool {
         self.annotations.as_ref()
     }
 
+    fn on_interrupted(&self) -> carmy::OnInterrupted {
+        self.upstream.spec.on_interrupted
+    }
+
+    /// The execution id travels in `_meta` ([`IDEMPOTENCY_META_KEY`]) on every call.
+    fn sends_idempotency_key(&self) -> bool {
+        true
+    }
+
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_> {
         Box::pin(self.run(context, arguments))
     }

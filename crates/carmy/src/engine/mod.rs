@@ -5,7 +5,7 @@
 //! and freeing unused reservations, with one backoff), `cancel` (local and remote cancellation),
 //! [`hints`] (what a front adds to a refusal: the closest tool, `Retry-After`), [`decide`]
 //! (resolve, release and listing, docs/semantics.md §12), `wait` (waiting for a running
-//! duplicate's outcome).
+//! duplicate's outcome), `takeover` (re-running an interrupted execution of a `rerun` tool).
 
 pub mod answer;
 mod cancel;
@@ -13,6 +13,7 @@ pub mod decide;
 pub mod hints;
 mod record;
 mod run;
+mod takeover;
 mod wait;
 
 pub use answer::{Answer, CancelAnswer, Refusal};
@@ -24,10 +25,10 @@ use crate::metrics::{Metrics, UNREGISTERED_TOOL};
 use crate::outcome::ExecutionId;
 use crate::registry::{RegisteredTool, SharedRegistry, ToolRegistry};
 use crate::runtime::{
-    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation, StoreError,
-    StoredRecord,
+    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
+    Reservation, StoreError, StoredRecord,
 };
-use crate::tool::{Tool, ToolRegistryError};
+use crate::tool::{OnInterrupted, Tool, ToolRegistryError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -263,7 +264,7 @@ impl Engine {
             let registered = self.runnable_tool(&call)?;
             let tool = Arc::clone(&registered.tool);
             return self
-                .start_execution(tool, call, ExecutionId::generate(), None)
+                .start_execution(tool, call, ExecutionId::generate(), None, 1)
                 .await;
         };
         let registered = match self.runnable_tool(&call) {
@@ -289,6 +290,13 @@ impl Engine {
         self.metrics.reserve_took(reserving.elapsed());
         match reserved {
             Ok(Reservation::Reserved) => {}
+            Ok(Reservation::Existing(Existing::Uncertain {
+                execution_id,
+                state: InFlightState::Interrupted,
+            })) if registered.tool.on_interrupted() == OnInterrupted::Rerun => {
+                let tool = Arc::clone(&registered.tool);
+                return self.take_over(tool, call, key, execution_id).await;
+            }
             Ok(Reservation::Existing(existing)) => {
                 return self.answer_existing(call, &key, existing).await
             }
@@ -301,7 +309,7 @@ impl Engine {
         }
         fault::point(fault::AFTER_RESERVE);
         let tool = Arc::clone(&registered.tool);
-        self.start_execution(tool, call, intent.execution_id, Some(key))
+        self.start_execution(tool, call, intent.execution_id, Some(key), 1)
             .await
     }
 

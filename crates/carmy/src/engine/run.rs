@@ -28,7 +28,8 @@ pub(super) type Delivery = Result<RecordedResult, Refusal>;
 impl Engine {
     /// Runs `tool` for `call` as `execution_id` in a task of its own (so a caller that goes away
     /// does not stop it), tracked for the drain and for cancellation. With `key` (a reserved
-    /// identity) the outcome is recorded before it is answered; without, it is answered as is.
+    /// identity) the outcome is recorded, as made by `attempt` (1, or later after a takeover,
+    /// docs/semantics.md §12), before it is answered; without, it is answered as is.
     ///
     /// # Errors
     /// [`Refusal::RecordingPending`] when the outcome could not be recorded at the first
@@ -40,6 +41,7 @@ impl Engine {
         call: ValidatedCall,
         execution_id: ExecutionId,
         key: Option<IdempotencyKey>,
+        attempt: u32,
     ) -> Result<Answer, Refusal> {
         let context = ToolContext {
             principal: call.principal().to_owned(),
@@ -78,7 +80,7 @@ impl Engine {
                 }
             };
             // Serialised once, here; the store, the cache and the response use this text.
-            let result = RecordedResult::new(result);
+            let result = RecordedResult::new(result).with_attempt(attempt);
             match key {
                 Some(key) => {
                     fault::point(fault::AFTER_TOOL);

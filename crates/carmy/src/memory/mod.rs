@@ -125,7 +125,11 @@ impl InMemoryIdempotencyStore {
             execution_id: result.execution_id.clone(),
         };
         let record = inner.by_key.get_mut(key).ok_or_else(not_owner)?;
-        if record.execution_id != result.execution_id || &record.fingerprint != fingerprint {
+        // No execution here is ever taken over (`take_over`), so only first attempts record.
+        if record.execution_id != result.execution_id
+            || &record.fingerprint != fingerprint
+            || recorded.attempt() != 1
+        {
             return Err(not_owner());
         }
         match &record.state {
@@ -262,6 +266,17 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     }
 
     /// Every execution runs in this process: nothing to publish.
+    /// Every execution here runs in this process, whose lease never lapses: none is ever
+    /// interrupted, so none is taken over.
+    fn take_over<'a>(
+        &'a self,
+        _key: &'a IdempotencyKey,
+        _fingerprint: &'a Fingerprint,
+        _execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<u32>> {
+        Box::pin(async { Ok(None) })
+    }
+
     fn request_cancel<'a>(&'a self, _execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
         Box::pin(async { Ok(()) })
     }
