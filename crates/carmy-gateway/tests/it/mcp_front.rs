@@ -1,6 +1,7 @@
 //! The MCP front (docs/semantics.md §11) through the official SDK's client: initialize, list,
 //! call, replay, conflict, `EXECUTION_UNCERTAIN`, protocol mistakes, principals, a required
-//! request id, a client that leaves mid-call, and one execution seen through both fronts.
+//! request id, a client that leaves mid-call or cancels (`notifications/cancelled`), and one
+//! execution seen through both fronts.
 
 use super::mcp_client::{
     call, call_raw, call_with_meta, connect, execution, rpc_code, structured, text, try_connect,
@@ -286,6 +287,54 @@ async fn a_client_that_leaves_mid_call_finds_the_record_on_retry() {
     .await;
     assert_eq!(execution(&replay)["replayed"], true);
     assert_eq!(structured(&replay), json!({"slept_ms": 400}));
+    assert_eq!(gateway.runs("sleep"), 1);
+}
+
+#[tokio::test]
+async fn notifications_cancelled_stops_the_waiting_never_the_record() {
+    let gateway = Served::start(&[]).await;
+    let http = carmy_test_support::client();
+    let post = |body: Value| {
+        http.post(gateway.mcp())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body.to_string())
+            .send()
+    };
+    let request = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "sleep", "arguments": {"ms": 500}, "_meta": {"io.carmy/request_id": "cancel-1"}}});
+    let waiting = tokio::spawn(post(request));
+    eventually(Duration::from_secs(10), "the tool runs", || async {
+        let runs = gateway.runs("sleep");
+        (runs == 1).then_some(()).ok_or(runs)
+    })
+    .await;
+    // The client cancels its request (MCP `notifications/cancelled`): accepted, nothing answered.
+    let cancelled = post(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                "params": {"requestId": 7, "reason": "the user gave up"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(cancelled.status().as_u16(), 202);
+    waiting.abort();
+    // The execution ran on and was recorded `completed`: the retry replays it.
+    let client = connect(&gateway.mcp(), None).await;
+    let replay = eventually(Duration::from_secs(10), "the outcome recorded", || async {
+        let result = client
+            .call_tool(call("sleep", json!({"ms": 500}), "cancel-1"))
+            .await
+            .unwrap();
+        if result.is_error == Some(false) {
+            Ok(result)
+        } else {
+            Err(structured(&result))
+        }
+    })
+    .await;
+    assert_eq!(execution(&replay)["replayed"], true);
+    assert_eq!(execution(&replay)["status"], "completed");
+    assert_eq!(structured(&replay), json!({"slept_ms": 500}));
     assert_eq!(gateway.runs("sleep"), 1);
 }
 
