@@ -13,24 +13,25 @@
 WITH ins AS (
     INSERT INTO carmy.reservations
         (principal, session_id, request_id, tool, fingerprint, fingerprint_version,
-         state, execution_id, owner_instance, started_at)
+         state, execution_id, owner_instance, started_at, fingerprint_parts)
     VALUES ('pgbench', 'default', 'pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text,
             'echo', '9b2c6f0de3f1a4c85e7d20b6a1c94f3e8d5b7a60c2e1f9d43b8a7c6e5d4f3a2b1', 'v1',
             'running', 'exec_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text,
-            'inst_pgbench', now())
+            'inst_pgbench', now(), '0123456789abcdef.0123456789abcdef.0123456789abcdef')
     ON CONFLICT (principal, session_id, request_id) DO NOTHING
     RETURNING execution_id
 )
 SELECT true AS inserted, NULL::text AS execution_id, NULL::text AS tool,
        NULL::text AS fingerprint, NULL::text AS fingerprint_version, NULL::text AS state,
-       NULL::text AS outcome, NULL::text AS in_flight_state
+       NULL::text AS outcome, NULL::text AS in_flight_state,
+       NULL::text AS fingerprint_parts
 FROM ins
 UNION ALL
 SELECT false AS inserted, r.execution_id, r.tool, r.fingerprint, r.fingerprint_version, r.state,
        r.outcome,
        CASE WHEN r.state <> 'running' THEN NULL
             ELSE carmy.in_flight_state(r.owner_instance)
-       END AS in_flight_state
+       END AS in_flight_state, r.fingerprint_parts
 FROM carmy.reservations r
 WHERE r.principal = 'pgbench' AND r.session_id = 'default'
   AND r.request_id = 'pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text

@@ -10,7 +10,7 @@
 SELECT r.execution_id, r.tool, r.fingerprint, r.fingerprint_version, r.state, r.outcome,
        CASE WHEN r.state <> 'running' THEN NULL
             ELSE carmy.in_flight_state(r.owner_instance)
-       END AS in_flight_state
+       END AS in_flight_state, r.fingerprint_parts
 FROM carmy.reservations r
 WHERE r.principal = 'anonymous' AND r.session_id = 'default'
   AND r.request_id = 'replay-' || :i::text;

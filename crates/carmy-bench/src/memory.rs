@@ -39,6 +39,10 @@ pub fn fingerprint() -> Fingerprint {
 /// Makes `count` pairs on identities `mem-<first>` … of principal `bench`.
 pub fn make_inputs(first: u64, count: usize) -> Vec<PairInput> {
     let now = chrono::Utc::now();
+    // As the engine passes them: the call's part digests go with every reservation.
+    let (_, parts) =
+        carmy::fingerprint::fingerprint_with_parts("echo", &serde_json::json!({}), None)
+            .expect("an empty object always has a fingerprint");
     (0..count as u64)
         .map(|offset| {
             let request_id = format!("mem-{}", first + offset);
@@ -48,6 +52,7 @@ pub fn make_inputs(first: u64, count: usize) -> Vec<PairInput> {
                 intent: ExecutionIntent {
                     execution_id: execution_id.clone(),
                     tool: "echo".to_owned(),
+                    parts: Some(parts),
                 },
                 result: RecordedResult::new(ExecutionResult {
                     execution_id,

@@ -66,6 +66,7 @@ fn new_identity_runs_the_stores_reserve_and_complete() {
             "'v1'",
             EXECUTION_ID,
             "'inst_pgbench'",
+            "'0123456789abcdef.0123456789abcdef.0123456789abcdef'",
         ],
     );
     assert_eq!(script[0], reserve);

@@ -72,7 +72,7 @@ pub const TABLE: &[Entry] = &[
         situation: Situation::Conflict,
         code: "IDEMPOTENCY_CONFLICT",
         effect: Effect::DidNotHappen,
-        what: "Carmy refused this call: its request id already belongs to a different call (another tool or other arguments), execution {execution_id}.",
+        what: "Carmy refused this call: its request id already belongs to a different call ({differs}), execution {execution_id}.",
         effect_text: "This call did not run, but the earlier call under that id may have taken effect.",
         next: "Do not repeat this call as it is. To get the earlier call's outcome, repeat that call with exactly its arguments; before any different action, check with a read-only tool{read_tools} whether the earlier call already did what you want, or ask the user.",
     },
@@ -179,6 +179,8 @@ pub struct Facts<'a> {
     pub message: &'a str,
     /// The pause the tool asked for before a retry, in whole seconds.
     pub retry_after_seconds: Option<u64>,
+    /// For a conflict: the parts of the call that differ from the recorded call's, when known.
+    pub differs: Option<&'a [&'static str]>,
 }
 
 /// The entry for `situation`.
@@ -205,11 +207,16 @@ impl Entry {
         let retry = facts
             .retry_after_seconds
             .map_or_else(String::new, |seconds| format!(" after {seconds} s"));
+        let differs = match facts.differs {
+            Some(parts) if !parts.is_empty() => format!("its {} differ", parts.join(" and ")),
+            _ => "another tool or other arguments".to_owned(),
+        };
         [self.what, self.effect_text, self.next]
             .join(" ")
             .replace("{execution_id}", facts.execution_id.unwrap_or("unknown"))
             .replace("{read_tools}", &read_tools)
             .replace("{retry}", &retry)
+            .replace("{differs}", &differs)
             .replace("{code}", facts.code)
             .replace("{message}", facts.message)
     }
@@ -270,6 +277,7 @@ mod tests {
             code: "UPSTREAM_UNAVAILABLE",
             message: "connection refused",
             retry_after_seconds: Some(2),
+            differs: Some(&["arguments"]),
         };
         for entry in TABLE {
             let next = entry.next.to_lowercase();

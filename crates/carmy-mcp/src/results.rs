@@ -61,6 +61,7 @@ fn recorded_failure(result: &ExecutionResult, read_tools: &[String]) -> CallTool
         code,
         message,
         retry_after_seconds: None,
+        differs: None,
     });
     let mut structured = json!({
         "code": code,
@@ -93,7 +94,7 @@ pub(crate) fn from_refusal(
                 None,
             ))
         }
-        Refusal::Conflict { execution_id } => (Situation::Conflict, Some(execution_id), None),
+        Refusal::Conflict { execution_id, .. } => (Situation::Conflict, Some(execution_id), None),
         Refusal::Uncertain {
             execution_id,
             state,
@@ -133,9 +134,14 @@ pub(crate) fn from_refusal(
     };
     let copy = entry(situation);
     let execution_id = execution_id.map(carmy::ExecutionId::as_str);
+    let differs = match &refusal {
+        Refusal::Conflict { differs, .. } => differs.as_deref(),
+        _ => None,
+    };
     let text = copy.render(&Facts {
         execution_id,
         read_tools,
+        differs,
         ..Facts::default()
     });
     let mut structured = json!({
@@ -143,6 +149,9 @@ pub(crate) fn from_refusal(
         "execution_id": execution_id,
         "effect_may_have_happened": copy.effect != Effect::DidNotHappen,
     });
+    if let Some(differs) = differs {
+        structured["differs"] = json!(differs);
+    }
     if let Some(state) = state {
         structured["state"] = json!(state);
     }
@@ -240,7 +249,10 @@ mod tests {
         let running = InFlightState::Running;
         let cases = [
             (
-                Refusal::Conflict { execution_id: id() },
+                Refusal::Conflict {
+                    execution_id: id(),
+                    differs: None,
+                },
                 "IDEMPOTENCY_CONFLICT",
                 Value::Null,
             ),

@@ -235,6 +235,8 @@ pub(crate) async fn find_released(
             },
             tool: row.try_get("tool")?,
             state: RecordState::InFlight(in_flight(&state)?),
+            // History keeps no part digests: a released execution conflicts with nothing.
+            parts: None,
         },
         released: Some(Resolution {
             by: row.try_get("released_by")?,

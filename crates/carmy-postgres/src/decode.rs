@@ -2,14 +2,16 @@
 //! ([`decode_record`]) and identities ([`decode_key`]).
 
 use crate::failure::unavailable;
-use carmy::fingerprint::Fingerprint;
+use carmy::fingerprint::{Fingerprint, FingerprintParts};
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
 use carmy::runtime::{IdempotencyKey, InFlightState, RecordState, StoreError, StoredRecord};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 /// Decodes the record columns of [`crate::sql`] (`execution_id`, `tool`, `fingerprint`,
-/// `fingerprint_version`, `state`, `outcome`, `in_flight_state`) of a row into a record.
+/// `fingerprint_version`, `state`, `outcome`, `in_flight_state`, `fingerprint_parts`) of a row
+/// into a record. Part digests that do not read back (a row edited by hand) are `None`: they
+/// are diagnostic only.
 ///
 /// # Errors
 /// [`StoreError::RecordDamaged`] for a damaged row: an unknown state, an outcome that is not a
@@ -23,6 +25,7 @@ pub(crate) fn decode_record(row: &PgRow) -> Result<StoredRecord, StoreError> {
     let state: String = row.try_get("state").map_err(unavailable)?;
     let outcome: Option<String> = row.try_get("outcome").map_err(unavailable)?;
     let in_flight: Option<String> = row.try_get("in_flight_state").map_err(unavailable)?;
+    let parts: Option<String> = row.try_get("fingerprint_parts").map_err(unavailable)?;
     let damaged = |why: &str| StoreError::RecordDamaged {
         execution_id: ExecutionId::from_stored(execution_id.clone()),
         problem: why.to_owned(),
@@ -53,6 +56,7 @@ pub(crate) fn decode_record(row: &PgRow) -> Result<StoredRecord, StoreError> {
         fingerprint: Fingerprint { version, digest },
         tool,
         state,
+        parts: parts.as_deref().and_then(FingerprintParts::decode),
     })
 }
 

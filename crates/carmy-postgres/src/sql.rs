@@ -16,14 +16,15 @@ macro_rules! record_columns {
         "r.execution_id, r.tool, r.fingerprint, r.fingerprint_version, r.state, r.outcome, \
          CASE WHEN r.state <> 'running' THEN NULL \
               ELSE carmy.in_flight_state(r.owner_instance) \
-         END AS in_flight_state"
+         END AS in_flight_state, r.fingerprint_parts"
     };
 }
 
 /// The happy path of `reserve`, one statement: insert a running row, or read the existing one.
 ///
 /// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` tool, `$5` fingerprint digest,
-/// `$6` fingerprint version, `$7` execution_id, `$8` owner instance. Returns one row with
+/// `$6` fingerprint version, `$7` execution_id, `$8` owner instance, `$9` the part digests
+/// (`FingerprintParts::encode`, or `NULL`). Returns one row with
 /// `inserted = true` (the other columns `NULL`), one row with `inserted = false` describing the
 /// existing reservation, or no row when the conflicting row was committed by a concurrent
 /// transaction after this statement's snapshot was taken (READ COMMITTED).
@@ -31,14 +32,15 @@ pub const RESERVE_SQL: &str = concat!(
     "WITH ins AS ( \
          INSERT INTO carmy.reservations \
              (principal, session_id, request_id, tool, fingerprint, fingerprint_version, \
-              state, execution_id, owner_instance, started_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, now()) \
+              state, execution_id, owner_instance, started_at, fingerprint_parts) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, now(), $9) \
          ON CONFLICT (principal, session_id, request_id) DO NOTHING \
          RETURNING execution_id \
      ) \
      SELECT true AS inserted, NULL::text AS execution_id, NULL::text AS tool, \
             NULL::text AS fingerprint, NULL::text AS fingerprint_version, NULL::text AS state, \
-            NULL::text AS outcome, NULL::text AS in_flight_state \
+            NULL::text AS outcome, NULL::text AS in_flight_state, \
+            NULL::text AS fingerprint_parts \
      FROM ins \
      UNION ALL \
      SELECT false AS inserted, ",

@@ -16,7 +16,7 @@ use crate::recheck::already_recorded;
 use crate::sql::{COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, RESERVE_SQL};
 use crate::wait;
 use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
-use carmy::fingerprint::Fingerprint;
+use carmy::fingerprint::{Fingerprint, FingerprintParts};
 use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use carmy::runtime::{
     Decided, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
@@ -226,7 +226,8 @@ impl PostgresStore {
                 .bind(&fingerprint.digest)
                 .bind(&fingerprint.version)
                 .bind(intent.execution_id.as_str())
-                .bind(&self.instance_id);
+                .bind(&self.instance_id)
+                .bind(intent.parts.as_ref().map(FingerprintParts::encode));
             let row = {
                 let mut hot = self.hot.get().await.map_err(run_error)?;
                 let row = query.fetch_optional(&mut hot.connection).await;

@@ -40,6 +40,7 @@ fn intent(tool: &str) -> ExecutionIntent {
     ExecutionIntent {
         execution_id: ExecutionId::generate(),
         tool: tool.to_owned(),
+        parts: None,
     }
 }
 
@@ -175,7 +176,7 @@ async fn migrate_twice_is_a_noop() {
             (6, "decisions"),
             (7, "outcome_waiters"),
             (8, "late_arrivals"),
-            (10, "takeover")
+            (10, "recovery_columns")
         ]
     );
     assert_eq!(latest_migration_version(), 10);
@@ -596,6 +597,7 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
                 .unwrap(),
             Reservation::Existing(Existing::Conflict {
                 execution_id: holder.execution_id.clone(),
+                parts: None,
             })
         );
     }
@@ -625,6 +627,7 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
                 .unwrap(),
             Reservation::Existing(Existing::Conflict {
                 execution_id: holder.execution_id.clone(),
+                parts: None,
             }),
             "{status:?}"
         );
@@ -802,6 +805,7 @@ async fn a_lapsed_lease_reads_as_interrupted() {
             .unwrap(),
         Reservation::Existing(Existing::Conflict {
             execution_id: holder.execution_id.clone(),
+            parts: None,
         })
     );
     let row: (String, String, bool) = sqlx::query(

@@ -101,6 +101,8 @@ impl ReplayCache {
                 fingerprint: cached.fingerprint.clone(),
                 tool: result.tool.clone(),
                 state: RecordState::Finished(result.clone()),
+                // Not cached: a conflict is answered by the store, which names what differs.
+                parts: None,
             }
         })
     }
@@ -115,7 +117,11 @@ impl IdempotencyStore for ReplayCache {
     ) -> StoreFuture<'a, Reservation> {
         Box::pin(async move {
             if let Some(record) = self.cached(key) {
-                return Ok(Existing::for_record(record, fingerprint).into());
+                // A conflict goes to the store, whose row names which parts differ
+                // (docs/semantics.md §12); conflicts are rare and the cache keeps no digests.
+                if &record.fingerprint == fingerprint {
+                    return Ok(Existing::for_record(record, fingerprint).into());
+                }
             }
             let reservation = self.inner.reserve(key, fingerprint, intent).await?;
             if let Reservation::Existing(Existing::Replay(result)) = &reservation {

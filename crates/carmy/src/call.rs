@@ -6,7 +6,7 @@
 //! private, so a call's fingerprint is always the fingerprint of its own tool, arguments and
 //! metadata. Everything here is stateless: a refused call reserves nothing (docs/semantics.md §3).
 
-use crate::fingerprint::{fingerprint, Fingerprint};
+use crate::fingerprint::{fingerprint_with_parts, Fingerprint, FingerprintParts};
 use crate::identity::validate_identifier;
 use crate::runtime::{IdempotencyKey, DEFAULT_SESSION};
 use crate::strict_json;
@@ -90,6 +90,8 @@ pub struct ValidatedCall {
     request_id: Option<String>,
     session_id: String,
     fingerprint: Fingerprint,
+    /// Digests of the tool, arguments and metadata, stored for `differs` (docs/semantics.md §12).
+    parts: FingerprintParts,
     traceparent: Option<String>,
     /// How long the caller is willing to wait for a running duplicate (docs/semantics.md §12).
     wait: Option<std::time::Duration>,
@@ -161,8 +163,9 @@ impl ValidatedCall {
         if let Some(metadata) = &metadata {
             check_object("metadata", metadata)?;
         }
-        let fingerprint = fingerprint(&call.tool, &call.arguments, metadata.as_ref())
-            .map_err(CallRejected::new)?;
+        let (fingerprint, parts) =
+            fingerprint_with_parts(&call.tool, &call.arguments, metadata.as_ref())
+                .map_err(CallRejected::new)?;
         Ok(Self {
             principal,
             tool: call.tool,
@@ -172,9 +175,15 @@ impl ValidatedCall {
                 .session_id
                 .unwrap_or_else(|| DEFAULT_SESSION.to_owned()),
             fingerprint,
+            parts,
             traceparent: None,
             wait: None,
         })
+    }
+
+    /// The digests of the call's parts (docs/semantics.md §12, `differs`).
+    pub fn parts(&self) -> &FingerprintParts {
+        &self.parts
     }
 
     /// The authenticated principal.
@@ -270,6 +279,7 @@ fn check_object(field: &str, value: &Value) -> Result<(), CallRejected> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fingerprint::fingerprint;
 
     fn request<'a>(arguments: &'a str, metadata: Option<&'a str>) -> CallRequest<'a> {
         CallRequest {

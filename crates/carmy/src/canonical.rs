@@ -13,6 +13,23 @@ use crate::fingerprint::{ExactDecimal, FingerprintError, FINGERPRINT_VERSION};
 use serde_json::{Number, Value};
 use std::fmt::Write as _;
 
+/// The canonical bytes of the framed call, with where its parts are (for the part digests of
+/// `differs`, docs/semantics.md §12).
+pub(crate) struct Framed {
+    /// The canonical bytes that fingerprint `v1` hashes.
+    pub(crate) bytes: Vec<u8>,
+    /// Where the tool name (a JSON string) is in `bytes`.
+    pub(crate) tool: std::ops::Range<usize>,
+    /// Where the arguments are in `bytes`.
+    pub(crate) arguments: std::ops::Range<usize>,
+    /// Where the metadata are in `bytes`.
+    pub(crate) metadata: std::ops::Range<usize>,
+    /// Where the `exact_numbers` entries of the arguments (`/3/…`) are in `bytes`.
+    pub(crate) exact_arguments: std::ops::Range<usize>,
+    /// Where the `exact_numbers` entries of the metadata (`/4/…`) are in `bytes`.
+    pub(crate) exact_metadata: std::ops::Range<usize>,
+}
+
 /// The canonical bytes of the framed call; `metadata` is the caller's object or `{}`.
 ///
 /// # Errors
@@ -22,7 +39,7 @@ pub(crate) fn framed(
     tool: &str,
     arguments: &Value,
     metadata: Option<&Value>,
-) -> Result<Vec<u8>, FingerprintError> {
+) -> Result<Framed, FingerprintError> {
     let mut walk = Walk {
         out: Vec::with_capacity(256),
         root: 3,
@@ -32,28 +49,55 @@ pub(crate) fn framed(
     walk.out.extend_from_slice(b"[\"carmy-fingerprint\",");
     write_string(&mut walk.out, FINGERPRINT_VERSION);
     walk.out.push(b',');
+    let tool_start = walk.out.len();
     write_string(&mut walk.out, tool);
+    let tool_range = tool_start..walk.out.len();
     walk.out.push(b',');
+    let arguments_start = walk.out.len();
     walk.value(arguments)?;
+    let arguments_range = arguments_start..walk.out.len();
+    let exact_in_arguments = walk.exact.len();
     walk.out.push(b',');
     walk.root = 4;
+    let metadata_start = walk.out.len();
     match metadata {
         Some(metadata) => walk.value(metadata)?,
         None => walk.out.extend_from_slice(b"{}"),
     }
+    let metadata_range = metadata_start..walk.out.len();
     walk.out.extend_from_slice(b",[");
+    // The entries of each part, without the commas between the parts' entries.
+    let mut exact_arguments = walk.out.len()..walk.out.len();
+    let mut exact_metadata = exact_arguments.clone();
     for (index, (pointer, exact)) in walk.exact.iter().enumerate() {
         if index > 0 {
             walk.out.push(b',');
+        }
+        if index == exact_in_arguments {
+            exact_metadata.start = walk.out.len();
         }
         walk.out.push(b'[');
         write_string(&mut walk.out, pointer);
         walk.out.push(b',');
         write_string(&mut walk.out, exact);
         walk.out.push(b']');
+        if index < exact_in_arguments {
+            exact_arguments.end = walk.out.len();
+        }
+    }
+    exact_metadata.end = walk.out.len();
+    if exact_in_arguments == walk.exact.len() {
+        exact_metadata.start = exact_metadata.end;
     }
     walk.out.extend_from_slice(b"]]");
-    Ok(walk.out)
+    Ok(Framed {
+        bytes: walk.out,
+        tool: tool_range,
+        arguments: arguments_range,
+        metadata: metadata_range,
+        exact_arguments,
+        exact_metadata,
+    })
 }
 
 /// One step from a value to a member or an item, for the JSON pointer of an inexact number.
@@ -290,7 +334,8 @@ mod tests {
             let metadata = parse(r#"{"m":[18446744073709551616,{"z":1,"y":2}]}"#);
             for metadata in [None, Some(&metadata)] {
                 assert_eq!(
-                    String::from_utf8(framed("tool \"x\"", &value, metadata).unwrap()).unwrap(),
+                    String::from_utf8(framed("tool \"x\"", &value, metadata).unwrap().bytes)
+                        .unwrap(),
                     String::from_utf8(reference("tool \"x\"", &value, metadata)).unwrap(),
                     "{case}"
                 );
@@ -333,7 +378,7 @@ mod tests {
             let arguments = Value::Array(vec![arguments]);
             let metadata = serde_json::json!({ "m": metadata });
             prop_assert_eq!(
-                framed("t", &arguments, Some(&metadata)).unwrap(),
+                framed("t", &arguments, Some(&metadata)).unwrap().bytes,
                 reference("t", &arguments, Some(&metadata))
             );
         }

@@ -53,11 +53,108 @@ pub fn fingerprint(
     arguments: &Value,
     metadata: Option<&Value>,
 ) -> Result<Fingerprint, FingerprintError> {
-    let canonical = crate::canonical::framed(tool, arguments, metadata)?;
-    Ok(Fingerprint {
+    fingerprint_with_parts(tool, arguments, metadata).map(|(fingerprint, _)| fingerprint)
+}
+
+/// [`fingerprint`] and the call's [`FingerprintParts`], from one canonical walk.
+///
+/// # Errors
+/// As [`fingerprint`].
+pub fn fingerprint_with_parts(
+    tool: &str,
+    arguments: &Value,
+    metadata: Option<&Value>,
+) -> Result<(Fingerprint, FingerprintParts), FingerprintError> {
+    let framed = crate::canonical::framed(tool, arguments, metadata)?;
+    let bytes = &framed.bytes;
+    let part = |value: std::ops::Range<usize>, exact: std::ops::Range<usize>| {
+        let mut hasher = Sha256::new();
+        hasher.update(&bytes[value]);
+        hasher.update(b"\n");
+        hasher.update(&bytes[exact]);
+        short_hex(&hasher.finalize())
+    };
+    let parts = FingerprintParts {
+        tool: short_hex(&Sha256::digest(&bytes[framed.tool.clone()])),
+        arguments: part(framed.arguments.clone(), framed.exact_arguments.clone()),
+        metadata: part(framed.metadata.clone(), framed.exact_metadata.clone()),
+    };
+    let fingerprint = Fingerprint {
         version: FINGERPRINT_VERSION.to_owned(),
-        digest: hex::encode(Sha256::digest(&canonical)),
-    })
+        digest: hex::encode(Sha256::digest(bytes)),
+    };
+    Ok((fingerprint, parts))
+}
+
+/// The first 8 bytes of `digest`.
+fn short_hex(digest: &[u8]) -> [u8; 8] {
+    let mut short = [0; 8];
+    short.copy_from_slice(&digest[..8]);
+    short
+}
+
+/// Digests of a call's three parts (docs/semantics.md §12, `differs`): its tool name, its
+/// arguments and its metadata, each the first 64 bits of a SHA-256 over that part's canonical
+/// bytes (and its exact numbers) as fingerprint `v1` writes them. Stored beside the fingerprint
+/// so that an `IDEMPOTENCY_CONFLICT` can name which parts differ without keeping, or showing,
+/// the recorded values. Diagnostic only: the fingerprint alone decides a conflict. `Copy`, 24
+/// bytes: it costs a reservation no allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FingerprintParts {
+    /// Of the tool name.
+    pub tool: [u8; 8],
+    /// Of the arguments.
+    pub arguments: [u8; 8],
+    /// Of the metadata (`{}` when none was sent).
+    pub metadata: [u8; 8],
+}
+
+impl FingerprintParts {
+    /// The stored form: `<tool>.<arguments>.<metadata>`, 16 lowercase hex digits each (50
+    /// characters).
+    pub fn encode(&self) -> String {
+        format!(
+            "{}.{}.{}",
+            hex::encode(self.tool),
+            hex::encode(self.arguments),
+            hex::encode(self.metadata)
+        )
+    }
+
+    /// Reads [`FingerprintParts::encode`]'s form; `None` for anything else (a row written by
+    /// hand), which then names no part.
+    pub fn decode(text: &str) -> Option<Self> {
+        let mut pieces = text.split('.');
+        let mut next = || -> Option<[u8; 8]> {
+            let piece = pieces.next()?;
+            if piece.len() != 16 || piece.bytes().any(|b| b.is_ascii_uppercase()) {
+                return None;
+            }
+            let mut bytes = [0; 8];
+            hex::decode_to_slice(piece, &mut bytes).ok()?;
+            Some(bytes)
+        };
+        let parts = Self {
+            tool: next()?,
+            arguments: next()?,
+            metadata: next()?,
+        };
+        pieces.next().is_none().then_some(parts)
+    }
+
+    /// The names of the parts that differ between `self` and `other`, in the order `tool`,
+    /// `arguments`, `metadata`.
+    pub fn differs(&self, other: &Self) -> Vec<&'static str> {
+        [
+            ("tool", self.tool == other.tool),
+            ("arguments", self.arguments == other.arguments),
+            ("metadata", self.metadata == other.metadata),
+        ]
+        .into_iter()
+        .filter(|(_, same)| !same)
+        .map(|(name, _)| name)
+        .collect()
+    }
 }
 
 /// A decimal number in a unique form: sign, digits without leading or trailing zeros, exponent.
@@ -118,6 +215,88 @@ impl fmt::Display for ExactDecimal {
 mod tests {
     use super::*;
     use crate::strict_json::parse;
+
+    fn parts(tool: &str, arguments: &str, metadata: Option<&str>) -> FingerprintParts {
+        let metadata = metadata.map(|text| parse(text).unwrap());
+        fingerprint_with_parts(tool, &parse(arguments).unwrap(), metadata.as_ref())
+            .unwrap()
+            .1
+    }
+
+    #[test]
+    fn part_digests_name_exactly_the_parts_that_differ() {
+        let base = parts(
+            "echo",
+            r#"{"a":1,"n":9007199254740993}"#,
+            Some(r#"{"m":1}"#),
+        );
+        let differs = |other: FingerprintParts| base.differs(&other);
+        // The same call written differently is the same in every part.
+        assert_eq!(
+            differs(parts(
+                "echo",
+                r#"{"n":9007199254740993,"a":1.0}"#,
+                Some(r#"{"m":1}"#)
+            )),
+            Vec::<&str>::new()
+        );
+        assert_eq!(
+            differs(parts(
+                "echo",
+                r#"{"a":1,"n":9007199254740992}"#,
+                Some(r#"{"m":1}"#)
+            )),
+            ["arguments"]
+        );
+        assert_eq!(
+            differs(parts(
+                "echo",
+                r#"{"a":1,"n":9007199254740993}"#,
+                Some(r#"{"m":2}"#)
+            )),
+            ["metadata"]
+        );
+        assert_eq!(
+            differs(parts("other", r#"{"a":1,"n":9007199254740993}"#, None)),
+            ["tool", "metadata"]
+        );
+        // An exact number in the metadata does not touch the arguments' digest, and the other
+        // way round.
+        let exact_meta = parts("echo", "{}", Some(r#"{"n":9007199254740993}"#));
+        let plain_meta = parts("echo", "{}", Some(r#"{"n":9007199254740992}"#));
+        assert_eq!(exact_meta.differs(&plain_meta), ["metadata"]);
+        let exact_args = parts(
+            "echo",
+            r#"{"n":9007199254740993}"#,
+            Some(r#"{"n":9007199254740993}"#),
+        );
+        let plain_args = parts(
+            "echo",
+            r#"{"n":9007199254740992}"#,
+            Some(r#"{"n":9007199254740993}"#),
+        );
+        assert_eq!(exact_args.differs(&plain_args), ["arguments"]);
+        // No metadata is `{}`.
+        assert_eq!(parts("echo", "{}", None), parts("echo", "{}", Some("{}")));
+    }
+
+    #[test]
+    fn part_digests_round_trip_their_stored_form() {
+        let stored = parts("echo", r#"{"a":1}"#, None);
+        let text = stored.encode();
+        assert_eq!(text.len(), 50);
+        assert_eq!(FingerprintParts::decode(&text), Some(stored));
+        for bad in [
+            "",
+            "x",
+            &text[..49],
+            &format!("{text}.00"),
+            &text.to_uppercase(),
+            &text.replace('.', ":"),
+        ] {
+            assert_eq!(FingerprintParts::decode(bad), None, "{bad}");
+        }
+    }
 
     fn fp(tool: &str, arguments: &str) -> String {
         fingerprint(tool, &parse(arguments).unwrap(), None)

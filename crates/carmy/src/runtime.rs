@@ -9,7 +9,7 @@ use crate::decision::{
     AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, Resolution,
     ResolveRequest,
 };
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, FingerprintParts};
 use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use std::future::Future;
 use std::pin::Pin;
@@ -57,6 +57,9 @@ pub struct ExecutionIntent {
     pub execution_id: ExecutionId,
     /// The tool that will run (kept for operators; the fingerprint already binds it).
     pub tool: String,
+    /// The digests of the call's parts, kept beside the fingerprint so that a later conflict
+    /// can name which parts differ (docs/semantics.md §12); `None` stores none.
+    pub parts: Option<FingerprintParts>,
 }
 
 /// Whether a reserved but unfinished execution still has a live owner (docs/semantics.md §4).
@@ -100,6 +103,9 @@ pub struct StoredRecord {
     pub tool: String,
     /// Running, interrupted or finished.
     pub state: RecordState,
+    /// The digests of its call's parts; `None` for a record written without them (by an
+    /// earlier build, or by hand), whose conflicts name no part.
+    pub parts: Option<FingerprintParts>,
 }
 
 /// The answer of [`IdempotencyStore::reserve`] (docs/semantics.md §3).
@@ -124,6 +130,9 @@ pub enum Existing {
     Conflict {
         /// The execution that holds the identity (shown to its own principal only).
         execution_id: ExecutionId,
+        /// The digests of the recorded call's parts, when the record has them: compared with
+        /// the new attempt's to name what differs (docs/semantics.md §12).
+        parts: Option<FingerprintParts>,
     },
     /// Same identity, same fingerprint, not finished: `EXECUTION_UNCERTAIN`.
     Uncertain {
@@ -143,6 +152,7 @@ impl Existing {
         if &record.fingerprint != fingerprint {
             return Self::Conflict {
                 execution_id: record.execution_id,
+                parts: record.parts,
             };
         }
         match record.state {

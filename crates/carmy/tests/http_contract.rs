@@ -286,6 +286,15 @@ async fn every_row_of_contract_section_3() {
         assert_eq!(conflict["code"], "IDEMPOTENCY_CONFLICT");
         assert_eq!(conflict["execution_id"], first["execution_id"]);
         assert!(conflict.get("data").is_none());
+        // Which part differs, never its value (docs/semantics.md §12).
+        assert_eq!(conflict["differs"], json!(["arguments"]));
+        assert_eq!(
+            conflict["detail"],
+            "request_id was already used for a different call (its arguments differ); to get \
+             that call's outcome, repeat it exactly; for a new call, use a new request_id"
+        );
+        let (_, other_tool) = post(r, call("wait", json!({"a": 2}), "new")).await;
+        assert_eq!(other_tool["differs"], json!(["tool", "arguments"]));
     })
     .await;
 

@@ -22,6 +22,7 @@ async fn full_store_refuses_new_identities_only_and_never_evicts() {
     let intent = || ExecutionIntent {
         execution_id: ExecutionId::generate(),
         tool: "echo".into(),
+        parts: None,
     };
     let a = IdempotencyKey::new("p", "s", "a");
     let b = IdempotencyKey::new("p", "s", "b");
@@ -148,10 +149,12 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
     let intent = ExecutionIntent {
         execution_id: ExecutionId::generate(),
         tool: "echo".into(),
+        parts: None,
     };
     let fresh = || ExecutionIntent {
         execution_id: ExecutionId::generate(),
         tool: "echo".into(),
+        parts: None,
     };
     assert_eq!(
         cache.reserve(&key, &f, &intent).await.unwrap(),
@@ -192,14 +195,17 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
         assert_eq!(
             cache.reserve(&key, &other, &fresh()).await.unwrap(),
             Reservation::Existing(Existing::Conflict {
-                execution_id: intent.execution_id.clone()
+                execution_id: intent.execution_id.clone(),
+                parts: None,
             })
         );
     }
+    // Replays came from the cache; each conflict asked the store, whose row names the parts
+    // that differ (docs/semantics.md §12).
     assert_eq!(
         counting.reserves.load(Ordering::SeqCst),
-        3,
-        "finished answers came from the cache"
+        3 + 5,
+        "finished answers came from the cache, conflicts from the store"
     );
     // another principal's identical request_id is not served from this entry
     let stranger = IdempotencyKey::new("q", "s", "cached");
@@ -207,5 +213,5 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
         cache.reserve(&stranger, &f, &fresh()).await.unwrap(),
         Reservation::Reserved
     );
-    assert_eq!(counting.reserves.load(Ordering::SeqCst), 4);
+    assert_eq!(counting.reserves.load(Ordering::SeqCst), 3 + 5 + 1);
 }

@@ -74,6 +74,7 @@ fn intent() -> ExecutionIntent {
     ExecutionIntent {
         execution_id: ExecutionId::generate(),
         tool: "echo".into(),
+        parts: None,
     }
 }
 
@@ -163,18 +164,25 @@ pub async fn reserve_complete_replay(store: Arc<dyn IdempotencyStore>) {
 }
 
 /// A different fingerprint is a conflict while running and after finishing, and the conflict
-/// names the holder's execution only.
+/// names the holder's execution and its part digests only (docs/semantics.md §12); a record
+/// reserved without part digests conflicts all the same, naming none.
 pub async fn conflict_in_every_state(store: Arc<dyn IdempotencyStore>) {
     let k = key("p", "s", "r6");
     let a = fp(&json!({"sku": "A"}));
     let b = fp(&json!({"sku": "B"}));
-    let holder = intent();
+    let (_, parts) =
+        crate::fingerprint::fingerprint_with_parts("echo", &json!({"sku": "A"}), None).unwrap();
+    let holder = ExecutionIntent {
+        parts: Some(parts),
+        ..intent()
+    };
     assert_eq!(
         reserve(&*store, &k, &a, &holder).await,
         Reservation::Reserved
     );
     let conflict = Reservation::Existing(Existing::Conflict {
         execution_id: holder.execution_id.clone(),
+        parts: Some(parts),
     });
     assert_eq!(reserve(&*store, &k, &b, &intent()).await, conflict);
     let recorded = result_for(
@@ -190,6 +198,20 @@ pub async fn conflict_in_every_state(store: Arc<dyn IdempotencyStore>) {
     assert_eq!(reserve(&*store, &k, &b, &intent()).await, conflict);
     let other_tool = fingerprint("find_orders", &json!({"sku": "A"}), None).unwrap();
     assert_eq!(reserve(&*store, &k, &other_tool, &intent()).await, conflict);
+
+    let without = key("p", "s", "r6-no-parts");
+    let holder = intent();
+    assert_eq!(
+        reserve(&*store, &without, &a, &holder).await,
+        Reservation::Reserved
+    );
+    assert_eq!(
+        reserve(&*store, &without, &b, &intent()).await,
+        Reservation::Existing(Existing::Conflict {
+            execution_id: holder.execution_id.clone(),
+            parts: None,
+        })
+    );
 }
 
 /// Same fingerprint while running → `Uncertain { state: Running }` naming the holder.

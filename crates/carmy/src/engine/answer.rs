@@ -1,6 +1,7 @@
 //! What the engine answers, in the domain's terms: every front (HTTP, MCP) maps these to its own
 //! shape. Store failures become answers here and nowhere else.
 
+use crate::fingerprint::FingerprintParts;
 use crate::metrics::CallOutcome;
 use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use crate::runtime::{Existing, InFlightState, StoreError};
@@ -43,6 +44,9 @@ pub enum Refusal {
     Conflict {
         /// The execution that holds the identity.
         execution_id: ExecutionId,
+        /// Which parts of the call differ from the recorded call's (`tool`, `arguments`,
+        /// `metadata`, docs/semantics.md §12); `None` when the record has no part digests.
+        differs: Option<Vec<&'static str>>,
     },
     /// Same identity and fingerprint, not finished (or, for a cancel, interrupted).
     #[error("execution {execution_id} is {}", state.as_str())]
@@ -162,14 +166,23 @@ impl From<StoreError> for Refusal {
     }
 }
 
-/// Answers a call from its identity's existing record.
-pub(crate) fn from_existing(existing: Existing) -> Result<Answer, Refusal> {
+/// Answers a call whose parts digest to `parts` from its identity's existing record.
+pub(crate) fn from_existing(
+    existing: Existing,
+    parts: &FingerprintParts,
+) -> Result<Answer, Refusal> {
     match existing {
         Existing::Replay(result) => Ok(Answer {
             result: RecordedResult::new(result),
             replayed: true,
         }),
-        Existing::Conflict { execution_id } => Err(Refusal::Conflict { execution_id }),
+        Existing::Conflict {
+            execution_id,
+            parts: recorded,
+        } => Err(Refusal::Conflict {
+            execution_id,
+            differs: recorded.map(|recorded| recorded.differs(parts)),
+        }),
         Existing::Uncertain {
             execution_id,
             state,
@@ -221,7 +234,7 @@ pub(crate) fn execution_id_of(answer: &Result<Answer, Refusal>) -> Option<&Execu
     match answer {
         Ok(answer) => Some(&answer.result.result().execution_id),
         Err(
-            Refusal::Conflict { execution_id }
+            Refusal::Conflict { execution_id, .. }
             | Refusal::Uncertain { execution_id, .. }
             | Refusal::RecordingPending { execution_id }
             | Refusal::Finished { execution_id }

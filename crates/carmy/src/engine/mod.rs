@@ -273,10 +273,10 @@ impl Engine {
                 // An honest retry still gets its record even if the tool is gone or its schema
                 // changed; otherwise the rejection stands and nothing is reserved.
                 return match self.lookup(&key).await? {
-                    Some(record) => answer::from_existing(crate::runtime::Existing::for_record(
-                        record,
-                        call.fingerprint(),
-                    )),
+                    Some(record) => answer::from_existing(
+                        crate::runtime::Existing::for_record(record, call.fingerprint()),
+                        call.parts(),
+                    ),
                     None => Err(rejection),
                 };
             }
@@ -284,6 +284,7 @@ impl Engine {
         let intent = ExecutionIntent {
             execution_id: ExecutionId::generate(),
             tool: call.tool().to_owned(),
+            parts: Some(*call.parts()),
         };
         let reserving = Instant::now();
         let reserved = self.store.reserve(&key, call.fingerprint(), &intent).await;

@@ -30,14 +30,17 @@ impl Engine {
             state: InFlightState::Running,
         } = &existing
         else {
-            return answer::from_existing(existing);
+            return answer::from_existing(existing, call.parts());
         };
         if wait.is_zero() {
-            return answer::from_existing(existing);
+            return answer::from_existing(existing, call.parts());
         }
         let record = self.store.wait_for_outcome(key, execution_id, wait).await?;
         match record {
-            Some(record) => answer::from_existing(Existing::for_record(record, call.fingerprint())),
+            Some(record) => answer::from_existing(
+                Existing::for_record(record, call.fingerprint()),
+                call.parts(),
+            ),
             None => {
                 let again = call.with_wait(Duration::ZERO);
                 Box::pin(self.execute_attached(again)).await

@@ -54,13 +54,14 @@ pub enum ApiError {
     /// 415 `UNSUPPORTED_MEDIA_TYPE`: the body is not declared `application/json`.
     #[error("the request body must be sent with Content-Type: application/json")]
     UnsupportedMediaType,
-    /// 409 `IDEMPOTENCY_CONFLICT`: same identity, different fingerprint.
-    #[error(
-        "request_id was already used for a different call (tool, arguments or metadata differ)"
-    )]
+    /// 409 `IDEMPOTENCY_CONFLICT`: same identity, different fingerprint; `differs` names the
+    /// parts that differ when the record keeps their digests (docs/semantics.md §12).
+    #[error("{}", conflict_detail(.differs.as_deref()))]
     IdempotencyConflict {
         /// The execution that holds the identity.
         execution_id: ExecutionId,
+        /// `tool`, `arguments`, `metadata`: the parts that differ; `None` when unknown.
+        differs: Option<Vec<&'static str>>,
     },
     /// 409 `EXECUTION_UNCERTAIN`: same identity and fingerprint, not finished. `Retry-After`
     /// carries `retry_after` (whole seconds) when it is known, for `running`.
@@ -147,7 +148,13 @@ impl From<Refusal> for ApiError {
                 tool,
                 closest: None,
             },
-            Refusal::Conflict { execution_id } => Self::IdempotencyConflict { execution_id },
+            Refusal::Conflict {
+                execution_id,
+                differs,
+            } => Self::IdempotencyConflict {
+                execution_id,
+                differs,
+            },
             Refusal::Uncertain {
                 execution_id,
                 state,
@@ -256,6 +263,18 @@ fn superseded_detail(current: Option<&ExecutionId>) -> String {
     format!("this execution was resolved, released or taken over before the tool finished; its outcome was not recorded but kept as a late arrival in the audit log, and its effect may have happened in addition to the recorded one; {now}")
 }
 
+/// The detail of `IDEMPOTENCY_CONFLICT`, naming the parts that differ when they are known.
+fn conflict_detail(differs: Option<&[&'static str]>) -> String {
+    let parts = match differs {
+        Some(parts) if !parts.is_empty() => format!("its {} differ", parts.join(" and ")),
+        _ => "its tool, arguments or metadata differ".to_owned(),
+    };
+    format!(
+        "request_id was already used for a different call ({parts}); to get that call's \
+         outcome, repeat it exactly; for a new call, use a new request_id"
+    )
+}
+
 fn uncertain_detail(state: InFlightState) -> &'static str {
     match state {
         InFlightState::Running => {
@@ -348,7 +367,7 @@ impl ApiError {
 
     fn execution_id(&self) -> Option<&ExecutionId> {
         match self {
-            Self::IdempotencyConflict { execution_id }
+            Self::IdempotencyConflict { execution_id, .. }
             | Self::ExecutionUncertain { execution_id, .. }
             | Self::RecordingPending { execution_id }
             | Self::ExecutionFinished { execution_id }
@@ -389,6 +408,12 @@ pub(crate) struct ProblemBody<'a> {
     /// For `EXECUTION_SUPERSEDED`: the execution that holds the identity now.
     #[serde(skip_serializing_if = "Option::is_none")]
     current_execution_id: Option<&'a ExecutionId>,
+    /// For `IDEMPOTENCY_CONFLICT`: which parts of the call differ from the recorded call's
+    /// (`tool`, `arguments`, `metadata`; never their values). Absent when the record predates
+    /// part digests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = super::openapi::differs_schema)]
+    differs: Option<&'a [&'static str]>,
 }
 
 impl IntoResponse for ApiError {
@@ -415,6 +440,10 @@ impl IntoResponse for ApiError {
             state,
             current_execution_id: match &self {
                 Self::ExecutionSuperseded { current, .. } => current.as_ref(),
+                _ => None,
+            },
+            differs: match &self {
+                Self::IdempotencyConflict { differs, .. } => differs.as_deref(),
                 _ => None,
             },
         };

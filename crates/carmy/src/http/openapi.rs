@@ -109,6 +109,7 @@ pub(crate) fn every_error() -> Vec<ApiError> {
         ApiError::UnsupportedMediaType,
         ApiError::IdempotencyConflict {
             execution_id: id.clone(),
+            differs: None,
         },
         ApiError::ExecutionUncertain {
             execution_id: id.clone(),
@@ -199,6 +200,18 @@ pub(crate) fn in_flight_state_schema() -> Object {
             InFlightState::Interrupted.as_str(),
             "released",
         ]))
+        .build()
+}
+
+/// `differs` of `IDEMPOTENCY_CONFLICT`: distinct part names.
+pub(crate) fn differs_schema() -> utoipa::openapi::schema::Array {
+    utoipa::openapi::schema::ArrayBuilder::new()
+        .items(
+            ObjectBuilder::new()
+                .schema_type(SchemaType::Type(Type::String))
+                .enum_values(Some(["tool", "arguments", "metadata"])),
+        )
+        .unique_items(true)
         .build()
 }
 

@@ -102,6 +102,7 @@ impl InMemoryIdempotencyStore {
                 fingerprint: fingerprint.clone(),
                 tool: intent.tool.clone(),
                 state: RecordState::InFlight(InFlightState::Running),
+                parts: intent.parts,
             },
         );
         inner
