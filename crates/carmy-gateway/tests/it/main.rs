@@ -6,6 +6,7 @@ mod config;
 #[cfg(feature = "fault-injection")]
 mod crash_points;
 mod example_orders;
+mod executions_cli;
 mod hostile_input;
 mod http_tool_faults;
 mod http_tools;
