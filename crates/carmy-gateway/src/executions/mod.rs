@@ -74,6 +74,13 @@ async fn run(config: &Config, action: ExecutionsAction) -> Result<String, CliFai
             Ok(if list.json {
                 let executions: Vec<Value> = found.iter().map(render::summary_json).collect();
                 format!("{}\n", json!({ "executions": executions }))
+            } else if found.len() == list.limit {
+                format!(
+                    "{}(the oldest {} shown; --limit shows up to {})\n",
+                    render::list_table(&found),
+                    list.limit,
+                    carmy::engine::decide::MAX_LISTED
+                )
             } else {
                 render::list_table(&found)
             })

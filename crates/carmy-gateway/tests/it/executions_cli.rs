@@ -511,3 +511,62 @@ fn each_subcommand_help_lists_only_what_it_reads() {
         assert_eq!(options, expected, "{subcommand}: {help}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_decisions_from_cli_and_api_have_one_winner() {
+    let db = TestDb::create().await;
+    let url = db.url.clone();
+    let mut a = Replica::start("cli-race-a", &env(&db));
+    let b = Replica::start("cli-race-b", &env(&db));
+    let id = interrupted_execution(&mut a, &b, "cli-race").await;
+    let clis = (0..8).map(|n| {
+        let (url, id) = (url.clone(), id.clone());
+        tokio::spawn(async move {
+            let note = format!("cli decision {n}");
+            let args: Vec<&str> = if n % 2 == 0 {
+                vec![
+                    "resolve",
+                    &id,
+                    "--status",
+                    "completed",
+                    "--data",
+                    "1",
+                    "--note",
+                    &note,
+                ]
+            } else {
+                vec!["release", &id, "--note", &note]
+            };
+            cli(Some(&url), &args).await.code
+        })
+    });
+    let http = client();
+    let apis = (0..4).map(|n| {
+        let (http, path) = (http.clone(), format!("/v1/executions/{id}/release"));
+        let replica = &b;
+        async move {
+            let body = json!({"note": format!("api decision {n}")});
+            request(&http, replica, Method::POST, &path, Some("ko"), Some(&body))
+                .await
+                .0
+        }
+    });
+    let (clis, apis) = tokio::join!(
+        futures::future::join_all(clis),
+        futures::future::join_all(apis)
+    );
+    let clis: Vec<i32> = clis.into_iter().map(Result::unwrap).collect();
+    let cli_wins = clis.iter().filter(|code| **code == 0).count();
+    let api_wins = apis.iter().filter(|status| **status == 200).count();
+    assert_eq!(
+        cli_wins + api_wins,
+        1,
+        "one winner: cli {clis:?}, api {apis:?}"
+    );
+    assert!(clis.iter().all(|code| [0, 4].contains(code)), "{clis:?}");
+    assert!(
+        apis.iter().all(|status| [200, 409].contains(status)),
+        "{apis:?}"
+    );
+    assert_eq!(audit_rows(&db, &id).await.len(), 1, "one audit row");
+}
