@@ -1,7 +1,8 @@
 //! The operator CLI `carmy-gateway executions list|show|resolve|release` (docs/semantics.md
 //! §12) as a real process against real replicas on one PostgreSQL database: it lists an
 //! interrupted execution, decides once with one audit row, the next API attempt replays the
-//! decision (or, after a release, runs new), a second decision fails with its exit code, and
+//! decision (or, after a release, runs new), a second decision fails with its exit code, CLI
+//! processes racing API decisions leave one winner, a decision whose answer is lost exits 7, and
 //! every failure says what to do next.
 
 use crate::recovery_replicas::{audit_rows, env, interrupted_execution};
@@ -569,4 +570,90 @@ async fn concurrent_decisions_from_cli_and_api_have_one_winner() {
         "{apis:?}"
     );
     assert_eq!(audit_rows(&db, &id).await.len(), 1, "one audit row");
+}
+
+/// A loopback proxy to `upstream` that, once a client sent `carmy.resolve_execution`, drops the
+/// database's answer carrying the recorded `resolution` and closes the connection: the decision
+/// was committed (PostgreSQL answers after the implicit commit), its answer is lost.
+async fn answer_losing_proxy(upstream: String) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let contains = |chunk: &[u8], text: &[u8]| chunk.windows(text.len()).any(|w| w == text);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                continue;
+            };
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let arm = std::sync::Arc::clone(&armed);
+            let upward = tokio::spawn(async move {
+                let mut buffer = vec![0; 64 * 1024];
+                while let Ok(n @ 1..) = client_read.read(&mut buffer).await {
+                    if contains(&buffer[..n], b"resolve_execution") {
+                        arm.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    if server_write.write_all(&buffer[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let mut buffer = vec![0; 64 * 1024];
+                while let Ok(n @ 1..) = server_read.read(&mut buffer).await {
+                    let answer = contains(&buffer[..n], b"resolution");
+                    if answer && armed.load(std::sync::atomic::Ordering::SeqCst) {
+                        break;
+                    }
+                    if client_write.write_all(&buffer[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                upward.abort();
+                let _ = client_write.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_decision_whose_answer_is_lost_exits_7_and_show_tells_what_happened() {
+    let db = TestDb::create().await;
+    let mut a = Replica::start("cli-lost-a", &env(&db));
+    let b = Replica::start("cli-lost-b", &env(&db));
+    let id = interrupted_execution(&mut a, &b, "cli-lost").await;
+    let options: sqlx::postgres::PgConnectOptions = db.url.parse().unwrap();
+    let upstream = format!("{}:{}", options.get_host(), options.get_port());
+    let proxied = crate::round_trips::via_proxy(&db.url, answer_losing_proxy(upstream).await);
+
+    let args = [
+        "resolve",
+        &id,
+        "--status",
+        "completed",
+        "--data",
+        "17",
+        "--note",
+        "found it",
+    ];
+    let lost = cli(Some(&proxied), &args).await;
+    assert_eq!(lost.code, 7, "{}", lost.stderr);
+    assert!(
+        lost.message()
+            .starts_with("carmy-gateway: DECISION_UNCERTAIN: ")
+            && lost.message().contains("may or may not have been applied")
+            && lost.message().contains("executions show"),
+        "{}",
+        lost.stderr
+    );
+    let shown = cli(Some(&db.url), &["show", &id, "--json"]).await.json();
+    assert_eq!(
+        (&shown["status"], &shown["record"]["data"]),
+        (&json!("completed"), &json!(17)),
+        "show tells that it was applied: {shown}"
+    );
+    assert_eq!(audit_rows(&db, &id).await.len(), 1);
 }
