@@ -7,6 +7,7 @@ mod config;
 mod crash_points;
 mod example_orders;
 mod executions_cli;
+mod executions_cli_failures;
 mod hostile_input;
 mod http_tool_faults;
 mod http_tools;
