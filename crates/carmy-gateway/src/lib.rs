@@ -234,9 +234,10 @@ pub async fn main_with_args(
     args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
 ) -> ExitCode {
     let config = Config::parse_from(args);
-    // An `executions` command's output is its answer: only warnings are logged.
+    // An `executions` command's output is its answer: only warnings are logged, and none of
+    // sqlx's about the connection a failure already explained.
     let level = match config.command {
-        Some(Command::Executions(_)) => "warn",
+        Some(Command::Executions(_)) => "warn,sqlx=error",
         _ => "info",
     };
     init_logging(config.log_format, level);

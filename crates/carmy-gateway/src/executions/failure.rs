@@ -143,6 +143,12 @@ impl CliFailure {
         }
     }
 
+    /// The same failure with `<id>` in its detail replaced by `execution_id`.
+    pub fn naming(mut self, execution_id: &ExecutionId) -> Self {
+        self.detail = self.detail.replace("<id>", execution_id.as_str());
+        self
+    }
+
     /// The exit code.
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(self.exit)

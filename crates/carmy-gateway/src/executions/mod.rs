@@ -92,7 +92,7 @@ async fn run(config: &Config, action: ExecutionsAction) -> Result<String, CliFai
             let decided = operator
                 .resolve(&request)
                 .await
-                .map_err(|error| CliFailure::unavailable(&error))?;
+                .map_err(|error| CliFailure::unavailable(&error).naming(&request.execution_id))?;
             operator.close().await;
             let result =
                 decided.map_err(|refusal| CliFailure::refused(&refusal, &request.execution_id))?;
@@ -108,7 +108,7 @@ async fn run(config: &Config, action: ExecutionsAction) -> Result<String, CliFai
             let decided = operator
                 .release(&request)
                 .await
-                .map_err(|error| CliFailure::unavailable(&error))?;
+                .map_err(|error| CliFailure::unavailable(&error).naming(&request.execution_id))?;
             operator.close().await;
             let released =
                 decided.map_err(|refusal| CliFailure::refused(&refusal, &request.execution_id))?;

@@ -22,10 +22,13 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    /// The CLI's own message: the last line of standard error (a build with fault injection
-    /// logs a warning before it).
+    /// The CLI's own message: the last line of standard error that is not a log line (a build
+    /// with fault injection logs a warning before it).
     pub(crate) fn message(&self) -> &str {
-        self.stderr.lines().last().unwrap_or_default()
+        self.stderr
+            .lines()
+            .rfind(|line| line.starts_with("carmy-gateway: ") || line.starts_with('{'))
+            .unwrap_or_default()
     }
 
     /// Standard output as JSON.

@@ -249,7 +249,7 @@ async fn a_decision_whose_answer_is_lost_exits_7_and_show_tells_what_happened() 
         lost.message()
             .starts_with("carmy-gateway: DECISION_UNCERTAIN: ")
             && lost.message().contains("may or may not have been applied")
-            && lost.message().contains("executions show"),
+            && lost.message().contains(&format!("executions show {id} ")),
         "{}",
         lost.stderr
     );
