@@ -18,8 +18,9 @@ use std::time::Duration;
 
 /// `carmy-gateway [OPTIONS] [COMMAND]`. Every option can be given as a flag or through the
 /// environment variable shown in `--help`. Only `--database-url` and `--log-format` also follow
-/// the subcommand (`carmy-gateway migrate --database-url …`): they are all `migrate` reads, so
-/// `carmy-gateway migrate --help` lists only them.
+/// the subcommand (`carmy-gateway migrate --database-url …`): they are all `migrate` and
+/// `executions` read, so `carmy-gateway migrate --help` lists only them (and `executions list
+/// --help` them and its own flags).
 #[derive(Clone, Parser)]
 #[command(
     name = "carmy-gateway",
@@ -35,7 +36,8 @@ pub struct Config {
     #[arg(long, env = "CARMY_LISTEN", default_value = carmy::app::DEFAULT_LISTEN)]
     pub listen: SocketAddr,
 
-    /// PostgreSQL URL; unset uses the in-memory store.
+    /// PostgreSQL URL. Serving without it uses the in-memory store; `migrate` and `executions`
+    /// need it.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<String>,
 
@@ -156,7 +158,7 @@ pub struct Config {
 }
 
 /// Subcommands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Subcommand)]
+#[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
 pub enum Command {
     /// Serve the API (the default).
     Serve,
@@ -165,6 +167,11 @@ pub enum Command {
     /// Validate the tools file (and reach each MCP server), print the tool table with secrets
     /// masked, then exit without serving.
     CheckConfig,
+    /// Find, inspect and decide on executions in DATABASE_URL (docs/semantics.md §12): list,
+    /// show, resolve, release. Exit codes: 0 done, 2 bad input, 3 no such execution, 4 already
+    /// decided, 5 still running, 6 database unavailable, 7 decision may or may not have been
+    /// applied, 1 anything else.
+    Executions(crate::executions::args::ExecutionsArgs),
 }
 
 /// How logs are written to standard error.

@@ -8,10 +8,13 @@
 //! crate `carmy-tools`, docs/semantics.md §10).
 //!
 //! `carmy-gateway` serves; `carmy-gateway migrate` applies the database migrations and exits;
-//! `carmy-gateway check-config` validates the tools file and prints the tool table.
+//! `carmy-gateway check-config` validates the tools file and prints the tool table;
+//! `carmy-gateway executions list|show|resolve|release` is the operator's recovery loop
+//! ([`executions`], docs/semantics.md §12).
 
 pub mod config;
 pub mod configured;
+pub mod executions;
 pub mod orders;
 pub mod tools;
 
@@ -209,9 +212,10 @@ pub fn mcp_config(config: &Config) -> McpConfig {
     }
 }
 
-fn init_logging(format: LogFormat) {
+/// Logs to standard error at `RUST_LOG`'s level, else at `default_level`.
+fn init_logging(format: LogFormat, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     // Colours only for a person at a terminal, never in a file or a log collector.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -230,14 +234,20 @@ pub async fn main_with_args(
     args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
 ) -> ExitCode {
     let config = Config::parse_from(args);
-    init_logging(config.log_format);
+    // An `executions` command's output is its answer: only warnings are logged, and none of
+    // sqlx's about the connection a failure already explained.
+    let level = match config.command {
+        Some(Command::Executions(_)) => "warn,sqlx=error",
+        _ => "info",
+    };
+    init_logging(config.log_format, level);
     #[cfg(feature = "fault-injection")]
     let _fault_scenario = {
         tracing::warn!("built with fault injection: FAILPOINTS is honoured; never use this build in production");
         fail::FailScenario::setup()
     };
     match run(config).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(error) => {
             tracing::error!(%error, "carmy-gateway failed");
             ExitCode::FAILURE
@@ -245,8 +255,8 @@ pub async fn main_with_args(
     }
 }
 
-async fn run(config: Config) -> Result<(), GatewayError> {
-    match config.command.unwrap_or(Command::Serve) {
+async fn run(config: Config) -> Result<ExitCode, GatewayError> {
+    match config.command.clone().unwrap_or(Command::Serve) {
         Command::Migrate => {
             let url = config
                 .database_url
@@ -257,9 +267,13 @@ async fn run(config: Config) -> Result<(), GatewayError> {
                 version = carmy_postgres::latest_migration_version(),
                 "migrations applied"
             );
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
-        Command::CheckConfig => configured::check_config(&config).await,
+        Command::CheckConfig => configured::check_config(&config)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+        // Prints its own failures, with its own exit codes.
+        Command::Executions(executions) => Ok(executions::main(&config, executions).await),
         Command::Serve => {
             let gateway = build(&config).await?;
             let listener = carmy::app::bind(config.listen).await?;
@@ -267,7 +281,8 @@ async fn run(config: Config) -> Result<(), GatewayError> {
                 .app
                 .serve(listener, carmy::app::shutdown_signal())
                 .await
-                .map_err(GatewayError::from)
+                .map_err(GatewayError::from)?;
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

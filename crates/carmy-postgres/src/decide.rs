@@ -221,12 +221,15 @@ pub(crate) async fn find_released(
         .bind(principal)
         .fetch_optional(pool)
         .await?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
+    row.as_ref().map(decode_released).transpose()
+}
+
+/// Decodes a row of `carmy.released_executions` with the columns of
+/// [`FIND_RELEASED_SQL`](crate::sql::FIND_RELEASED_SQL).
+pub(crate) fn decode_released(row: &PgRow) -> Result<ExecutionLookup, Failure> {
     let state: String = row.try_get("in_flight_state")?;
-    Ok(Some(ExecutionLookup {
-        key: decode_key(&row)?,
+    Ok(ExecutionLookup {
+        key: decode_key(row)?,
         record: StoredRecord {
             execution_id: ExecutionId::from_stored(row.try_get::<String, _>("execution_id")?),
             fingerprint: Fingerprint {
@@ -243,7 +246,7 @@ pub(crate) async fn find_released(
             at: row.try_get("released_at")?,
             note: row.try_get("note")?,
         }),
-    }))
+    })
 }
 
 /// The audit rows of `execution_id`, oldest first.

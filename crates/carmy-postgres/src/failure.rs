@@ -44,6 +44,29 @@ impl From<StoreError> for Failure {
     }
 }
 
+/// Turns the outcome of a store statement into the store's: a database error becomes
+/// [`StoreError::Indeterminate`] when the statement was [`lost_in_transit`] (it may have been
+/// applied), else [`StoreError::Unavailable`], with its cause (`Diagnosis::explain`). The one
+/// rule of [`PostgresStore`](crate::PostgresStore) and [`Operator`](crate::Operator).
+pub(crate) async fn settle<T>(
+    diagnosis: &crate::diagnosis::Diagnosis,
+    outcome: Result<T, Failure>,
+) -> Result<T, StoreError> {
+    match outcome {
+        Ok(value) => Ok(value),
+        Err(Failure::Store(error)) => Err(error),
+        Err(Failure::Database(error)) => {
+            let indeterminate = lost_in_transit(&error);
+            let text = diagnosis.explain(error).await;
+            Err(if indeterminate {
+                StoreError::Indeterminate(text)
+            } else {
+                StoreError::Unavailable(text)
+            })
+        }
+    }
+}
+
 /// How reading the migration history failed, for `IdempotencyStore::check_ready`.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum ReadFailure {

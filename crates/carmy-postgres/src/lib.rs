@@ -25,7 +25,11 @@
 //! `carmy.release_execution`, called by the store (`decide`) and by DBAs alike, with the audit
 //! trail in `carmy.audit_log` and released executions in `carmy.released_executions`.
 //!
-//! Modules: `store` ([`PostgresStore`]), [`sql`] (every statement), `decide`, `wait`, `options`
+//! [`Operator`] reads executions across principals and decides on them with the same `decide`
+//! code, without a lease (the CLI `carmy-gateway executions`).
+//!
+//! Modules: `store` ([`PostgresStore`]), `operator` ([`Operator`]), [`sql`] (every statement),
+//! `decide`, `wait`, `options`
 //! ([`PostgresStoreOptions`], [`OptionsError`]), `lease`, `cancel`, `diagnosis`, `failure`,
 //! `decode`, `hot`, `ready`, `recheck`, `migrate`.
 //!
@@ -52,6 +56,7 @@ mod failure;
 mod hot;
 mod lease;
 mod migrate;
+mod operator;
 mod options;
 mod ready;
 mod recheck;
@@ -64,6 +69,7 @@ pub use migrate::{
     latest_migration_version, migrate, MigrateError, MIGRATION_LOCK_KEY, MIGRATION_TABLE,
     RETIRED_MIGRATIONS,
 };
+pub use operator::{ExecutionDetail, Operator, OperatorQuery, OwnerProcess, StateFilter};
 pub use options::{
     pool_options, ConnectError, OptionsError, PostgresStoreOptions, DEFAULT_ACQUIRE_TIMEOUT,
     DEFAULT_LEASE_TTL, DEFAULT_MAX_CONNECTIONS, MAX_LEASE_TTL, MIN_LEASE_TTL, PING_IF_IDLE_FOR,

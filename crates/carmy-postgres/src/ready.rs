@@ -19,6 +19,19 @@ pub(crate) async fn check_ready(
     lease: &Lease,
     diagnosis: &Diagnosis,
 ) -> Result<(), StoreError> {
+    check_schema(pool, diagnosis).await?;
+    if let Err(error) = lease.ensure_registered().await {
+        return Err(StoreError::Unavailable(format!(
+            "cannot register the instance lease: {}",
+            diagnosis.explain(error).await
+        )));
+    }
+    Ok(())
+}
+
+/// The schema half of [`check_ready`]: `Ok` when `max(version)` in [`crate::MIGRATION_TABLE`]
+/// is at least [`latest_migration_version`]; errors as there.
+pub(crate) async fn check_schema(pool: &PgPool, diagnosis: &Diagnosis) -> Result<(), StoreError> {
     let needed = latest_migration_version();
     let applied: Option<i32> = match sqlx::query_scalar(READY_SQL).fetch_one(pool).await {
         Ok(applied) => applied,
@@ -32,12 +45,6 @@ pub(crate) async fn check_ready(
             )))
         }
         None => return Err(not_migrated(&format!("found none, need {needed}"))),
-    }
-    if let Err(error) = lease.ensure_registered().await {
-        return Err(StoreError::Unavailable(format!(
-            "cannot register the instance lease: {}",
-            diagnosis.explain(error).await
-        )));
     }
     Ok(())
 }

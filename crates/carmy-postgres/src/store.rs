@@ -7,7 +7,7 @@ use crate::cancel::{listen_for_cancels, release_unused, request_cancel, CANCEL_B
 use crate::decide;
 use crate::decode::{decode_key, decode_record};
 use crate::diagnosis::{explain_connect, Diagnosis};
-use crate::failure::{lost_in_transit, Failure};
+use crate::failure::{settle, Failure};
 use crate::hot::{hot_pool, run_error, HotManager};
 use crate::lease::{lease_pool, renewal_interval, Lease};
 use crate::options::{pool_options, ConnectError, PostgresStoreOptions};
@@ -336,19 +336,7 @@ impl PostgresStore {
     /// [`StoreError::Indeterminate`] when the statement was lost in transit (it may have been
     /// applied), else [`StoreError::Unavailable`], with its cause ([`Diagnosis::explain`]).
     async fn finish<T>(&self, outcome: Result<T, Failure>) -> Result<T, StoreError> {
-        match outcome {
-            Ok(value) => Ok(value),
-            Err(Failure::Store(error)) => Err(error),
-            Err(Failure::Database(error)) => {
-                let indeterminate = lost_in_transit(&error);
-                let text = self.diagnosis.explain(error).await;
-                Err(if indeterminate {
-                    StoreError::Indeterminate(text)
-                } else {
-                    StoreError::Unavailable(text)
-                })
-            }
-        }
+        settle(&self.diagnosis, outcome).await
     }
 }
 

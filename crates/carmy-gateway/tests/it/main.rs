@@ -6,6 +6,8 @@ mod config;
 #[cfg(feature = "fault-injection")]
 mod crash_points;
 mod example_orders;
+mod executions_cli;
+mod executions_cli_failures;
 mod hostile_input;
 mod http_tool_faults;
 mod http_tools;

@@ -11,7 +11,7 @@ use sqlx::Row;
 use std::time::Duration;
 
 /// Replica settings: a short lease (so a killed owner reads interrupted quickly) and an operator.
-fn env(db: &TestDb) -> Vec<(&str, &str)> {
+pub(crate) fn env(db: &TestDb) -> Vec<(&str, &str)> {
     vec![
         ("DATABASE_URL", db.url.as_str()),
         ("CARMY_LEASE_TTL_MS", "1000"),
@@ -21,7 +21,11 @@ fn env(db: &TestDb) -> Vec<(&str, &str)> {
 
 /// Starts a long `create_order`-like call (a `sleep`) on `owner`, kills `owner` while it runs,
 /// and waits (through `reader`) until the execution reads `interrupted`; returns its id.
-async fn interrupted_execution(owner: &mut Replica, reader: &Replica, request_id: &str) -> String {
+pub(crate) async fn interrupted_execution(
+    owner: &mut Replica,
+    reader: &Replica,
+    request_id: &str,
+) -> String {
     let http = client();
     let call = json!({"tool": "sleep", "arguments": {"ms": 600_000}, "request_id": request_id});
     spawn_post_unanswered(&http, owner, &call);
@@ -46,7 +50,7 @@ async fn interrupted_execution(owner: &mut Replica, reader: &Replica, request_id
     id
 }
 
-async fn audit_rows(db: &TestDb, execution_id: &str) -> Vec<(String, String)> {
+pub(crate) async fn audit_rows(db: &TestDb, execution_id: &str) -> Vec<(String, String)> {
     let mut connection = db.connect().await;
     sqlx::query("SELECT action, actor FROM carmy.audit_log WHERE execution_id = $1 ORDER BY id")
         .bind(execution_id)

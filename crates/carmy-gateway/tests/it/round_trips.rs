@@ -275,7 +275,7 @@ async fn counting_proxy(upstream: String) -> (u16, Arc<WireCounts>) {
 
 /// `url` with its host and port replaced by `127.0.0.1:<port>` and TLS off (the proxy must read
 /// the protocol).
-fn via_proxy(url: &str, port: u16) -> String {
+pub(crate) fn via_proxy(url: &str, port: u16) -> String {
     let (scheme, rest) = url.split_once("://").unwrap();
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let user = authority
