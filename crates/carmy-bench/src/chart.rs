@@ -80,7 +80,7 @@ fn series(
     report
         .runs
         .iter()
-        .filter(|run| run.scenario == scenario && run.replay_cache == cache)
+        .filter(|run| run.scenario == scenario && run.replay_cache == cache && run.group_commit)
         .filter_map(|run| {
             let index = levels.iter().position(|level| *level == run.concurrency)?;
             Some((SegmentValue::CenterOf(index), value(run)?))

@@ -137,6 +137,29 @@ impl BenchDb {
             .map_err(|error| format!("cannot count reservations: {error}"))
     }
 
+    /// Commits of our database so far (`pg_stat_database.xact_commit`), once settled: a backend
+    /// reports its counts about a second after it went idle, so this reads until two readings
+    /// 1.2 s apart agree (at most 15 s, then the last reading).
+    pub async fn commits(&self) -> Result<i64, String> {
+        let mut conn = self.connect().await?;
+        let deadline = Instant::now() + std::time::Duration::from_secs(15);
+        let mut last = None;
+        loop {
+            let now: i64 = sqlx::query_scalar(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()",
+            )
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|error| format!("cannot read pg_stat_database: {error}"))?;
+            // Our own reading commits too (one per query).
+            if last.is_some_and(|last: i64| now - last <= 1) || Instant::now() > deadline {
+                return Ok(now);
+            }
+            last = Some(now);
+            tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+        }
+    }
+
     /// Inserts completed reservations `first ..= last` of principal `anonymous` (random-looking
     /// request and execution ids, an echo-sized outcome), in chunks of 500,000 rows, each one
     /// `INSERT … SELECT generate_series` statement; then `VACUUM ANALYZE` and a `CHECKPOINT`

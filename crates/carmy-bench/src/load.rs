@@ -130,16 +130,25 @@ pub struct RunResult {
     pub replay_cache: bool,
     /// Where the CPUs went during the window.
     pub cpu: Option<cpu::Split>,
+    /// False when the gateway ran with group commit off (`CARMY_DB_BATCH_MAX_ROWS=1`) for this
+    /// measurement only, to compare with.
+    pub group_commit: bool,
+    /// PostgreSQL commits per new identity (`pg_stat_database.xact_commit` of the database over
+    /// new rows in `carmy.reservations`, warm-up included), for new-identity runs.
+    pub commits_per_call: Option<f64>,
 }
 
 impl RunResult {
     /// The scenario's name, with `, cache off` for a measurement without the replay cache.
     pub fn label(&self) -> String {
-        if self.replay_cache {
-            self.scenario.label().to_owned()
-        } else {
-            format!("{}, cache off", self.scenario.label())
+        let mut label = self.scenario.label().to_owned();
+        if !self.replay_cache {
+            label.push_str(", cache off");
         }
+        if !self.group_commit {
+            label.push_str(", batching off");
+        }
+        label
     }
 
     /// All errors.
@@ -414,6 +423,8 @@ pub async fn run(
         rows_before: None,
         replay_cache: true,
         cpu,
+        group_commit: true,
+        commits_per_call: None,
     }
 }
 

@@ -175,6 +175,54 @@ async fn measure_http(
     .await
 }
 
+/// New identities at `concurrency` on `gateway`, with the rows before and the PostgreSQL
+/// commits per new identity.
+async fn measure_new_identities(
+    args: &Args,
+    concurrency: usize,
+    gateway: &Gateway,
+    database: &BenchDb,
+) -> Result<RunResult, String> {
+    let rows_before = database.reservations().await?;
+    let commits_before = database.commits().await?;
+    let mut result = measure_http(
+        args,
+        Scenario::NewIdentity,
+        concurrency,
+        gateway.pid(),
+        gateway.address,
+    )
+    .await;
+    let commits = database.commits().await? - commits_before;
+    let rows = database.reservations().await? - rows_before;
+    result.rows_before = Some(rows_before);
+    // The two counts and the settle readings commit too: at most a handful, against thousands.
+    result.commits_per_call = (rows > 0).then(|| commits as f64 / rows as f64);
+    Ok(result)
+}
+
+/// New identities at c=1 and at the target concurrency with group commit off
+/// (`CARMY_DB_BATCH_MAX_ROWS=1`), the figures batching is judged against.
+async fn measure_unbatched(
+    args: &Args,
+    gateway_binary: &Path,
+    database: &BenchDb,
+    main_env: &[(&'static str, String)],
+) -> Result<Vec<RunResult>, String> {
+    let mut env = main_env.to_vec();
+    env.push(("CARMY_DB_BATCH_MAX_ROWS", "1".to_owned()));
+    let mut gateway = Gateway::start(gateway_binary, "unbatched", &database.url, &env)?;
+    let mut runs = Vec::new();
+    for concurrency in [1, report::TARGET_CONCURRENCY] {
+        eprint!("group commit off: ");
+        let mut result = measure_new_identities(args, concurrency, &gateway, database).await?;
+        result.group_commit = false;
+        runs.push(result);
+    }
+    gateway.stop();
+    Ok(runs)
+}
+
 /// The PostgreSQL path of replays and conflicts: the same calls with the replay cache off.
 async fn measure_uncached(
     args: &Args,
@@ -304,17 +352,7 @@ async fn run(
 
     let mut runs = Vec::new();
     for &concurrency in &args.concurrency {
-        let rows_before = database.reservations().await.ok();
-        let mut result = measure_http(
-            args,
-            Scenario::NewIdentity,
-            concurrency,
-            gw.pid(),
-            gw.address,
-        )
-        .await;
-        result.rows_before = rows_before;
-        runs.push(result);
+        runs.push(measure_new_identities(args, concurrency, &gw, database).await?);
     }
 
     eprintln!("pgbench read_one.sql, {pgbench_seconds} s");
@@ -344,6 +382,9 @@ async fn run(
 
     if has_cache && args.replay_cache_entries != Some(0) {
         runs.extend(measure_uncached(args, gateway_binary, database).await?);
+    }
+    if gateway::has_setting(gateway_binary, "CARMY_DB_BATCH_MAX_ROWS") {
+        runs.extend(measure_unbatched(args, gateway_binary, database, &main_env).await?);
     }
 
     eprintln!(

@@ -13,8 +13,17 @@ use serde::Serialize;
 
 /// The concurrency the targets compare at.
 pub const TARGET_CONCURRENCY: usize = 32;
-/// New-identity calls/s at [`TARGET_CONCURRENCY`] ≥ this × pgbench `new_identity.sql` TPS.
-pub const NEW_IDENTITY_RATIO: f64 = 0.6;
+/// New-identity calls/s at [`TARGET_CONCURRENCY`] ≥ this × pgbench `new_identity.sql` TPS
+/// (group commit: fewer commits per call than the two-statement script).
+pub const NEW_IDENTITY_RATIO: f64 = 1.5;
+/// The concurrency of the second new-identity throughput target.
+pub const LOW_CONCURRENCY: usize = 8;
+/// New-identity calls/s at [`LOW_CONCURRENCY`] ≥ this × pgbench `new_identity.sql` TPS.
+pub const NEW_IDENTITY_RATIO_LOW: f64 = 1.2;
+/// New-identity p50 at c=1 with group commit ≤ this × the p50 with it off.
+pub const IDLE_P50_RATIO: f64 = 1.1;
+/// PostgreSQL commits per new identity at [`TARGET_CONCURRENCY`] at most this.
+pub const COMMITS_PER_NEW_IDENTITY: f64 = 0.5;
 /// Replay calls/s at [`TARGET_CONCURRENCY`] ≥ this × pgbench `read_one.sql` TPS.
 pub const REPLAY_RATIO: f64 = 1.0;
 /// Calls/s through `/mcp` at [`TARGET_CONCURRENCY`] ≥ this × the same calls through
@@ -127,6 +136,17 @@ pub struct Target {
     pub status: Status,
 }
 
+/// A target that was not measured in this run, with why.
+fn skipped(name: String, bound: f64, why: &str) -> Target {
+    Target {
+        name,
+        figure: why.to_owned(),
+        value: None,
+        bound,
+        status: Status::Skip,
+    }
+}
+
 /// Everything a run produced; written as `latest.json`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -175,15 +195,29 @@ impl Report {
         }
     }
 
+    /// The run of `scenario` at `concurrency` with the replay cache on or off, group commit on.
     fn run(&self, scenario: Scenario, concurrency: usize, cache: bool) -> Option<&RunResult> {
         self.runs.iter().find(|run| {
-            run.scenario == scenario && run.concurrency == concurrency && run.replay_cache == cache
+            run.scenario == scenario
+                && run.concurrency == concurrency
+                && run.replay_cache == cache
+                && run.group_commit
+        })
+    }
+
+    /// The new-identity run at `concurrency` with group commit off.
+    fn unbatched(&self, concurrency: usize) -> Option<&RunResult> {
+        self.runs.iter().find(|run| {
+            run.scenario == Scenario::NewIdentity
+                && run.concurrency == concurrency
+                && !run.group_commit
         })
     }
 
     /// Judges the targets (fills [`Report::targets`]).
     pub fn judge(&mut self) {
         let mut targets = self.throughput_targets();
+        targets.extend(self.group_commit_targets());
         targets.extend(self.mcp_targets());
         targets.push(self.flatness_target());
         targets.push(self.memory_target());
@@ -249,14 +283,25 @@ impl Report {
     /// New identities and replays at the target concurrency against their pgbench ceilings.
     fn throughput_targets(&self) -> Vec<Target> {
         let mut targets = Vec::new();
-        let c = TARGET_CONCURRENCY;
-        for (scenario, ratio, ceiling) in [
+        for (scenario, c, ratio, ceiling) in [
             (
                 Scenario::NewIdentity,
+                TARGET_CONCURRENCY,
                 NEW_IDENTITY_RATIO,
                 "new_identity.sql",
             ),
-            (Scenario::Replay, REPLAY_RATIO, "read_one.sql"),
+            (
+                Scenario::NewIdentity,
+                LOW_CONCURRENCY,
+                NEW_IDENTITY_RATIO_LOW,
+                "new_identity.sql",
+            ),
+            (
+                Scenario::Replay,
+                TARGET_CONCURRENCY,
+                REPLAY_RATIO,
+                "read_one.sql",
+            ),
         ] {
             let name = format!(
                 "{} calls/s at c={c} >= {ratio} x pgbench {ceiling}",
@@ -293,6 +338,62 @@ impl Report {
             });
         }
         targets
+    }
+
+    /// Group commit: the idle latency against batching off, and commits per new identity.
+    fn group_commit_targets(&self) -> Vec<Target> {
+        let idle_name =
+            format!("new-identity p50 at c=1 <= {IDLE_P50_RATIO} x with group commit off");
+        let idle = match (self.run(Scenario::NewIdentity, 1, true), self.unbatched(1)) {
+            (Some(on), Some(off)) => match (on.p50_ms, off.p50_ms) {
+                (Some(on_p50), Some(off_p50)) => {
+                    let value = on_p50 / off_p50;
+                    Target {
+                        name: idle_name,
+                        figure: format!("p50 {on_p50:.3} ms vs {off_p50:.3} ms = {value:.2} x"),
+                        value: Some(value),
+                        bound: IDLE_P50_RATIO,
+                        status: Status::of(value <= IDLE_P50_RATIO && on.error_count() == 0),
+                    }
+                }
+                _ => skipped(idle_name, IDLE_P50_RATIO, "no successful calls"),
+            },
+            _ => skipped(
+                idle_name,
+                IDLE_P50_RATIO,
+                "not measured (c=1 not in --concurrency, or a gateway without \
+                 CARMY_DB_BATCH_MAX_ROWS)",
+            ),
+        };
+        let c = TARGET_CONCURRENCY;
+        let commits_name =
+            format!("PostgreSQL commits per new identity at c={c} <= {COMMITS_PER_NEW_IDENTITY}");
+        let commits = match self
+            .run(Scenario::NewIdentity, c, true)
+            .and_then(|run| run.commits_per_call)
+        {
+            Some(value) => {
+                let off = self
+                    .unbatched(c)
+                    .and_then(|run| run.commits_per_call)
+                    .map_or(String::new(), |off| {
+                        format!(" (group commit off: {off:.2})")
+                    });
+                Target {
+                    name: commits_name,
+                    figure: format!("{value:.2} commits per call{off}"),
+                    value: Some(value),
+                    bound: COMMITS_PER_NEW_IDENTITY,
+                    status: Status::of(value <= COMMITS_PER_NEW_IDENTITY),
+                }
+            }
+            None => skipped(
+                commits_name,
+                COMMITS_PER_NEW_IDENTITY,
+                "not measured (c=32 not in --concurrency)",
+            ),
+        };
+        vec![idle, commits]
     }
 
     /// The MCP front against the HTTP API, same gateway and run (docs/semantics.md §11).

@@ -102,6 +102,13 @@ pub struct Config {
           value_parser = InRange::<u64>::at_least(1))]
     pub db_acquire_timeout_ms: u64,
 
+    /// Group commit (docs/semantics.md §8): the most reservations (and, separately, the most
+    /// outcomes) PostgreSQL takes in one statement and one commit. A batch is whatever queued
+    /// while the previous one was in flight, never waited for; 1 turns batching off.
+    #[arg(long, env = "CARMY_DB_BATCH_MAX_ROWS", default_value_t = carmy_postgres::DEFAULT_BATCH_MAX_ROWS,
+          value_parser = InRange::<usize>::new(1, carmy_postgres::MAX_BATCH_MAX_ROWS as u64))]
+    pub db_batch_max_rows: usize,
+
     /// Longest wait (ms) a call may ask for with `Prefer: wait=N` for a running duplicate's
     /// outcome (docs/semantics.md §12); longer waits are cut to it, 0 turns waiting off.
     #[arg(long, env = "CARMY_MAX_WAIT_MS", default_value_t = millis(EngineConfig::default().max_wait),

@@ -133,6 +133,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
                     .map_err(GatewayError::Database)?;
                 let mut options = PostgresStoreOptions::new(url.clone());
                 options.lease_ttl = Duration::from_millis(config.lease_ttl_ms);
+                options.batch_max_rows = config.db_batch_max_rows;
                 let store = Arc::new(
                     PostgresStore::from_pool(pool.clone(), options)
                         .await

@@ -31,7 +31,8 @@
 //! Modules: `store` ([`PostgresStore`]), `operator` ([`Operator`]), [`sql`] (every statement),
 //! `decide`, `wait`, `options`
 //! ([`PostgresStoreOptions`], [`OptionsError`]), `lease`, `cancel`, `diagnosis`, `failure`,
-//! `decode`, `hot`, `ready`, `recheck`, `migrate`.
+//! `decode`, `hot`, `batch` and `grouped` (group commit of `reserve` and `complete`), `ready`,
+//! `recheck`, `migrate`.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -48,11 +49,13 @@
 //! # }
 //! ```
 
+mod batch;
 mod cancel;
 mod decide;
 mod decode;
 mod diagnosis;
 mod failure;
+mod grouped;
 mod hot;
 mod lease;
 mod migrate;
@@ -72,6 +75,7 @@ pub use migrate::{
 pub use operator::{ExecutionDetail, Operator, OperatorQuery, OwnerProcess, StateFilter};
 pub use options::{
     pool_options, ConnectError, OptionsError, PostgresStoreOptions, DEFAULT_ACQUIRE_TIMEOUT,
-    DEFAULT_LEASE_TTL, DEFAULT_MAX_CONNECTIONS, MAX_LEASE_TTL, MIN_LEASE_TTL, PING_IF_IDLE_FOR,
+    DEFAULT_BATCH_MAX_ROWS, DEFAULT_LEASE_TTL, DEFAULT_MAX_CONNECTIONS, MAX_BATCH_MAX_ROWS,
+    MAX_LEASE_TTL, MIN_LEASE_TTL, PING_IF_IDLE_FOR,
 };
 pub use store::PostgresStore;

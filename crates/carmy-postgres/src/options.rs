@@ -13,6 +13,10 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of [`PostgresStoreOptions::lease_ttl`]: 30 seconds.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+/// Default of [`PostgresStoreOptions::batch_max_rows`]: 64 calls per statement.
+pub const DEFAULT_BATCH_MAX_ROWS: usize = 64;
+/// The largest accepted [`PostgresStoreOptions::batch_max_rows`]: 1000.
+pub const MAX_BATCH_MAX_ROWS: usize = 1000;
 /// The shortest accepted [`PostgresStoreOptions::lease_ttl`]: 1 millisecond.
 pub const MIN_LEASE_TTL: Duration = Duration::from_millis(1);
 /// The longest accepted [`PostgresStoreOptions::lease_ttl`]: 24 hours.
@@ -69,6 +73,9 @@ pub enum OptionsError {
     /// `instance_id` is empty.
     #[error("instance_id is empty; accepted: any non-empty text")]
     InstanceId,
+    /// `batch_max_rows` is 0 or above [`MAX_BATCH_MAX_ROWS`].
+    #[error("batch_max_rows is {0}; accepted: 1 (no batching) to 1000")]
+    BatchMaxRows(usize),
 }
 
 /// Why [`PostgresStore::connect`](crate::PostgresStore::connect) or
@@ -117,6 +124,14 @@ pub struct PostgresStoreOptions {
     /// This process's id in `carmy.instances` and `carmy.reservations.owner_instance`; non-empty.
     /// Default: a fresh `inst_` followed by 32 lowercase hex digits (a random UUID).
     pub instance_id: String,
+    /// Group commit (docs/semantics.md §8): the most `reserve` calls (and, separately, the most
+    /// `complete` calls) that share one statement and one commit. A batch is whatever queued
+    /// while the previous batch of its kind was in flight, never waited for: an idle store runs
+    /// each call at once with its single-row statement. Also capped at about 1 MiB of outcomes
+    /// per `complete` batch. `1` turns batching off (every call its own statement, as before
+    /// batching). From 1 to [`MAX_BATCH_MAX_ROWS`] (1000); default [`DEFAULT_BATCH_MAX_ROWS`]
+    /// (64).
+    pub batch_max_rows: usize,
 }
 
 /// Options with defaults for the database at this URL ([`PostgresStoreOptions::new`]), so that
@@ -143,7 +158,7 @@ impl From<&String> for PostgresStoreOptions {
 
 impl PostgresStoreOptions {
     /// Options for `database_url` with every default: 10 connections, 5 s acquire timeout,
-    /// 30 s lease, a fresh random instance id.
+    /// 30 s lease, a fresh random instance id, batches of up to 64 calls.
     pub fn new(database_url: impl Into<String>) -> Self {
         Self {
             database_url: database_url.into(),
@@ -151,6 +166,7 @@ impl PostgresStoreOptions {
             acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
             lease_ttl: DEFAULT_LEASE_TTL,
             instance_id: format!("inst_{}", uuid::Uuid::new_v4().simple()),
+            batch_max_rows: DEFAULT_BATCH_MAX_ROWS,
         }
     }
 
@@ -168,12 +184,16 @@ impl PostgresStoreOptions {
             .map_err(|error: sqlx::Error| OptionsError::DatabaseUrl(error.to_string()))
     }
 
-    /// Checks the settings every store uses (`lease_ttl`, `instance_id`) and returns the lease
-    /// TTL in milliseconds.
+    /// Checks the settings every store uses (`lease_ttl`, `instance_id`, `batch_max_rows`) and
+    /// returns the lease TTL in milliseconds.
     ///
     /// # Errors
-    /// [`OptionsError::LeaseTtl`] or [`OptionsError::InstanceId`].
+    /// [`OptionsError::LeaseTtl`], [`OptionsError::InstanceId`] or
+    /// [`OptionsError::BatchMaxRows`].
     pub(crate) fn lease_ttl_millis(&self) -> Result<i64, OptionsError> {
+        if !(1..=MAX_BATCH_MAX_ROWS).contains(&self.batch_max_rows) {
+            return Err(OptionsError::BatchMaxRows(self.batch_max_rows));
+        }
         if !(MIN_LEASE_TTL..=MAX_LEASE_TTL).contains(&self.lease_ttl) {
             return Err(OptionsError::LeaseTtl(self.lease_ttl));
         }
@@ -196,6 +216,7 @@ mod tests {
         assert_eq!(options.max_connections, 10);
         assert_eq!(options.acquire_timeout, Duration::from_secs(5));
         assert_eq!(options.lease_ttl, Duration::from_secs(30));
+        assert_eq!(options.batch_max_rows, 64);
         let hex = options.instance_id.strip_prefix("inst_").unwrap();
         assert_eq!(hex.len(), 32);
         assert!(hex
@@ -224,6 +245,16 @@ mod tests {
         ));
         options.lease_ttl = MIN_LEASE_TTL;
         assert_eq!(options.lease_ttl_millis().unwrap(), 1);
+        for rows in [0, 1001] {
+            options.batch_max_rows = rows;
+            assert_eq!(
+                options.lease_ttl_millis().unwrap_err().to_string(),
+                format!("batch_max_rows is {rows}; accepted: 1 (no batching) to 1000")
+            );
+        }
+        options.batch_max_rows = 1000;
+        assert_eq!(options.lease_ttl_millis().unwrap(), 1);
+        options.batch_max_rows = 1;
         options.instance_id.clear();
         assert!(matches!(
             options.lease_ttl_millis(),

@@ -20,6 +20,26 @@ macro_rules! record_columns {
     };
 }
 
+/// The per-row rule of a reservation, shared by [`RESERVE_SQL`] and [`RESERVE_BATCH_SQL`]: the
+/// insert's column list (its values follow in this order, with `state = 'running'` and
+/// `started_at = now()`) and what happens when the identity is already held. A change to the
+/// rule (e.g. a finished row past its expiry replaced as new) is made here, once, for both.
+/// `ON CONFLICT` may not touch one row twice in a statement: the batch dedupes identities first.
+macro_rules! reserve_insert {
+    () => {
+        "INSERT INTO carmy.reservations \
+             (principal, session_id, request_id, tool, fingerprint, fingerprint_version, \
+              state, execution_id, owner_instance, started_at, fingerprint_parts) "
+    };
+}
+
+/// See [`reserve_insert`].
+macro_rules! reserve_on_conflict {
+    () => {
+        " ON CONFLICT (principal, session_id, request_id) DO NOTHING "
+    };
+}
+
 /// The happy path of `reserve`, one statement: insert a running row, or read the existing one.
 ///
 /// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` tool, `$5` fingerprint digest,
@@ -29,13 +49,11 @@ macro_rules! record_columns {
 /// existing reservation, or no row when the conflicting row was committed by a concurrent
 /// transaction after this statement's snapshot was taken (READ COMMITTED).
 pub const RESERVE_SQL: &str = concat!(
-    "WITH ins AS ( \
-         INSERT INTO carmy.reservations \
-             (principal, session_id, request_id, tool, fingerprint, fingerprint_version, \
-              state, execution_id, owner_instance, started_at, fingerprint_parts) \
-         VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, now(), $9) \
-         ON CONFLICT (principal, session_id, request_id) DO NOTHING \
-         RETURNING execution_id \
+    "WITH ins AS ( ",
+    reserve_insert!(),
+    "VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, now(), $9)",
+    reserve_on_conflict!(),
+    "RETURNING execution_id \
      ) \
      SELECT true AS inserted, NULL::text AS execution_id, NULL::text AS tool, \
             NULL::text AS fingerprint, NULL::text AS fingerprint_version, NULL::text AS state, \
@@ -48,6 +66,44 @@ pub const RESERVE_SQL: &str = concat!(
     " FROM carmy.reservations r \
      WHERE r.principal = $1 AND r.session_id = $2 AND r.request_id = $3 \
        AND NOT EXISTS (SELECT 1 FROM ins)"
+);
+
+/// [`RESERVE_SQL`] for many identities in one statement and one commit (group commit, see
+/// `batch`). The identities must be distinct.
+///
+/// Binds: `$1`..`$7` arrays of equal length (`text[]`): principals, session ids, request ids,
+/// tools, fingerprint digests, fingerprint versions, execution ids; `$8` the owner instance;
+/// `$9` the part digests (`text[]` of the same length, with `NULL`s).
+/// Returns per input position `slot` (1-based, `bigint`) one row with `inserted = true`, or one
+/// row with `inserted = false` and the existing record's columns, or no row when the conflicting
+/// row was committed after the statement's snapshot (as [`RESERVE_SQL`]).
+pub const RESERVE_BATCH_SQL: &str = concat!(
+    "WITH input AS ( \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+                              $6::text[], $7::text[], $9::text[]) WITH ORDINALITY \
+             AS i(principal, session_id, request_id, tool, fingerprint, fingerprint_version, \
+                  execution_id, fingerprint_parts, slot) \
+     ), ins AS ( ",
+    reserve_insert!(),
+    "SELECT principal, session_id, request_id, tool, fingerprint, fingerprint_version, \
+            'running', execution_id, $8, now(), fingerprint_parts FROM input",
+    reserve_on_conflict!(),
+    "RETURNING principal, session_id, request_id \
+     ) \
+     SELECT i.slot, true AS inserted, NULL::text AS execution_id, NULL::text AS tool, \
+            NULL::text AS fingerprint, NULL::text AS fingerprint_version, NULL::text AS state, \
+            NULL::text AS outcome, NULL::text AS in_flight_state, \
+            NULL::text AS fingerprint_parts \
+     FROM input i JOIN ins USING (principal, session_id, request_id) \
+     UNION ALL \
+     SELECT i.slot, false AS inserted, ",
+    record_columns!(),
+    " FROM input i JOIN carmy.reservations r \
+         ON r.principal = i.principal AND r.session_id = i.session_id \
+        AND r.request_id = i.request_id \
+     WHERE NOT EXISTS (SELECT 1 FROM ins \
+                       WHERE ins.principal = i.principal AND ins.session_id = i.session_id \
+                         AND ins.request_id = i.request_id)"
 );
 
 /// Reads one identity's record. Binds: `$1` principal, `$2` session_id, `$3` request_id.
@@ -112,6 +168,26 @@ pub const TAKE_OVER_SQL: &str = "WITH before AS ( \
          RETURNING 1 \
      ) \
      SELECT t.attempt FROM taken t";
+
+/// [`COMPLETE_SQL`] for many outcomes in one statement and one commit (group commit, see
+/// `batch`), with the same per-row rule. No two inputs may name the same identity and execution
+/// (`UPDATE … FROM` would apply only one of them).
+///
+/// Binds: `$1`..`$9` arrays of equal length (`text[]`, `$9` with `NULL`s) and `$10` (`int4[]`,
+/// the attempts), as [`COMPLETE_SQL`]'s binds. Returns the `slot` (1-based input position,
+/// `bigint`) of every row it updated.
+pub const COMPLETE_BATCH_SQL: &str = "UPDATE carmy.reservations r \
+     SET state = v.state, outcome = v.outcome, error_code = v.error_code, finished_at = now() \
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+                 $7::text[], $8::text[], $9::text[], $10::int4[]) WITH ORDINALITY \
+         AS v(principal, session_id, request_id, execution_id, fingerprint, \
+              fingerprint_version, state, outcome, error_code, attempt, slot) \
+     WHERE r.principal = v.principal AND r.session_id = v.session_id \
+       AND r.request_id = v.request_id \
+       AND r.execution_id = v.execution_id AND r.fingerprint = v.fingerprint \
+       AND r.fingerprint_version = v.fingerprint_version \
+       AND r.state = 'running' AND r.attempt = v.attempt \
+     RETURNING v.slot";
 
 /// What `complete` reads back when its update matched nothing. Binds as [`LOOKUP_SQL`].
 pub const COMPLETE_RECHECK_SQL: &str =
@@ -317,6 +393,7 @@ mod tests {
     fn every_record_read_uses_the_in_flight_function() {
         for sql in [
             RESERVE_SQL,
+            RESERVE_BATCH_SQL,
             LOOKUP_SQL,
             FIND_EXECUTION_SQL,
             LIST_EXECUTIONS_SQL,

@@ -1,38 +1,46 @@
-//! [`PostgresStore`]: the durable [`IdempotencyStore`] shared by all gateway replicas
+//! [`PostgresStore`]: the durable [`IdempotencyStore`](carmy::runtime::IdempotencyStore) shared by all gateway replicas
 //! (docs/semantics.md §8). The statements are in [`crate::sql`], the settings in
 //! [`crate::options`], the lease in `lease`, cancel delivery in `cancel`, error classes in
 //! `failure`, row decoding in `decode` and the hot-path connections in `hot`.
 
-use crate::cancel::{listen_for_cancels, release_unused, request_cancel, CANCEL_BACKLOG};
+use crate::batch::{Batcher, Limits, Unanswered};
+use crate::cancel::{listen_for_cancels, CANCEL_BACKLOG};
 use crate::decide;
 use crate::decode::{decode_key, decode_record};
 use crate::diagnosis::{explain_connect, Diagnosis};
 use crate::failure::{settle, Failure};
+use crate::grouped::{
+    CompleteAnswer, CompleteBatch, CompleteRequest, Hot, ReserveAnswer, ReserveBatch,
+    ReserveRequest,
+};
 use crate::hot::{hot_pool, run_error, HotManager};
 use crate::lease::{lease_pool, renewal_interval, Lease};
 use crate::options::{pool_options, ConnectError, PostgresStoreOptions};
 use crate::ready::check_ready;
 use crate::recheck::already_recorded;
 use crate::sql::{COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, RESERVE_SQL};
-use crate::wait;
-use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use carmy::fingerprint::{Fingerprint, FingerprintParts};
-use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
+use carmy::outcome::{ExecutionId, RecordedResult};
 use carmy::runtime::{
-    Decided, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
-    Reservation, StoreError, StoreFuture, StoredRecord,
+    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, Reservation, StoreError,
+    StoredRecord,
 };
-use carmy::wait::until_decided;
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
+mod idempotency;
+
+/// Batches of one kind (`reserve` or `complete`) in flight at once (see `batch`): while they
+/// run, the next batch forms.
+const BATCHES_IN_FLIGHT: usize = 2;
+
 /// How often `reserve` retries when the row it conflicted with vanished before it was read.
 const RESERVE_ATTEMPTS: usize = 3;
 
-/// The PostgreSQL [`IdempotencyStore`] (docs/semantics.md §8): reservations and outcomes in
+/// The PostgreSQL [`IdempotencyStore`](carmy::runtime::IdempotencyStore) (docs/semantics.md §8): reservations and outcomes in
 /// `carmy.reservations`, this process's lease in `carmy.instances`.
 ///
 /// - `reserve` is one `INSERT … ON CONFLICT DO NOTHING` statement that also reads the existing
@@ -45,7 +53,7 @@ const RESERVE_ATTEMPTS: usize = 3;
 /// - Lease times come from the database clock (`now()`), never the process clock.
 ///
 /// Migrate the schema with [`crate::migrate`]. A store created before that starts but is not
-/// ready: [`IdempotencyStore::check_ready`] is `Ok` only when `max(version)` in
+/// ready: [`IdempotencyStore::check_ready`](carmy::runtime::IdempotencyStore::check_ready) is `Ok` only when `max(version)` in
 /// `carmy.refinery_schema_history` is at least [`crate::latest_migration_version`] and the
 /// instance row is written. A schema behind this build is [`StoreError::NotReady`]: `schema
 /// carmy is not migrated (found version N, need M): run migrations (…)` (or `found none`, or
@@ -75,6 +83,9 @@ pub struct PostgresStore {
     recorded: broadcast::Sender<ExecutionId>,
     /// Connections for `reserve` and `complete` (see [`crate::hot`]).
     hot: bb8::Pool<HotManager>,
+    /// Group commit of `reserve` and of `complete` (`batch`); `None` when
+    /// `batch_max_rows` is 1.
+    batches: Option<(Batcher<ReserveBatch>, Batcher<CompleteBatch>)>,
 }
 
 impl PostgresStore {
@@ -84,7 +95,7 @@ impl PostgresStore {
     /// renewer. Run [`crate::migrate`] first.
     ///
     /// When the instance row cannot be written (typically: the schema is not migrated yet), the
-    /// store is still returned: [`IdempotencyStore::check_ready`] then reports why, the renewer
+    /// store is still returned: [`IdempotencyStore::check_ready`](carmy::runtime::IdempotencyStore::check_ready) then reports why, the renewer
     /// keeps trying, and `reserve` registers the instance before it reserves anything (failing
     /// with [`StoreError::Unavailable`] while it cannot), so no reservation is ever made without a
     /// lease.
@@ -153,6 +164,22 @@ impl PostgresStore {
             pool.options().get_max_connections(),
             pool.options().get_acquire_timeout(),
         );
+        let batches = (options.batch_max_rows > 1).then(|| {
+            let hot = Hot {
+                pool: hot.clone(),
+                instance_id: options.instance_id.clone(),
+                diagnosis: Arc::clone(&diagnosis),
+            };
+            let limits = Limits {
+                max_rows: options.batch_max_rows,
+                in_flight: BATCHES_IN_FLIGHT,
+                queue_timeout: pool.options().get_acquire_timeout(),
+            };
+            (
+                Batcher::start(ReserveBatch(hot.clone()), limits),
+                Batcher::start(CompleteBatch(hot), limits),
+            )
+        });
         let (cancels, _) = broadcast::channel(CANCEL_BACKLOG);
         let (recorded, _) = broadcast::channel(CANCEL_BACKLOG);
         tokio::spawn(listen_for_cancels(
@@ -171,6 +198,7 @@ impl PostgresStore {
             cancels,
             recorded,
             hot,
+            batches,
         })
     }
 
@@ -217,6 +245,30 @@ impl PostgresStore {
     ) -> Result<Reservation, Failure> {
         // Never reserve without a lease row: others would read the reservation as interrupted.
         self.lease.ensure_held().await?;
+        if let Some((reserves, _)) = &self.batches {
+            let request = ReserveRequest {
+                principal: key.principal.clone(),
+                session_id: key.session_id.clone(),
+                request_id: key.request_id.clone(),
+                tool: intent.tool.clone(),
+                digest: fingerprint.digest.clone(),
+                version: fingerprint.version.clone(),
+                execution_id: intent.execution_id.as_str().to_owned(),
+                parts: intent.parts.as_ref().map(FingerprintParts::encode),
+            };
+            let record = match reserves.submit(request).await {
+                Ok(ReserveAnswer::Inserted) => return Ok(Reservation::Reserved),
+                Ok(ReserveAnswer::Held(record)) => Some(record?),
+                Ok(ReserveAnswer::NotVisible) => self.lookup_impl(key).await?,
+                Ok(ReserveAnswer::Failed(error)) => return Err(error.into()),
+                Err(Unanswered::Lost) => return Err(lost_batch().into()),
+                // The batch statement was refused, or no batch ran: this call's own statement.
+                Ok(ReserveAnswer::Alone) | Err(Unanswered::NotSent) => None,
+            };
+            if let Some(record) = record {
+                return Ok(Existing::for_record(record, fingerprint).into());
+            }
+        }
         for _ in 0..RESERVE_ATTEMPTS {
             let query = sqlx::query(RESERVE_SQL)
                 .bind(&key.principal)
@@ -270,6 +322,30 @@ impl PostgresStore {
         let outcome = recorded.record_json();
         let result = recorded.result();
         let error_code = result.error.as_ref().map(|error| error.code.as_str());
+        if let Some((_, completes)) = &self.batches {
+            let request = CompleteRequest {
+                principal: key.principal.clone(),
+                session_id: key.session_id.clone(),
+                request_id: key.request_id.clone(),
+                execution_id: result.execution_id.as_str().to_owned(),
+                digest: fingerprint.digest.clone(),
+                version: fingerprint.version.clone(),
+                state: result.status.as_str().to_owned(),
+                outcome: outcome.to_owned(),
+                error_code: error_code.map(str::to_owned),
+                attempt: i32::try_from(recorded.attempt()).unwrap_or(i32::MAX),
+            };
+            let updated = match completes.submit(request).await {
+                Ok(CompleteAnswer::Updated) => Some(1),
+                Ok(CompleteAnswer::Unmatched) => Some(0),
+                Ok(CompleteAnswer::Failed(error)) => return Err(error.into()),
+                Err(Unanswered::Lost) => return Err(lost_batch().into()),
+                Ok(CompleteAnswer::Alone) | Err(Unanswered::NotSent) => None,
+            };
+            if let Some(updated) = updated {
+                return self.recheck(key, recorded, updated).await;
+            }
+        }
         let query = sqlx::query(COMPLETE_SQL)
             .bind(&key.principal)
             .bind(&key.session_id)
@@ -287,7 +363,20 @@ impl PostgresStore {
             hot.used(&done);
             done?.rows_affected()
         };
-        if updated == 1 || already_recorded(&self.pool, key, result, outcome).await? {
+        self.recheck(key, recorded, updated).await
+    }
+
+    /// After `complete`'s update matched `updated` rows: `Ok` when it matched one, or when the
+    /// row already holds exactly this outcome (a retry after a lost acknowledgement).
+    async fn recheck(
+        &self,
+        key: &IdempotencyKey,
+        recorded: &RecordedResult,
+        updated: u64,
+    ) -> Result<(), Failure> {
+        let result = recorded.result();
+        if updated == 1 || already_recorded(&self.pool, key, result, recorded.record_json()).await?
+        {
             return Ok(());
         }
         Err(StoreError::NotOwner {
@@ -340,181 +429,17 @@ impl PostgresStore {
     }
 }
 
+/// A batch whose worker ended without answering (its runtime shut down): its statement may have
+/// been applied.
+fn lost_batch() -> StoreError {
+    StoreError::Indeterminate("the batch of this call ended without an answer".to_owned())
+}
+
 impl Drop for PostgresStore {
     /// Stops the lease renewer (at once, or after a renewal in progress) without ending the
     /// lease: it lapses within `lease_ttl`, as when the process dies. Use
     /// [`PostgresStore::shutdown`] to end it at once.
     fn drop(&mut self) {
         self.stop.send_replace(true);
-    }
-}
-
-/// Decisions call the DBAs' SQL functions ([`crate::decide`]); a late arrival is an audit row
-/// with this process's instance id as the actor; a waiter registers in `carmy.outcome_waiters`
-/// and waits on the listener ([`crate::wait`]).
-impl IdempotencyStore for PostgresStore {
-    /// One autocommitted `DELETE` of the row, only while it is `running` and held by
-    /// `execution_id`.
-    fn release<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            self.finish(release_unused(&self.pool, key, execution_id).await)
-                .await
-        })
-    }
-
-    fn reserve<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        intent: &'a ExecutionIntent,
-    ) -> StoreFuture<'a, Reservation> {
-        Box::pin(async move {
-            self.finish(self.reserve_impl(key, fingerprint, intent).await)
-                .await
-        })
-    }
-
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        result: &'a RecordedResult,
-    ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            self.finish(self.complete_impl(key, fingerprint, result).await)
-                .await
-        })
-    }
-
-    fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
-        Box::pin(async move { self.finish(self.lookup_impl(key).await).await })
-    }
-
-    fn find_execution<'a>(
-        &'a self,
-        principal: &'a str,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Option<ExecutionLookup>> {
-        Box::pin(async move {
-            self.finish(self.find_execution_impl(principal, execution_id).await)
-                .await
-        })
-    }
-
-    fn check_ready(&self) -> StoreFuture<'_, ()> {
-        Box::pin(self.check_ready_impl())
-    }
-
-    fn resolve_execution<'a>(
-        &'a self,
-        request: &'a ResolveRequest,
-    ) -> StoreFuture<'a, Decided<ExecutionResult>> {
-        Box::pin(async move {
-            self.finish(decide::resolve(&self.pool, request).await)
-                .await
-        })
-    }
-
-    fn release_execution<'a>(
-        &'a self,
-        request: &'a ReleaseRequest,
-    ) -> StoreFuture<'a, Decided<Released>> {
-        Box::pin(async move {
-            self.finish(decide::release(&self.pool, request).await)
-                .await
-        })
-    }
-
-    /// One statement ([`crate::sql::TAKE_OVER_SQL`]), after making sure this process holds its
-    /// lease (a taker without one would itself read as interrupted at once).
-    fn take_over<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Option<u32>> {
-        Box::pin(async move {
-            let taken = match self.lease.ensure_held().await {
-                Ok(()) => {
-                    decide::take_over(
-                        &self.pool,
-                        &self.instance_id,
-                        key,
-                        fingerprint,
-                        execution_id,
-                    )
-                    .await
-                }
-                Err(failure) => Err(failure),
-            };
-            self.finish(taken).await
-        })
-    }
-
-    fn record_late_arrival<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        result: &'a RecordedResult,
-    ) -> StoreFuture<'a, Option<ExecutionId>> {
-        Box::pin(async move {
-            let kept = decide::late_arrival(&self.pool, &self.instance_id, key, result).await;
-            self.finish(kept).await
-        })
-    }
-
-    fn wait_for_outcome<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-        timeout: std::time::Duration,
-    ) -> StoreFuture<'a, Option<StoredRecord>> {
-        Box::pin(async move {
-            let recorded = Some(self.recorded.subscribe());
-            let waiter = self
-                .finish(wait::register(&self.pool, execution_id).await)
-                .await?;
-            let record = until_decided(self, recorded, key, execution_id, timeout).await;
-            wait::unregister(&self.pool, execution_id, &waiter).await;
-            record
-        })
-    }
-
-    fn list_executions<'a>(
-        &'a self,
-        query: &'a ExecutionQuery,
-    ) -> StoreFuture<'a, Vec<ExecutionLookup>> {
-        Box::pin(async move { self.finish(decide::list(&self.pool, query).await).await })
-    }
-
-    fn audit_trail<'a>(
-        &'a self,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Vec<AuditEntry>> {
-        Box::pin(async move {
-            self.finish(decide::audit_trail(&self.pool, execution_id).await)
-                .await
-        })
-    }
-
-    /// `NOTIFY carmy_cancel, '<execution_id>'`: every replica hears it; the one running the
-    /// execution cancels it.
-    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            self.finish(request_cancel(&self.pool, execution_id).await)
-                .await
-        })
-    }
-
-    fn cancel_requests(&self) -> Option<broadcast::Receiver<ExecutionId>> {
-        Some(self.cancels.subscribe())
-    }
-
-    /// [`PostgresStore::shutdown`]: stops the renewer and the cancel listener, ends the lease.
-    fn shutdown(&self) -> StoreFuture<'_, ()> {
-        Box::pin(PostgresStore::shutdown(self))
     }
 }

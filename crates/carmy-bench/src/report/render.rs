@@ -57,8 +57,15 @@ impl Report {
         let _ = writeln!(out);
         let _ = writeln!(
             out,
-            "{:<26} {:>4} {:>9} {:>8} {:>8} {:>7}  {:<22} CPU in % of one core",
-            "scenario", "c", "calls/s", "p50 ms", "p99 ms", "errors", "vs pgbench ceiling"
+            "{:<34} {:>4} {:>9} {:>8} {:>8} {:>7} {:>8}  {:<22} CPU in % of one core",
+            "scenario",
+            "c",
+            "calls/s",
+            "p50 ms",
+            "p99 ms",
+            "errors",
+            "commits",
+            "vs pgbench ceiling"
         );
         for ceiling in [&self.pgbench_new_identity, &self.pgbench_read_one] {
             TableRow {
@@ -68,6 +75,8 @@ impl Report {
                 p50_ms: ceiling.p50_ms,
                 p99_ms: ceiling.p99_ms,
                 errors: ceiling.failed,
+                // The script is two autocommitted statements: two commits per transaction.
+                commits: Some(2.0),
                 versus: "(ceiling)".to_owned(),
                 cpu: ceiling.cpu.as_ref(),
             }
@@ -239,6 +248,8 @@ struct TableRow<'a> {
     p50_ms: Option<f64>,
     p99_ms: Option<f64>,
     errors: u64,
+    /// PostgreSQL commits per call, where counted.
+    commits: Option<f64>,
     /// The ratio to the ceiling, or "(ceiling)".
     versus: String,
     cpu: Option<&'a cpu::Split>,
@@ -254,6 +265,7 @@ impl<'a> TableRow<'a> {
             p50_ms: run.p50_ms,
             p99_ms: run.p99_ms,
             errors: run.error_count(),
+            commits: run.commits_per_call,
             versus: String::new(),
             cpu: run.cpu.as_ref(),
         }
@@ -262,13 +274,15 @@ impl<'a> TableRow<'a> {
     fn write(&self, out: &mut String) {
         let _ = writeln!(
             out,
-            "{:<26} {:>4} {:>9.0} {:>8} {:>8} {:>7}  {:<22} {}",
+            "{:<34} {:>4} {:>9.0} {:>8} {:>8} {:>7} {:>8}  {:<22} {}",
             self.label,
             self.concurrency,
             self.per_second,
             ms(self.p50_ms),
             ms(self.p99_ms),
             self.errors,
+            self.commits
+                .map_or("-".to_owned(), |commits| format!("{commits:.2}")),
             self.versus,
             self.cpu.map_or(String::new(), cpu::Split::brief)
         );

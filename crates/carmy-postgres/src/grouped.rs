@@ -1,0 +1,406 @@
+//! The batch executors of `reserve` and `complete` ([`ReserveBatch`], [`CompleteBatch`]) for the
+//! group-commit queue of `batch` (docs/semantics.md §8).
+//!
+//! A batch of one runs the store's single-row statement ([`RESERVE_SQL`], [`COMPLETE_SQL`]), so
+//! an idle store costs exactly what it did without batching; a longer batch runs one multi-row
+//! statement ([`RESERVE_BATCH_SQL`], [`COMPLETE_BATCH_SQL`]) with the same per-row rules, in one
+//! autocommit. Only the first request of each identity (for `complete`: of each identity and
+//! execution) goes into the statement; the others of the batch take that one's answer
+//! (`reserve`: the winner's row) or are rechecked by their caller (`complete`).
+//!
+//! Every answer is about one caller's row: the caller turns it into its `Reservation` or `Ok`
+//! exactly as the unbatched path does (fingerprint compared per row, a row that is not visible
+//! yet read again, a `complete` that matched nothing rechecked). A statement the server refused
+//! (it was rolled back, nothing was applied) is answered [`ReserveAnswer::Alone`] /
+//! [`CompleteAnswer::Alone`]: each caller then runs its own single-row statement, so one bad row
+//! cannot fail the others. A statement lost in transit is `Indeterminate` for each of its callers,
+//! which they handle per row as without batching (the engine releases a reservation that may
+//! have been made; a recording is retried, and its recheck finds it applied).
+
+use crate::batch::Execute;
+use crate::diagnosis::Diagnosis;
+use crate::failure::lost_in_transit;
+use crate::hot::{run_error, HotManager};
+use crate::sql::{COMPLETE_BATCH_SQL, COMPLETE_SQL, RESERVE_BATCH_SQL, RESERVE_SQL};
+use carmy::runtime::{InFlightState, RecordState, StoreError, StoredRecord};
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One caller's `reserve`, owned. The fields are the binds of [`RESERVE_SQL`].
+#[derive(Clone, Debug)]
+pub(crate) struct ReserveRequest {
+    pub(crate) principal: String,
+    pub(crate) session_id: String,
+    pub(crate) request_id: String,
+    pub(crate) tool: String,
+    pub(crate) digest: String,
+    pub(crate) version: String,
+    pub(crate) execution_id: String,
+    /// The part digests, encoded (`FingerprintParts::encode`), or `None`.
+    pub(crate) parts: Option<String>,
+}
+
+impl ReserveRequest {
+    fn identity(&self) -> (&str, &str, &str) {
+        (&self.principal, &self.session_id, &self.request_id)
+    }
+
+    /// The record this request's row holds right after its insert: running, held by this
+    /// process (whose lease the store checked before queueing).
+    fn inserted_record(&self) -> StoredRecord {
+        StoredRecord {
+            execution_id: carmy::outcome::ExecutionId::from_stored(self.execution_id.clone()),
+            fingerprint: carmy::fingerprint::Fingerprint {
+                version: self.version.clone(),
+                digest: self.digest.clone(),
+            },
+            tool: self.tool.clone(),
+            state: RecordState::InFlight(InFlightState::Running),
+            parts: self
+                .parts
+                .as_deref()
+                .and_then(carmy::fingerprint::FingerprintParts::decode),
+        }
+    }
+}
+
+/// What the batch says about one caller's `reserve`.
+#[allow(clippy::large_enum_variant)] // one per call, moved once; boxing buys nothing
+#[derive(Debug)]
+pub(crate) enum ReserveAnswer {
+    /// This request's row was inserted: it holds the identity.
+    Inserted,
+    /// The identity is held by this record (an existing row, or an earlier request of the same
+    /// batch that won it): compare the fingerprint against it. `Err` when the row is damaged.
+    Held(Result<StoredRecord, StoreError>),
+    /// The insert conflicted with a row committed after the statement's snapshot: read it again.
+    NotVisible,
+    /// Run the single-row statement instead (the batch statement was refused and rolled back).
+    Alone,
+    /// The batch failed: [`StoreError::Unavailable`] or, lost in transit,
+    /// [`StoreError::Indeterminate`].
+    Failed(StoreError),
+}
+
+/// One caller's `complete`, owned. The fields are the binds of [`COMPLETE_SQL`].
+#[derive(Clone, Debug)]
+pub(crate) struct CompleteRequest {
+    pub(crate) principal: String,
+    pub(crate) session_id: String,
+    pub(crate) request_id: String,
+    pub(crate) execution_id: String,
+    pub(crate) digest: String,
+    pub(crate) version: String,
+    pub(crate) state: String,
+    pub(crate) outcome: String,
+    pub(crate) error_code: Option<String>,
+    /// The attempt that made the outcome (docs/semantics.md §12, takeover).
+    pub(crate) attempt: i32,
+}
+
+impl CompleteRequest {
+    fn target(&self) -> (&str, &str, &str, &str) {
+        (
+            &self.principal,
+            &self.session_id,
+            &self.request_id,
+            &self.execution_id,
+        )
+    }
+}
+
+/// What the batch says about one caller's `complete`.
+#[derive(Debug)]
+pub(crate) enum CompleteAnswer {
+    /// The outcome is recorded (durable: the statement committed).
+    Updated,
+    /// Nothing matched (or the request was a duplicate left out of the statement): recheck the
+    /// row, as the unbatched path does after an update that matched nothing.
+    Unmatched,
+    /// Run the single-row statement instead (the batch statement was refused and rolled back).
+    Alone,
+    /// As [`ReserveAnswer::Failed`].
+    Failed(StoreError),
+}
+
+/// What a batch executor needs: the hot connections, this instance's id, and how to explain a
+/// failure.
+#[derive(Clone)]
+pub(crate) struct Hot {
+    pub(crate) pool: bb8::Pool<HotManager>,
+    pub(crate) instance_id: String,
+    pub(crate) diagnosis: Arc<Diagnosis>,
+}
+
+impl Hot {
+    /// Runs `query` on a hot connection, marking the connection broken when it was lost in
+    /// transit.
+    async fn fetch_all(
+        &self,
+        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> Result<Vec<PgRow>, sqlx::Error> {
+        let mut hot = self.pool.get().await.map_err(run_error)?;
+        let rows = query.fetch_all(&mut hot.connection).await;
+        hot.used(&rows);
+        rows
+    }
+
+    /// The failure of a whole batch as each caller's answer: `None` when the server refused the
+    /// statement (rolled back: the callers run alone), else the error for every caller.
+    async fn failure(&self, error: sqlx::Error, callers: usize) -> Option<Vec<StoreError>> {
+        if callers > 1 && error.as_database_error().is_some() {
+            tracing::warn!(%error, callers, "batch statement refused; running each call alone");
+            return None;
+        }
+        let indeterminate = lost_in_transit(&error);
+        let text = self.diagnosis.explain(error).await;
+        Some(
+            (0..callers)
+                .map(|_| {
+                    if indeterminate {
+                        StoreError::Indeterminate(text.clone())
+                    } else {
+                        StoreError::Unavailable(text.clone())
+                    }
+                })
+                .collect(),
+        )
+    }
+}
+
+/// The failure of a call that found no batch to go in within `waited` (the acquire timeout):
+/// nothing was sent for it.
+fn queue_timeout(waited: Duration) -> StoreError {
+    StoreError::Unavailable(format!(
+        "no batch took this call within {} ms (the acquire timeout): the earlier batches are \
+         still in flight (a lock, a slow or unreachable server?)",
+        waited.as_millis()
+    ))
+}
+
+/// The first position of each distinct key of `keys`, and for every position the index (into
+/// those firsts) of its key's first position.
+fn first_of_each<K: std::hash::Hash + Eq>(
+    keys: impl Iterator<Item = K>,
+) -> (Vec<usize>, Vec<usize>) {
+    let mut firsts = Vec::new();
+    let mut seen: HashMap<K, usize> = HashMap::new();
+    let owners = keys
+        .enumerate()
+        .map(|(position, key)| {
+            *seen.entry(key).or_insert_with(|| {
+                firsts.push(position);
+                firsts.len() - 1
+            })
+        })
+        .collect();
+    (firsts, owners)
+}
+
+/// The 1-based slot of a batch statement's row as an index.
+fn slot_of(row: &PgRow) -> Result<usize, sqlx::Error> {
+    let slot: i64 = row.try_get("slot")?;
+    usize::try_from(slot - 1).map_err(|error| sqlx::Error::Decode(Box::new(error)))
+}
+
+/// Runs batches of `reserve`.
+pub(crate) struct ReserveBatch(pub(crate) Hot);
+
+impl ReserveBatch {
+    /// Runs the statement for `unique` (distinct identities); per request, its row (`None`: not
+    /// visible).
+    async fn run(&self, unique: &[&ReserveRequest]) -> Result<Vec<Option<PgRow>>, sqlx::Error> {
+        if let [request] = unique {
+            let query = sqlx::query(RESERVE_SQL)
+                .bind(&request.principal)
+                .bind(&request.session_id)
+                .bind(&request.request_id)
+                .bind(&request.tool)
+                .bind(&request.digest)
+                .bind(&request.version)
+                .bind(&request.execution_id)
+                .bind(&self.0.instance_id)
+                .bind(request.parts.as_deref());
+            return Ok(vec![self.0.fetch_all(query).await?.pop()]);
+        }
+        let column = |field: fn(&ReserveRequest) -> &str| -> Vec<&str> {
+            unique.iter().map(|request| field(request)).collect()
+        };
+        let query = sqlx::query(RESERVE_BATCH_SQL)
+            .bind(column(|r| &r.principal))
+            .bind(column(|r| &r.session_id))
+            .bind(column(|r| &r.request_id))
+            .bind(column(|r| &r.tool))
+            .bind(column(|r| &r.digest))
+            .bind(column(|r| &r.version))
+            .bind(column(|r| &r.execution_id))
+            .bind(&self.0.instance_id)
+            .bind(
+                unique
+                    .iter()
+                    .map(|request| request.parts.as_deref())
+                    .collect::<Vec<Option<&str>>>(),
+            );
+        let mut rows: Vec<Option<PgRow>> = (0..unique.len()).map(|_| None).collect();
+        for row in self.0.fetch_all(query).await? {
+            let slot = slot_of(&row)?;
+            if let Some(place) = rows.get_mut(slot) {
+                *place = Some(row);
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// The answer of a request whose identity's statement row is `row`; `winner` is the request
+/// that went into the statement, `request` is this one (the same, or a later duplicate).
+fn reserve_answer(row: Option<&PgRow>, winner: &ReserveRequest, is_winner: bool) -> ReserveAnswer {
+    let Some(row) = row else {
+        return ReserveAnswer::NotVisible;
+    };
+    match row.try_get::<bool, _>("inserted") {
+        Ok(true) if is_winner => ReserveAnswer::Inserted,
+        Ok(true) => ReserveAnswer::Held(Ok(winner.inserted_record())),
+        Ok(false) => ReserveAnswer::Held(crate::decode::decode_record(row)),
+        Err(error) => ReserveAnswer::Failed(StoreError::Unavailable(error.to_string())),
+    }
+}
+
+impl Execute for ReserveBatch {
+    type Request = ReserveRequest;
+    type Answer = ReserveAnswer;
+
+    async fn execute(&self, batch: Vec<ReserveRequest>) -> Vec<ReserveAnswer> {
+        let (firsts, owners) = first_of_each(batch.iter().map(ReserveRequest::identity));
+        let unique: Vec<&ReserveRequest> = firsts.iter().map(|&at| &batch[at]).collect();
+        match self.run(&unique).await {
+            Ok(rows) => owners
+                .iter()
+                .enumerate()
+                .map(|(position, &owner)| {
+                    let is_winner = firsts[owner] == position;
+                    reserve_answer(rows[owner].as_ref(), unique[owner], is_winner)
+                })
+                .collect(),
+            Err(error) => match self.0.failure(error, batch.len()).await {
+                None => batch.iter().map(|_| ReserveAnswer::Alone).collect(),
+                Some(errors) => errors.into_iter().map(ReserveAnswer::Failed).collect(),
+            },
+        }
+    }
+
+    fn weight(request: &ReserveRequest) -> usize {
+        request.principal.len() + request.session_id.len() + request.request_id.len()
+    }
+
+    fn timed_out(waited: Duration) -> ReserveAnswer {
+        ReserveAnswer::Failed(queue_timeout(waited))
+    }
+}
+
+/// Runs batches of `complete`.
+pub(crate) struct CompleteBatch(pub(crate) Hot);
+
+impl CompleteBatch {
+    /// Runs the statement for `unique` (distinct identity and execution); per request, whether
+    /// it updated its row.
+    async fn run(&self, unique: &[&CompleteRequest]) -> Result<Vec<bool>, sqlx::Error> {
+        if let [request] = unique {
+            let query = sqlx::query(COMPLETE_SQL)
+                .bind(&request.principal)
+                .bind(&request.session_id)
+                .bind(&request.request_id)
+                .bind(&request.execution_id)
+                .bind(&request.digest)
+                .bind(&request.version)
+                .bind(&request.state)
+                .bind(&request.outcome)
+                .bind(request.error_code.as_deref())
+                .bind(request.attempt);
+            let mut hot = self.0.pool.get().await.map_err(run_error)?;
+            let done = query.execute(&mut hot.connection).await;
+            hot.used(&done);
+            return Ok(vec![done?.rows_affected() == 1]);
+        }
+        let column = |field: fn(&CompleteRequest) -> &str| -> Vec<&str> {
+            unique.iter().map(|request| field(request)).collect()
+        };
+        let codes: Vec<Option<&str>> = unique
+            .iter()
+            .map(|request| request.error_code.as_deref())
+            .collect();
+        let query = sqlx::query(COMPLETE_BATCH_SQL)
+            .bind(column(|r| &r.principal))
+            .bind(column(|r| &r.session_id))
+            .bind(column(|r| &r.request_id))
+            .bind(column(|r| &r.execution_id))
+            .bind(column(|r| &r.digest))
+            .bind(column(|r| &r.version))
+            .bind(column(|r| &r.state))
+            .bind(column(|r| &r.outcome))
+            .bind(codes)
+            .bind(
+                unique
+                    .iter()
+                    .map(|request| request.attempt)
+                    .collect::<Vec<i32>>(),
+            );
+        let mut updated = vec![false; unique.len()];
+        for row in self.0.fetch_all(query).await? {
+            if let Some(place) = updated.get_mut(slot_of(&row)?) {
+                *place = true;
+            }
+        }
+        Ok(updated)
+    }
+}
+
+impl Execute for CompleteBatch {
+    type Request = CompleteRequest;
+    type Answer = CompleteAnswer;
+
+    async fn execute(&self, batch: Vec<CompleteRequest>) -> Vec<CompleteAnswer> {
+        let (firsts, owners) = first_of_each(batch.iter().map(CompleteRequest::target));
+        let unique: Vec<&CompleteRequest> = firsts.iter().map(|&at| &batch[at]).collect();
+        match self.run(&unique).await {
+            Ok(updated) => owners
+                .iter()
+                .enumerate()
+                .map(|(position, &owner)| {
+                    if firsts[owner] == position && updated[owner] {
+                        CompleteAnswer::Updated
+                    } else {
+                        CompleteAnswer::Unmatched
+                    }
+                })
+                .collect(),
+            Err(error) => match self.0.failure(error, batch.len()).await {
+                None => batch.iter().map(|_| CompleteAnswer::Alone).collect(),
+                Some(errors) => errors.into_iter().map(CompleteAnswer::Failed).collect(),
+            },
+        }
+    }
+
+    fn weight(request: &CompleteRequest) -> usize {
+        request.outcome.len()
+    }
+
+    fn timed_out(waited: Duration) -> CompleteAnswer {
+        CompleteAnswer::Failed(queue_timeout(waited))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_of_each;
+
+    #[test]
+    fn the_first_request_of_each_key_goes_into_the_statement() {
+        let (firsts, owners) = first_of_each(["a", "b", "a", "c", "b", "a"].into_iter());
+        assert_eq!(firsts, vec![0, 1, 3]);
+        assert_eq!(owners, vec![0, 1, 0, 2, 1, 0]);
+    }
+}

@@ -1,0 +1,187 @@
+//! The [`IdempotencyStore`] implementation of [`PostgresStore`]: each method runs its `*_impl`
+//! (or a module's function) and turns the outcome into the trait's error with
+//! `PostgresStore::finish`.
+
+use super::PostgresStore;
+use crate::cancel::{release_unused, request_cancel};
+use crate::decide;
+use crate::wait;
+use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
+use carmy::fingerprint::Fingerprint;
+use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
+use carmy::runtime::{
+    Decided, ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation,
+    StoreFuture, StoredRecord,
+};
+use carmy::wait::until_decided;
+use tokio::sync::broadcast;
+
+/// Decisions call the DBAs' SQL functions ([`crate::decide`]); a late arrival is an audit row
+/// with this process's instance id as the actor; a waiter registers in `carmy.outcome_waiters`
+/// and waits on the listener ([`crate::wait`]).
+impl IdempotencyStore for PostgresStore {
+    /// One autocommitted `DELETE` of the row, only while it is `running` and held by
+    /// `execution_id`.
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.finish(release_unused(&self.pool, key, execution_id).await)
+                .await
+        })
+    }
+
+    fn reserve<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        intent: &'a ExecutionIntent,
+    ) -> StoreFuture<'a, Reservation> {
+        Box::pin(async move {
+            self.finish(self.reserve_impl(key, fingerprint, intent).await)
+                .await
+        })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        result: &'a RecordedResult,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.finish(self.complete_impl(key, fingerprint, result).await)
+                .await
+        })
+    }
+
+    fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
+        Box::pin(async move { self.finish(self.lookup_impl(key).await).await })
+    }
+
+    fn find_execution<'a>(
+        &'a self,
+        principal: &'a str,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<ExecutionLookup>> {
+        Box::pin(async move {
+            self.finish(self.find_execution_impl(principal, execution_id).await)
+                .await
+        })
+    }
+
+    fn check_ready(&self) -> StoreFuture<'_, ()> {
+        Box::pin(self.check_ready_impl())
+    }
+
+    fn resolve_execution<'a>(
+        &'a self,
+        request: &'a ResolveRequest,
+    ) -> StoreFuture<'a, Decided<ExecutionResult>> {
+        Box::pin(async move {
+            self.finish(decide::resolve(&self.pool, request).await)
+                .await
+        })
+    }
+
+    fn release_execution<'a>(
+        &'a self,
+        request: &'a ReleaseRequest,
+    ) -> StoreFuture<'a, Decided<Released>> {
+        Box::pin(async move {
+            self.finish(decide::release(&self.pool, request).await)
+                .await
+        })
+    }
+
+    /// One statement ([`crate::sql::TAKE_OVER_SQL`]), after making sure this process holds its
+    /// lease (a taker without one would itself read as interrupted at once).
+    fn take_over<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        fingerprint: &'a Fingerprint,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<u32>> {
+        Box::pin(async move {
+            let taken = match self.lease.ensure_held().await {
+                Ok(()) => {
+                    decide::take_over(
+                        &self.pool,
+                        &self.instance_id,
+                        key,
+                        fingerprint,
+                        execution_id,
+                    )
+                    .await
+                }
+                Err(failure) => Err(failure),
+            };
+            self.finish(taken).await
+        })
+    }
+
+    fn record_late_arrival<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        result: &'a RecordedResult,
+    ) -> StoreFuture<'a, Option<ExecutionId>> {
+        Box::pin(async move {
+            let kept = decide::late_arrival(&self.pool, &self.instance_id, key, result).await;
+            self.finish(kept).await
+        })
+    }
+
+    fn wait_for_outcome<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        execution_id: &'a ExecutionId,
+        timeout: std::time::Duration,
+    ) -> StoreFuture<'a, Option<StoredRecord>> {
+        Box::pin(async move {
+            let recorded = Some(self.recorded.subscribe());
+            let waiter = self
+                .finish(wait::register(&self.pool, execution_id).await)
+                .await?;
+            let record = until_decided(self, recorded, key, execution_id, timeout).await;
+            wait::unregister(&self.pool, execution_id, &waiter).await;
+            record
+        })
+    }
+
+    fn list_executions<'a>(
+        &'a self,
+        query: &'a ExecutionQuery,
+    ) -> StoreFuture<'a, Vec<ExecutionLookup>> {
+        Box::pin(async move { self.finish(decide::list(&self.pool, query).await).await })
+    }
+
+    fn audit_trail<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Vec<AuditEntry>> {
+        Box::pin(async move {
+            self.finish(decide::audit_trail(&self.pool, execution_id).await)
+                .await
+        })
+    }
+
+    /// `NOTIFY carmy_cancel, '<execution_id>'`: every replica hears it; the one running the
+    /// execution cancels it.
+    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.finish(request_cancel(&self.pool, execution_id).await)
+                .await
+        })
+    }
+
+    fn cancel_requests(&self) -> Option<broadcast::Receiver<ExecutionId>> {
+        Some(self.cancels.subscribe())
+    }
+
+    /// [`PostgresStore::shutdown`]: stops the renewer and the cancel listener, ends the lease.
+    fn shutdown(&self) -> StoreFuture<'_, ()> {
+        Box::pin(PostgresStore::shutdown(self))
+    }
+}
