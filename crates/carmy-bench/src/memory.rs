@@ -48,6 +48,7 @@ pub fn make_inputs(first: u64, count: usize) -> Vec<PairInput> {
                 intent: ExecutionIntent {
                     execution_id: execution_id.clone(),
                     tool: "echo".to_owned(),
+                    retention: Some(carmy::retention::DEFAULT_RETENTION),
                 },
                 result: RecordedResult::new(ExecutionResult {
                     execution_id,

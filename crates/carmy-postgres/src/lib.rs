@@ -27,7 +27,8 @@
 //!
 //! Modules: `store` ([`PostgresStore`]), [`sql`] (every statement), `decide`, `wait`, `options`
 //! ([`PostgresStoreOptions`], [`OptionsError`]), `lease`, `cancel`, `diagnosis`, `failure`,
-//! `decode`, `hot`, `ready`, `recheck`, `migrate`.
+//! `decode`, `hot`, `ready`, `recheck`, `migrate`, `prune` (retention, docs/semantics.md §12:
+//! `carmy.prune_expired` of migration `V9`, one replica at a time).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -53,6 +54,7 @@ mod hot;
 mod lease;
 mod migrate;
 mod options;
+mod prune;
 mod ready;
 mod recheck;
 pub mod sql;

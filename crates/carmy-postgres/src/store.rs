@@ -18,6 +18,7 @@ use crate::wait;
 use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
+use carmy::retention::PruneStep;
 use carmy::runtime::{
     Decided, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
     Reservation, StoreError, StoreFuture, StoredRecord,
@@ -29,7 +30,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-/// How often `reserve` retries when the row it conflicted with vanished before it was read.
+/// How often `reserve` retries when the row it conflicted with vanished before it was read, or an
+/// expired row it met was replaced by a concurrent reservation first.
 const RESERVE_ATTEMPTS: usize = 3;
 
 /// The PostgreSQL [`IdempotencyStore`] (docs/semantics.md §8): reservations and outcomes in
@@ -217,6 +219,7 @@ impl PostgresStore {
     ) -> Result<Reservation, Failure> {
         // Never reserve without a lease row: others would read the reservation as interrupted.
         self.lease.ensure_held().await?;
+        let retention = intent.retention.map(crate::prune::millis);
         for _ in 0..RESERVE_ATTEMPTS {
             let query = sqlx::query(RESERVE_SQL)
                 .bind(&key.principal)
@@ -226,7 +229,8 @@ impl PostgresStore {
                 .bind(&fingerprint.digest)
                 .bind(&fingerprint.version)
                 .bind(intent.execution_id.as_str())
-                .bind(&self.instance_id);
+                .bind(&self.instance_id)
+                .bind(retention);
             let row = {
                 let mut hot = self.hot.get().await.map_err(run_error)?;
                 let row = query.fetch_optional(&mut hot.connection).await;
@@ -237,6 +241,12 @@ impl PostgresStore {
                 Some(row) => {
                     if row.try_get::<bool, _>("inserted")? {
                         return Ok(Reservation::Reserved);
+                    }
+                    if row.try_get::<Option<bool>, _>("expired")? == Some(true) {
+                        // Expired, but a concurrent statement replaced or pruned it first: a
+                        // new statement sees what holds the identity now.
+                        tracing::debug!("an expired record was replaced concurrently; retrying");
+                        continue;
                     }
                     Some(decode_record(&row)?)
                 }
@@ -495,6 +505,18 @@ impl IdempotencyStore for PostgresStore {
 
     fn cancel_requests(&self) -> Option<broadcast::Receiver<ExecutionId>> {
         Some(self.cancels.subscribe())
+    }
+
+    /// One call of `carmy.prune_expired` ([`crate::sql::PRUNE_SQL`]) under its advisory lock.
+    fn prune_expired(
+        &self,
+        retention: std::time::Duration,
+        batch: usize,
+    ) -> StoreFuture<'_, PruneStep> {
+        Box::pin(async move {
+            self.finish(crate::prune::step(&self.pool, retention, batch).await)
+                .await
+        })
     }
 
     /// [`PostgresStore::shutdown`]: stops the renewer and the cancel listener, ends the lease.

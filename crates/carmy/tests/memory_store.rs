@@ -22,6 +22,7 @@ async fn full_store_refuses_new_identities_only_and_never_evicts() {
     let intent = || ExecutionIntent {
         execution_id: ExecutionId::generate(),
         tool: "echo".into(),
+        retention: None,
     };
     let a = IdempotencyKey::new("p", "s", "a");
     let b = IdempotencyKey::new("p", "s", "b");
@@ -148,10 +149,12 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
     let intent = ExecutionIntent {
         execution_id: ExecutionId::generate(),
         tool: "echo".into(),
+        retention: None,
     };
     let fresh = || ExecutionIntent {
         execution_id: ExecutionId::generate(),
         tool: "echo".into(),
+        retention: None,
     };
     assert_eq!(
         cache.reserve(&key, &f, &intent).await.unwrap(),
