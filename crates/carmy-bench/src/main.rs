@@ -14,7 +14,9 @@
 //! 5. times the in-memory store in-process on one thread;
 //! 6. counts round trips to PostgreSQL per call on the wire, through a counting proxy;
 //! 7. with `--large`, compares new-identity latency on `--small-rows` and `--large-rows` rows;
-//! 8. prints the table and the targets and writes `bench/results/latest.json` and `latest.png`.
+//! 8. compares new-identity p99 with retention pruning running in the background against
+//!    without, on `--pruning-rows` expired rows (1 million; 100,000 with `--quick`);
+//! 9. prints the table and the targets and writes `bench/results/latest.json` and `latest.png`.
 //!
 //! It exits 0 even when a target fails, unless `--strict` is given. See `bench/README.md`.
 
@@ -26,6 +28,7 @@ mod format;
 mod gateway;
 mod load;
 mod pgbench;
+mod pruning;
 mod report;
 mod wire;
 
@@ -359,6 +362,24 @@ async fn run(
 
     let flatness = measure_flatness(args, &runs, gateway_binary, database, has_cache).await?;
 
+    let pruning = if gateway::has_setting(gateway_binary, "CARMY_RETENTION") {
+        Some(
+            pruning::measure(
+                args.pruning_rows(),
+                gateway_binary,
+                database,
+                &gateway_env(args, has_cache),
+                warmup,
+                measure,
+                args.replay_identities,
+            )
+            .await?,
+        )
+    } else {
+        eprintln!("pruning: skipped (the gateway has no CARMY_RETENTION)");
+        None
+    };
+
     let mut report = Report {
         finished_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         command: command_line(),
@@ -383,6 +404,7 @@ async fn run(
         memory_store,
         round_trips,
         flatness,
+        pruning,
         targets: Vec::new(),
     };
     report.judge();
