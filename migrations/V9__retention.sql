@@ -72,6 +72,9 @@ CREATE FUNCTION carmy.prune_expired(
 )
     LANGUAGE plpgsql
 AS $$
+DECLARE
+    -- A value, not an expression, so that the planner sees the cutoff and reads the indexes.
+    cutoff timestamptz := now() - retention;
 BEGIN
     records := 0;
     released := 0;
@@ -95,7 +98,8 @@ BEGIN
     WHERE r.ctid = ANY (ARRAY(
               SELECT c.ctid FROM carmy.reservations c
               WHERE c.state <> 'running'
-                AND coalesce(c.finished_at, c.created_at) <= now() - prune_expired.retention
+                AND coalesce(c.finished_at, c.created_at) <= cutoff
+              ORDER BY coalesce(c.finished_at, c.created_at)
               LIMIT batch_size
               FOR UPDATE SKIP LOCKED))
       AND carmy.record_expired(r.state, r.finished_at, r.created_at, prune_expired.retention);
@@ -104,7 +108,8 @@ BEGIN
     DELETE FROM carmy.released_executions h
     WHERE h.ctid = ANY (ARRAY(
               SELECT c.ctid FROM carmy.released_executions c
-              WHERE c.released_at <= now() - prune_expired.retention
+              WHERE c.released_at <= cutoff
+              ORDER BY c.released_at
               LIMIT batch_size
               FOR UPDATE SKIP LOCKED));
     GET DIAGNOSTICS released = ROW_COUNT;
@@ -114,9 +119,10 @@ BEGIN
     DELETE FROM carmy.audit_log a
     WHERE a.id = ANY (ARRAY(
               SELECT c.id FROM carmy.audit_log c
-              WHERE c.at <= now() - prune_expired.retention
+              WHERE c.at <= cutoff
                 AND NOT EXISTS (SELECT 1 FROM carmy.reservations r
                                 WHERE r.execution_id = c.execution_id)
+              ORDER BY c.at
               LIMIT batch_size
               FOR UPDATE SKIP LOCKED));
     GET DIAGNOSTICS audit = ROW_COUNT;
@@ -126,12 +132,12 @@ BEGIN
     DELETE FROM carmy.instances i
     WHERE i.instance_id = ANY (ARRAY(
               SELECT c.instance_id FROM carmy.instances c
-              WHERE c.lease_expires_at <= now() - prune_expired.retention
+              WHERE c.lease_expires_at <= cutoff
                 AND NOT EXISTS (SELECT 1 FROM carmy.reservations r
                                 WHERE r.state = 'running' AND r.owner_instance = c.instance_id)
               LIMIT batch_size
               FOR UPDATE SKIP LOCKED))
-      AND i.lease_expires_at <= now() - prune_expired.retention;
+      AND i.lease_expires_at <= cutoff;
     GET DIAGNOSTICS instances = ROW_COUNT;
 END
 $$;
