@@ -44,6 +44,11 @@ pub struct Args {
     #[arg(long, default_value_t = 5_000_000)]
     pub large_rows: u64,
 
+    /// Expired finished reservations for the pruning comparison (new identities with retention
+    /// pruning in the background against without). Default 1 million; 100,000 with --quick.
+    #[arg(long)]
+    pub pruning_rows: Option<u64>,
+
     /// Exit with status 1 when a target fails (by default the program only reports).
     #[arg(long)]
     pub strict: bool,
@@ -115,6 +120,12 @@ impl Args {
         } else {
             Duration::from_secs(2)
         }
+    }
+
+    /// Rows of the pruning comparison.
+    pub fn pruning_rows(&self) -> u64 {
+        self.pruning_rows
+            .unwrap_or(if self.quick { 100_000 } else { 1_000_000 })
     }
 
     /// Where the results go.

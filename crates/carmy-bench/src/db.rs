@@ -207,6 +207,34 @@ impl BenchDb {
         self.settle(&mut conn).await
     }
 
+    /// Moves every finished reservation's `finished_at` back by `age` (an interval, e.g. `2
+    /// days`), then settles the table.
+    pub async fn age_finished(&self, age: &str) -> Result<(), String> {
+        let mut conn = self.connect().await?;
+        sqlx::query(
+            "UPDATE carmy.reservations SET finished_at = finished_at - $1::interval \
+             WHERE state <> 'running'",
+        )
+        .bind(age)
+        .execute(&mut conn)
+        .await
+        .map_err(|error| format!("cannot age reservations: {error}"))?;
+        self.settle(&mut conn).await
+    }
+
+    /// Finished reservations expired under a retention of `retention` (an interval).
+    pub async fn expired(&self, retention: &str) -> Result<i64, String> {
+        let mut conn = self.connect().await?;
+        sqlx::query_scalar(
+            "SELECT count(*) FROM carmy.reservations \
+             WHERE carmy.record_expired(state, finished_at, created_at, $1::interval)",
+        )
+        .bind(retention)
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|error| format!("cannot count expired reservations: {error}"))
+    }
+
     /// Deletes every reservation, then settles the table.
     pub async fn truncate(&self) -> Result<(), String> {
         let mut conn = self.connect().await?;

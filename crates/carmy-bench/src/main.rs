@@ -16,7 +16,9 @@
 //! 7. with `--large`, compares new-identity latency on `--small-rows` and `--large-rows` rows;
 //! 8. calls a small upstream API directly and as a configured HTTP tool through a gateway, at
 //!    c=1 and the target concurrency (the latency Carmy adds, docs/semantics.md §10);
-//! 9. prints the table and the targets and writes `bench/results/latest.json` and `latest.png`.
+//! 9. compares new-identity p99 with retention pruning running in the background against
+//!    without, on `--pruning-rows` expired rows (1 million; 100,000 with `--quick`);
+//! 10. prints the table and the targets and writes `bench/results/latest.json` and `latest.png`.
 //!
 //! It exits 0 even when a target fails, unless `--strict` is given. See `bench/README.md`.
 
@@ -28,6 +30,7 @@ mod format;
 mod gateway;
 mod load;
 mod pgbench;
+mod pruning;
 mod report;
 mod upstream;
 mod wire;
@@ -412,6 +415,23 @@ async fn run(
         measure,
     )
     .await?;
+    let pruning = if gateway::has_setting(gateway_binary, "CARMY_RETENTION") {
+        Some(
+            pruning::measure(
+                args.pruning_rows(),
+                gateway_binary,
+                database,
+                &gateway_env(args, has_cache),
+                warmup,
+                measure,
+                args.replay_identities,
+            )
+            .await?,
+        )
+    } else {
+        eprintln!("pruning: skipped (the gateway has no CARMY_RETENTION)");
+        None
+    };
 
     let mut report = Report {
         finished_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -438,6 +458,7 @@ async fn run(
         round_trips,
         flatness,
         upstream,
+        pruning,
         targets: Vec::new(),
     };
     report.judge();

@@ -53,6 +53,7 @@ pub fn make_inputs(first: u64, count: usize) -> Vec<PairInput> {
                     execution_id: execution_id.clone(),
                     tool: "echo".to_owned(),
                     parts: Some(parts),
+                    retention: Some(carmy::retention::DEFAULT_RETENTION),
                 },
                 result: RecordedResult::new(ExecutionResult {
                     execution_id,

@@ -31,6 +31,10 @@ pub const REPLAY_RATIO: f64 = 1.0;
 pub const MCP_RATIO: f64 = 0.8;
 /// New-identity p99 with many rows ≤ this × p99 with few rows.
 pub const FLAT_P99_RATIO: f64 = 1.5;
+
+/// New-identity p99 with retention pruning in the background may be at most this many times
+/// the p99 without it (docs/semantics.md §12).
+pub const PRUNING_P99_RATIO: f64 = 1.2;
 /// In-memory reserve + complete pairs per second on one core.
 pub const MEMORY_PAIRS_PER_SECOND: f64 = 500_000.0;
 /// Busy time of other processes (% of one CPU) above which a window is called noisy.
@@ -177,6 +181,8 @@ pub struct Report {
     pub flatness: Flatness,
     /// An HTTP tool through Carmy against its upstream called directly.
     pub upstream: UpstreamRuns,
+    /// New identities with retention pruning in the background against without.
+    pub pruning: Option<crate::pruning::Pruning>,
     /// The targets.
     pub targets: Vec<Target>,
 }
@@ -220,6 +226,7 @@ impl Report {
         targets.extend(self.group_commit_targets());
         targets.extend(self.mcp_targets());
         targets.push(self.flatness_target());
+        targets.push(self.pruning_target());
         targets.push(self.memory_target());
         targets.push(self.round_trip_target());
         targets.push(self.upstream_target());
@@ -471,6 +478,58 @@ impl Report {
                 value: None,
                 bound: FLAT_P99_RATIO,
                 status: Status::Skip,
+            },
+        }
+    }
+
+    /// New-identity p99 with pruning running against without, on the preloaded table.
+    fn pruning_target(&self) -> Target {
+        let Some(pruning) = &self.pruning else {
+            return Target {
+                name: format!("new-identity p99 with pruning <= {PRUNING_P99_RATIO} x without"),
+                figure: "not measured (the gateway has no CARMY_RETENTION)".to_owned(),
+                value: None,
+                bound: PRUNING_P99_RATIO,
+                status: Status::Skip,
+            };
+        };
+        let name = format!(
+            "new-identity p99 at c={} with pruning <= {PRUNING_P99_RATIO} x without, {} rows{}",
+            pruning.with.concurrency,
+            pruning.rows,
+            if self.settings.quick {
+                " (--quick: a smaller table than the 1 million of the target)"
+            } else {
+                ""
+            }
+        );
+        let without = pruning.without.p99_ms;
+        let with = pruning.with.p99_ms.unwrap_or(f64::INFINITY);
+        match without {
+            Some(without) => {
+                let value = with / without;
+                let pruned = pruning.pruned_during;
+                Target {
+                    name,
+                    figure: format!(
+                        "p99 {without:.2} ms -> {with:.2} ms = {value:.2} x; {pruned} rows pruned meanwhile"
+                    ),
+                    value: Some(value),
+                    bound: PRUNING_P99_RATIO,
+                    status: Status::of(
+                        value <= PRUNING_P99_RATIO
+                            && pruned > 0
+                            && pruning.with.error_count() == 0
+                            && pruning.without.error_count() == 0,
+                    ),
+                }
+            }
+            None => Target {
+                name,
+                figure: "no successful call without pruning".to_owned(),
+                value: None,
+                bound: PRUNING_P99_RATIO,
+                status: Status::Fail,
             },
         }
     }

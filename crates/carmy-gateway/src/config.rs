@@ -115,6 +115,19 @@ pub struct Config {
           value_parser = InRange::<u64>::new(0, 3_600_000))]
     pub max_wait_ms: u64,
 
+    /// How long a finished record holds its identity (docs/semantics.md §12): e.g. `7d`, `36h`,
+    /// `90min`, `30s`; `0` keeps records forever. Then a call with the same request_id runs as
+    /// new and the record is pruned (running and interrupted ones never are). Set the same value
+    /// on every replica.
+    #[arg(long, env = "CARMY_RETENTION", default_value = "7days", value_parser = RetentionParser)]
+    pub retention: Retention,
+
+    /// How often (ms) this replica looks for records past their retention and prunes them in
+    /// batches of 1000 (one replica at a time).
+    #[arg(long, env = "CARMY_PRUNE_INTERVAL_MS", default_value_t = millis(EngineConfig::default().prune_interval),
+          value_parser = InRange::<u64>::at_least(1))]
+    pub prune_interval_ms: u64,
+
     /// Lease of this process's executions (ms): another replica reports an execution
     /// `interrupted` once its owner has not renewed for this long. From 1 ms to 24 h (the
     /// store's limit).
@@ -188,6 +201,58 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+/// `CARMY_RETENTION`: how long finished records are kept; `None` is forever (`0`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention(pub Option<Duration>);
+
+/// Reads `CARMY_RETENTION`: `0` (forever) or a duration as humantime reads it (`7d`, `12h 30m`,
+/// `45s`, `500ms`). A refusal names the variable and the flag, e.g. `CARMY_RETENTION
+/// (--retention) must be a duration such as 7d, 36h, 90min or 30s, or 0 to keep records
+/// forever, got "soon"`.
+#[derive(Clone, Copy)]
+pub struct RetentionParser;
+
+impl TypedValueParser for RetentionParser {
+    type Value = Retention;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<Retention, clap::Error> {
+        let text = value.to_string_lossy();
+        let text = text.trim();
+        if text == "0" {
+            return Ok(Retention(None));
+        }
+        match humantime::parse_duration(text) {
+            Ok(duration) if duration.is_zero() => Ok(Retention(None)),
+            Ok(duration) => Ok(Retention(Some(duration))),
+            Err(error) => Err(cmd.clone().error(
+                ErrorKind::ValueValidation,
+                format!(
+                    "{} must be a duration such as 7d, 36h, 90min or 30s, or 0 to keep records \
+                     forever, got {text:?} ({error})",
+                    argument_name(arg)
+                ),
+            )),
+        }
+    }
+}
+
+/// How an error names an argument: `CARMY_X (--x)`, `--x`, or its id.
+fn argument_name(arg: Option<&clap::Arg>) -> String {
+    match arg {
+        Some(arg) => match (arg.get_env(), arg.get_long()) {
+            (Some(env), Some(long)) => format!("{} (--{long})", env.to_string_lossy()),
+            (None, Some(long)) => format!("--{long}"),
+            _ => arg.get_id().to_string(),
+        },
+        None => "the value".to_owned(),
+    }
 }
 
 /// The store's longest lease, in milliseconds (`carmy_postgres::MAX_LEASE_TTL`, 24 h).
@@ -278,16 +343,7 @@ where
             .range(self.min..=self.max)
             .parse_ref(cmd, arg, value)
             .map_err(|_| {
-                let name = match arg {
-                    Some(arg) => match (arg.get_env(), arg.get_long()) {
-                        (Some(env), Some(long)) => {
-                            format!("{} (--{long})", env.to_string_lossy())
-                        }
-                        (None, Some(long)) => format!("--{long}"),
-                        _ => arg.get_id().to_string(),
-                    },
-                    None => "the value".to_owned(),
-                };
+                let name = argument_name(arg);
                 cmd.clone().error(
                     ErrorKind::ValueValidation,
                     format!(
@@ -297,5 +353,29 @@ where
                     ),
                 )
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_reads_durations_and_zero_is_forever() {
+        let parse = |value: &str| {
+            Config::try_parse_from(["carmy-gateway", "--retention", value])
+                .map(|config| config.retention.0)
+        };
+        assert_eq!(parse("7d").unwrap(), Some(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse("36h").unwrap(), Some(Duration::from_secs(36 * 3_600)));
+        assert_eq!(parse("1h 30m").unwrap(), Some(Duration::from_secs(5_400)));
+        assert_eq!(parse("0").unwrap(), None);
+        assert_eq!(parse("0s").unwrap(), None);
+        assert!(parse("soon").is_err());
+        let default = Config::try_parse_from(["carmy-gateway"]).unwrap();
+        assert_eq!(
+            default.retention.0,
+            Some(carmy::retention::DEFAULT_RETENTION)
+        );
     }
 }

@@ -168,6 +168,8 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
             max_result_bytes: config.max_result_bytes,
             drain_period: Duration::from_millis(config.drain_ms),
             max_wait: Duration::from_millis(config.max_wait_ms),
+            retention: config.retention.0,
+            prune_interval: Duration::from_millis(config.prune_interval_ms),
             ..EngineConfig::default()
         });
     if tools_file.as_ref().is_none_or(|file| file.example_tools) {

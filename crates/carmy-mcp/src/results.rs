@@ -4,7 +4,9 @@
 //! tool, arguments failing the schema, malformed identity) a JSON-RPC error.
 //!
 //! Every result carries `_meta["io.carmy/execution"]` = `{execution_id, status, replayed,
-//! expires_at}` (`expires_at` is `null`: records do not expire yet).
+//! expires_at}`: `expires_at` is when a recorded outcome's record stops holding its identity
+//! (docs/semantics.md §12; UTC, RFC 3339 with milliseconds), `null` for a record kept forever
+//! and for every answer without a recorded outcome.
 
 use crate::copy::{entry, Effect, Facts, Situation};
 use crate::EXECUTION_META;
@@ -14,18 +16,24 @@ use carmy::{ExecutionResult, ExecutionStatus};
 use rmcp::model::{CallToolResult, ContentBlock, ErrorData, MetaObject};
 use serde_json::{json, Map, Value};
 
-/// The result of a recorded (or unprotected) outcome; `read_tools` is asked only for the text
-/// of a failure.
+/// The result of a recorded (or unprotected) outcome whose record expires at `expires_at`
+/// ([`carmy::engine::Engine::expires_at`]); `read_tools` is asked only for the text of a
+/// failure.
 pub(crate) fn from_answer(
     answer: &Answer,
+    expires_at: Option<chrono::DateTime<chrono::Utc>>,
     read_tools: impl FnOnce() -> Vec<String>,
 ) -> CallToolResult {
     let result = answer.result.result();
-    let meta = execution_meta(
+    let mut meta = execution_meta(
         Some(result.execution_id.as_str()),
         Some(result.status.as_str()),
         answer.replayed,
     );
+    if let (Some(at), Some(execution)) = (expires_at, meta.0.get_mut(EXECUTION_META)) {
+        execution["expires_at"] =
+            Value::String(at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+    }
     let mut call_result = if result.status == ExecutionStatus::Completed {
         let text = result.data.to_string();
         let mut success = CallToolResult::success(vec![ContentBlock::text(text)]);
@@ -332,19 +340,30 @@ mod tests {
 
     #[test]
     fn recorded_outcomes() {
+        let expires = chrono::DateTime::parse_from_rfc3339("2026-01-09T03:04:05.678Z")
+            .unwrap()
+            .to_utc();
         let done = from_answer(
             &recorded(ExecutionStatus::Completed, json!([1]), None),
+            Some(expires),
             Vec::new,
         );
         assert_eq!(done.is_error, Some(false));
         assert_eq!(done.structured_content, None, "an array is text only");
-        assert_eq!(done.meta.unwrap().0[EXECUTION_META]["replayed"], true);
+        let meta = &done.meta.unwrap().0[EXECUTION_META];
+        assert_eq!(meta["replayed"], true);
+        assert_eq!(meta["expires_at"], "2026-01-09T03:04:05.678Z");
         let timeout = ExecutionError::timeout(Duration::from_secs(1));
         let timed_out = from_answer(
             &recorded(ExecutionStatus::TimedOut, Value::Null, Some(timeout)),
+            None,
             || vec!["find_orders".to_owned()],
         );
         assert_eq!(timed_out.is_error, Some(true));
+        assert_eq!(
+            timed_out.meta.as_ref().unwrap().0[EXECUTION_META]["expires_at"],
+            Value::Null
+        );
         let fields = timed_out.structured_content.unwrap();
         assert_eq!(fields["code"], "TIMEOUT");
         assert_eq!(fields["status"], "timed_out");

@@ -146,7 +146,10 @@ impl ServerHandler for CarmyMcp {
             return Ok(results::request_id_required().into());
         };
         match self.engine.execute(call).await {
-            Ok(answer) => Ok(results::from_answer(&answer, || self.read_tools()).into()),
+            Ok(answer) => {
+                let expires_at = self.engine.expires_at(answer.result.result());
+                Ok(results::from_answer(&answer, expires_at, || self.read_tools()).into())
+            }
             Err(refusal) => results::from_refusal(refusal, &self.read_tools()).map(Into::into),
         }
     }

@@ -41,6 +41,8 @@ pub(crate) struct ReserveRequest {
     pub(crate) execution_id: String,
     /// The part digests, encoded (`FingerprintParts::encode`), or `None`.
     pub(crate) parts: Option<String>,
+    /// The retention in milliseconds (`None`: forever), for the single-row statement.
+    pub(crate) retention: Option<i64>,
 }
 
 impl ReserveRequest {
@@ -223,7 +225,8 @@ impl ReserveBatch {
                 .bind(&request.version)
                 .bind(&request.execution_id)
                 .bind(&self.0.instance_id)
-                .bind(request.parts.as_deref());
+                .bind(request.parts.as_deref())
+                .bind(request.retention);
             return Ok(vec![self.0.fetch_all(query).await?.pop()]);
         }
         let column = |field: fn(&ReserveRequest) -> &str| -> Vec<&str> {

@@ -32,7 +32,8 @@
 //! `decide`, `wait`, `options`
 //! ([`PostgresStoreOptions`], [`OptionsError`]), `lease`, `cancel`, `diagnosis`, `failure`,
 //! `decode`, `hot`, `batch` and `grouped` (group commit of `reserve` and `complete`), `ready`,
-//! `recheck`, `migrate`.
+//! `recheck`, `migrate`, `prune` (retention, docs/semantics.md §12: `carmy.prune_expired` of
+//! migration `V9`, one replica at a time).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -61,6 +62,7 @@ mod lease;
 mod migrate;
 mod operator;
 mod options;
+mod prune;
 mod ready;
 mod recheck;
 pub mod sql;

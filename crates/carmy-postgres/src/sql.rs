@@ -40,32 +40,54 @@ macro_rules! reserve_on_conflict {
     };
 }
 
-/// The happy path of `reserve`, one statement: insert a running row, or read the existing one.
+/// The happy path of `reserve`, one statement: insert a running row; or replace a finished row
+/// whose retention ended (docs/semantics.md §12: the call runs as new); or read the existing row.
 ///
 /// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` tool, `$5` fingerprint digest,
 /// `$6` fingerprint version, `$7` execution_id, `$8` owner instance, `$9` the part digests
-/// (`FingerprintParts::encode`, or `NULL`). Returns one row with
-/// `inserted = true` (the other columns `NULL`), one row with `inserted = false` describing the
-/// existing reservation, or no row when the conflicting row was committed by a concurrent
-/// transaction after this statement's snapshot was taken (READ COMMITTED).
+/// (`FingerprintParts::encode`, or `NULL`), `$10` retention in milliseconds (`NULL`: records
+/// never expire). Returns one row with `inserted = true` (the other columns `NULL`) when the
+/// identity is now held by `$7` (inserted, or an expired row replaced in place by the `UPDATE`,
+/// which matches only a row that `carmy.record_expired` calls expired, checked again on the
+/// row's newest version; the replacement is the execution's first attempt); one row with
+/// `inserted = false` describing the existing reservation, with `expired = true` when that row
+/// (as this statement's snapshot saw it) had expired but was not replaced here, because a
+/// concurrent statement replaced or pruned it first (run the statement again); or no row when
+/// the conflicting row was committed by a concurrent transaction after this statement's
+/// snapshot was taken (READ COMMITTED).
 pub const RESERVE_SQL: &str = concat!(
     "WITH ins AS ( ",
     reserve_insert!(),
     "VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, now(), $9)",
     reserve_on_conflict!(),
     "RETURNING execution_id \
+     ), renewed AS ( \
+         UPDATE carmy.reservations r \
+         SET tool = $4, fingerprint = $5, fingerprint_version = $6, state = 'running', \
+             execution_id = $7, outcome = NULL, error_code = NULL, owner_instance = $8, \
+             created_at = now(), started_at = now(), finished_at = NULL, \
+             fingerprint_parts = $9, attempt = 1 \
+         WHERE r.principal = $1 AND r.session_id = $2 AND r.request_id = $3 \
+           AND NOT EXISTS (SELECT 1 FROM ins) \
+           AND carmy.record_expired(r.state, r.finished_at, r.created_at, \
+                                    $10::bigint * interval '1 millisecond') \
+         RETURNING r.execution_id \
      ) \
      SELECT true AS inserted, NULL::text AS execution_id, NULL::text AS tool, \
             NULL::text AS fingerprint, NULL::text AS fingerprint_version, NULL::text AS state, \
             NULL::text AS outcome, NULL::text AS in_flight_state, \
-            NULL::text AS fingerprint_parts \
+            NULL::text AS fingerprint_parts, NULL::boolean AS expired \
      FROM ins \
+     UNION ALL \
+     SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM renewed \
      UNION ALL \
      SELECT false AS inserted, ",
     record_columns!(),
-    " FROM carmy.reservations r \
+    ", coalesce(carmy.record_expired(r.state, r.finished_at, r.created_at, \
+                                     $10::bigint * interval '1 millisecond'), false) AS expired \
+     FROM carmy.reservations r \
      WHERE r.principal = $1 AND r.session_id = $2 AND r.request_id = $3 \
-       AND NOT EXISTS (SELECT 1 FROM ins)"
+       AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM renewed)"
 );
 
 /// [`RESERVE_SQL`] for many identities in one statement and one commit (group commit, see
@@ -264,6 +286,18 @@ pub const LATE_ARRIVAL_SQL: &str = "WITH holder AS ( \
      ) \
      SELECT (SELECT execution_id FROM holder) AS current, (SELECT count(*) FROM logged) AS logged";
 
+/// The key of the transaction-level advisory lock one pruning step holds
+/// (`carmy.prune_expired`, migration `V9`): `0x6361726d79707275`, the ASCII bytes of `carmypru`
+/// read as a big-endian `bigint`. Only one session prunes at a time.
+pub const PRUNE_LOCK_KEY: i64 = 0x6361_726d_7970_7275;
+
+/// One pruning step through the SQL function of migration `V9` (docs/semantics.md §12). Binds:
+/// `$1` retention in milliseconds, `$2` batch size. Returns one row: `locked` (false: another
+/// session prunes, nothing was done), and the rows deleted of each kind, `records`, `released`,
+/// `audit`, `instances` (`bigint`).
+pub const PRUNE_SQL: &str = "SELECT locked, records, released, audit, instances \
+     FROM carmy.prune_expired($1::bigint * interval '1 millisecond', $2::integer)";
+
 /// The highest applied migration; `NULL` when none. Reads [`crate::MIGRATION_TABLE`].
 pub const READY_SQL: &str = "SELECT max(version) FROM carmy.refinery_schema_history";
 
@@ -383,6 +417,13 @@ pub const OPERATOR_SHOW_RELEASED_SQL: &str = concat!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_prune_lock_key_is_the_one_of_the_migration() {
+        let migration = include_str!("../../../migrations/V9__retention.sql");
+        assert!(migration.contains(&format!("pg_try_advisory_xact_lock({PRUNE_LOCK_KEY})")));
+        assert_eq!(&PRUNE_LOCK_KEY.to_be_bytes(), b"carmypru");
+    }
 
     #[test]
     fn ready_query_reads_the_migration_table() {

@@ -37,7 +37,8 @@ mod idempotency;
 /// run, the next batch forms.
 const BATCHES_IN_FLIGHT: usize = 2;
 
-/// How often `reserve` retries when the row it conflicted with vanished before it was read.
+/// How often `reserve` retries when the row it conflicted with vanished before it was read, or an
+/// expired row it met was replaced by a concurrent reservation first.
 const RESERVE_ATTEMPTS: usize = 3;
 
 /// The PostgreSQL [`IdempotencyStore`](carmy::runtime::IdempotencyStore) (docs/semantics.md §8): reservations and outcomes in
@@ -245,6 +246,7 @@ impl PostgresStore {
     ) -> Result<Reservation, Failure> {
         // Never reserve without a lease row: others would read the reservation as interrupted.
         self.lease.ensure_held().await?;
+        let retention = intent.retention.map(crate::prune::millis);
         if let Some((reserves, _)) = &self.batches {
             let request = ReserveRequest {
                 principal: key.principal.clone(),
@@ -255,6 +257,7 @@ impl PostgresStore {
                 version: fingerprint.version.clone(),
                 execution_id: intent.execution_id.as_str().to_owned(),
                 parts: intent.parts.as_ref().map(FingerprintParts::encode),
+                retention,
             };
             let record = match reserves.submit(request).await {
                 Ok(ReserveAnswer::Inserted) => return Ok(Reservation::Reserved),
@@ -265,7 +268,17 @@ impl PostgresStore {
                 // The batch statement was refused, or no batch ran: this call's own statement.
                 Ok(ReserveAnswer::Alone) | Err(Unanswered::NotSent) => None,
             };
-            if let Some(record) = record {
+            // A finished row past its retention is replaced by this call's own statement
+            // (docs/semantics.md §12), which decides expiry with the database's clock.
+            let expired = |record: &StoredRecord| match &record.state {
+                carmy::runtime::RecordState::Finished(result) => carmy::retention::is_expired(
+                    result.finished_at,
+                    intent.retention,
+                    chrono::Utc::now(),
+                ),
+                carmy::runtime::RecordState::InFlight(_) => false,
+            };
+            if let Some(record) = record.filter(|record| !expired(record)) {
                 return Ok(Existing::for_record(record, fingerprint).into());
             }
         }
@@ -279,7 +292,8 @@ impl PostgresStore {
                 .bind(&fingerprint.version)
                 .bind(intent.execution_id.as_str())
                 .bind(&self.instance_id)
-                .bind(intent.parts.as_ref().map(FingerprintParts::encode));
+                .bind(intent.parts.as_ref().map(FingerprintParts::encode))
+                .bind(retention);
             let row = {
                 let mut hot = self.hot.get().await.map_err(run_error)?;
                 let row = query.fetch_optional(&mut hot.connection).await;
@@ -290,6 +304,12 @@ impl PostgresStore {
                 Some(row) => {
                     if row.try_get::<bool, _>("inserted")? {
                         return Ok(Reservation::Reserved);
+                    }
+                    if row.try_get::<Option<bool>, _>("expired")? == Some(true) {
+                        // Expired, but a concurrent statement replaced or pruned it first: a
+                        // new statement sees what holds the identity now.
+                        tracing::debug!("an expired record was replaced concurrently; retrying");
+                        continue;
                     }
                     Some(decode_record(&row)?)
                 }

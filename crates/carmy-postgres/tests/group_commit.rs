@@ -55,6 +55,7 @@ impl Attempt {
                     arguments: [fingerprint as u8; 8],
                     metadata: [0; 8],
                 }),
+                retention: Some(carmy::retention::DEFAULT_RETENTION),
             },
         }
     }

@@ -41,6 +41,7 @@ fn intent(tool: &str) -> ExecutionIntent {
         execution_id: ExecutionId::generate(),
         tool: tool.to_owned(),
         parts: None,
+        retention: Some(carmy::retention::DEFAULT_RETENTION),
     }
 }
 
@@ -176,6 +177,7 @@ async fn migrate_twice_is_a_noop() {
             (6, "decisions"),
             (7, "outcome_waiters"),
             (8, "late_arrivals"),
+            (9, "retention"),
             (10, "recovery_columns")
         ]
     );
@@ -241,7 +243,7 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 10]);
+    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 9, 10]);
     pool.close().await;
 }
 
@@ -405,6 +407,8 @@ async fn schema_is_documented_and_constrained() {
         ("in_flight_state", "s"),
         ("notify_outcome_waiters", "v"),
         ("outcome_is_record", "i"),
+        ("prune_expired", "v"),
+        ("record_expired", "s"),
         ("record_timestamp", "i"),
         ("release_execution", "v"),
         ("resolve_execution", "v"),
@@ -1724,7 +1728,12 @@ async fn a_cached_copy_that_differs_from_the_row_read_is_dropped() {
         .execute(&mut connection)
         .await
         .unwrap();
-    let replay = cached.reserve(&k, &fp('a'), &intent("echo")).await.unwrap();
+    // The fixture's record finished in 2023: without a retention the cached copy is served.
+    let forever = ExecutionIntent {
+        retention: None,
+        ..intent("echo")
+    };
+    let replay = cached.reserve(&k, &fp('a'), &forever).await.unwrap();
     assert_eq!(
         replay,
         Reservation::Existing(Existing::Replay(recorded)),

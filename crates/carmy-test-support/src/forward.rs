@@ -2,9 +2,9 @@
 //! recovery methods (docs/semantics.md §12) are forwarded by every wrapper alike, so they are
 //! written once here.
 
-/// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the seven recovery methods
+/// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the eight recovery methods
 /// (`resolve_execution`, `release_execution`, `list_executions`, `take_over`,
-/// `wait_for_outcome`, `record_late_arrival`, `audit_trail`), each forwarded unchanged to the field `$inner` (any
+/// `wait_for_outcome`, `record_late_arrival`, `audit_trail`, `prune_expired`), each forwarded unchanged to the field `$inner` (any
 /// `IdempotencyStore`). Example: `carmy_test_support::forward_recovery!(inner);`.
 #[macro_export]
 macro_rules! forward_recovery {
@@ -65,6 +65,14 @@ macro_rules! forward_recovery {
             execution_id: &'a ::carmy::ExecutionId,
         ) -> ::carmy::runtime::StoreFuture<'a, Vec<::carmy::decision::AuditEntry>> {
             self.$inner.audit_trail(execution_id)
+        }
+
+        fn prune_expired(
+            &self,
+            retention: ::std::time::Duration,
+            batch: usize,
+        ) -> ::carmy::runtime::StoreFuture<'_, ::carmy::retention::PruneStep> {
+            self.$inner.prune_expired(retention, batch)
         }
     };
 }

@@ -241,10 +241,12 @@ impl App {
     }
 
     /// Starts what runs beside the router: the listener that forwards other processes' cancel
-    /// requests to this engine's executions. [`App::serve`] calls it; an embedder that serves
+    /// requests to this engine's executions, and the pruner of retention
+    /// ([`Engine::start_pruner`], docs/semantics.md §12). [`App::serve`] calls it; an embedder that serves
     /// the [`App::router`] itself calls it once, inside a Tokio runtime.
     pub fn start_background(&self) {
         self.engine.listen_for_remote_cancels();
+        self.engine.start_pruner();
     }
 
     /// The configured listen address.

@@ -1,7 +1,8 @@
 //! A bounded in-process cache of finished records in front of another store.
 //!
 //! A finished record never changes (docs/semantics.md §4), so a replica may answer replays and
-//! conflicts for it without a database round trip. Only finished records are cached: an identity
+//! conflicts for it without a database round trip, until its retention ends (§12): a cached
+//! record past its `expires_at` is dropped and the reservation goes to the store. Only finished records are cached: an identity
 //! that is vacant, running or interrupted always goes to the store, and the fingerprint is compared
 //! on every cached answer exactly as the store would (docs/semantics.md §3).
 //!
@@ -13,6 +14,7 @@
 use crate::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
+use crate::retention::PruneStep;
 use crate::runtime::{
     Decided, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
     RecordState, Reservation, StoreFuture, StoredRecord,
@@ -117,10 +119,20 @@ impl IdempotencyStore for ReplayCache {
     ) -> StoreFuture<'a, Reservation> {
         Box::pin(async move {
             if let Some(record) = self.cached(key) {
+                let RecordState::Finished(result) = &record.state else {
+                    unreachable!("only finished records are cached");
+                };
+                let now = chrono::Utc::now();
+                let expired =
+                    crate::retention::is_expired(result.finished_at, intent.retention, now);
                 // A conflict goes to the store, whose row names which parts differ
                 // (docs/semantics.md §12); conflicts are rare and the cache keeps no digests.
-                if &record.fingerprint == fingerprint {
+                if !expired && &record.fingerprint == fingerprint {
                     return Ok(Existing::for_record(record, fingerprint).into());
+                }
+                if expired {
+                    // Past its retention: the store replaces it (docs/semantics.md §12).
+                    self.records.invalidate(key);
                 }
             }
             let reservation = self.inner.reserve(key, fingerprint, intent).await?;
@@ -245,6 +257,24 @@ impl IdempotencyStore for ReplayCache {
         execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, Vec<AuditEntry>> {
         self.inner.audit_trail(execution_id)
+    }
+
+    /// After the step, drops this replica's cached copies past `retention` too. A reservation
+    /// never uses a copy past its retention on any replica (it goes to the store, which runs
+    /// the call as new); another replica's copy may still answer a `lookup` for at most the
+    /// time to live.
+    fn prune_expired(&self, retention: Duration, batch: usize) -> StoreFuture<'_, PruneStep> {
+        Box::pin(async move {
+            let step = self.inner.prune_expired(retention, batch).await?;
+            let now = chrono::Utc::now();
+            for (key, cached) in &self.records {
+                let finished_at = cached.result.result().finished_at;
+                if crate::retention::is_expired(finished_at, Some(retention), now) {
+                    self.records.invalidate(&*key);
+                }
+            }
+            Ok(step)
+        })
     }
 
     fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {

@@ -34,6 +34,7 @@
 //!   [`tool`];
 //! - [`http`]: the API of docs/semantics.md §7, with [`http::error`] (the one mapping of refusals
 //!   to status codes and problem details) and the principal extractor;
+//! - [`retention`] (when finished records expire, and the pruner);
 //! - [`auth`] (API keys), [`metrics`], [`trace`] (W3C `traceparent`), [`fault`]
 //!   (fault-injection points), [`app`] (the builder).
 
@@ -54,6 +55,7 @@ pub mod memory;
 pub mod metrics;
 pub mod outcome;
 mod registry;
+pub mod retention;
 pub mod runtime;
 pub mod strict_json;
 pub mod tool;

@@ -17,10 +17,9 @@
 //! | `carmy_late_arrivals_total` | counter | | outcomes that arrived after their execution was resolved, released or taken over (§12) |
 //! | `carmy_takeovers_total` | counter | `tool` | interrupted executions this process took over and ran again (`on_interrupted = "rerun"`, §12) |
 //!
-//! The last three are hooks for the recovery features of docs/semantics.md §12: they are
-//! registered (and read 0) so dashboards and alerts can be written before those features count
-//! anything; [`Metrics::records_pruned`], [`Metrics::resolved`] and [`Metrics::late_arrival`]
-//! are the calls that count them.
+//! The last three count the recovery features of docs/semantics.md §12:
+//! [`Metrics::records_pruned`] (called by the pruner, [`crate::retention::run_pruner`], on the
+//! replica that pruned), [`Metrics::resolved`] and [`Metrics::late_arrival`].
 //!
 //! The `tool` label is the call's tool name only when that tool is registered (or the answer
 //! came from a record); a call naming an unknown tool is counted under [`UNREGISTERED_TOOL`], so a
@@ -348,7 +347,7 @@ impl Metrics {
         RunningGuard(gauge)
     }
 
-    /// Hook for retention (docs/semantics.md §12): `count` finished records were pruned.
+    /// Retention (docs/semantics.md §12): this process pruned `count` finished records.
     pub fn records_pruned(&self, count: u64) {
         self.prunes.inc_by(count);
     }

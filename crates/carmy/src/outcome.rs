@@ -247,6 +247,12 @@ impl ExecutionResult {
         serde_json::to_string(self).expect("an execution result always serializes")
     }
 
+    /// The body of a finished record read back (docs/semantics.md §7, §12): the stored form
+    /// followed by `expires_at` (see [`with_expires_at`]).
+    pub fn to_body_json(&self, expires_at: Option<DateTime<Utc>>) -> String {
+        with_expires_at(self.to_record_json(), expires_at)
+    }
+
     /// Reads back a record written by [`ExecutionResult::to_record_json`].
     ///
     /// # Errors
@@ -307,9 +313,10 @@ impl RecordedResult {
         &self.json
     }
 
-    /// The response body of docs/semantics.md §4: the record with `replayed` before `started_at`,
-    /// made from the stored text without serialising the outcome again.
-    pub fn to_response_json(&self, replayed: bool) -> String {
+    /// The response body of docs/semantics.md §4: the record with `replayed` before `started_at`
+    /// and `expires_at` last (docs/semantics.md §12, [`with_expires_at`]), made from the stored
+    /// text without serialising the outcome again.
+    pub fn to_response_json(&self, replayed: bool, expires_at: Option<DateTime<Utc>>) -> String {
         // `started_at` and `finished_at` follow `data` and hold timestamps; only `resolution`
         // (whose members are all strings, where a quote is always escaped) may follow them, so
         // the last `,"started_at":` is the member itself, never text inside `data`.
@@ -325,7 +332,7 @@ impl RecordedResult {
             ",\"replayed\":false"
         });
         body.push_str(&self.json[at..]);
-        body
+        with_expires_at(body, expires_at)
     }
 }
 
@@ -333,6 +340,24 @@ impl From<ExecutionResult> for RecordedResult {
     fn from(result: ExecutionResult) -> Self {
         Self::new(result)
     }
+}
+
+/// Appends the member `expires_at` to a record's JSON object text: when the record stops holding
+/// its identity (docs/semantics.md §12), UTC, RFC 3339 with milliseconds, or `null` when it is
+/// kept forever. It is not part of the stored record: it follows from `finished_at` and the
+/// retention in force, so every answer of one record states the same instant.
+pub fn with_expires_at(mut record: String, expires_at: Option<DateTime<Utc>>) -> String {
+    debug_assert!(record.ends_with('}'), "a record is a JSON object");
+    record.pop();
+    match expires_at {
+        Some(at) => {
+            record.push_str(",\"expires_at\":\"");
+            record.push_str(&at.to_rfc3339_opts(SecondsFormat::Millis, true));
+            record.push_str("\"}");
+        }
+        None => record.push_str(",\"expires_at\":null}"),
+    }
+    record
 }
 
 /// Where `replayed` goes in a response: before this member of the record.
@@ -358,6 +383,11 @@ mod tests {
         started_at: &'a DateTime<Utc>,
         #[serde(serialize_with = "rfc3339_millis")]
         finished_at: &'a DateTime<Utc>,
+        expires_at: Option<String>,
+    }
+
+    fn expected_at(at: Option<DateTime<Utc>>) -> Option<String> {
+        at.map(|at| at.to_rfc3339_opts(SecondsFormat::Millis, true))
     }
 
     #[test]
@@ -376,7 +406,8 @@ mod tests {
         };
         let recorded = RecordedResult::new(result.clone());
         assert_eq!(recorded.record_json(), result.to_record_json());
-        for replayed in [false, true] {
+        let expires = Utc::now();
+        for (replayed, expires_at) in [(false, None), (true, Some(expires))] {
             let expected = serde_json::to_string(&ResponseBody {
                 execution_id: &result.execution_id,
                 status: result.status,
@@ -388,9 +419,15 @@ mod tests {
                 replayed,
                 started_at: &result.started_at,
                 finished_at: &result.finished_at,
+                expires_at: expires_at.map(|at| at.to_rfc3339_opts(SecondsFormat::Millis, true)),
             })
             .unwrap();
-            assert_eq!(recorded.to_response_json(replayed), expected);
+            assert_eq!(recorded.to_response_json(replayed, expires_at), expected);
+            let body: Value = serde_json::from_str(&result.to_body_json(expires_at)).unwrap();
+            assert_eq!(
+                body["expires_at"],
+                serde_json::to_value(expected_at(expires_at)).unwrap()
+            );
         }
     }
 }

@@ -60,6 +60,12 @@ pub struct ExecutionIntent {
     /// The digests of the call's parts, kept beside the fingerprint so that a later conflict
     /// can name which parts differ (docs/semantics.md §12); `None` stores none.
     pub parts: Option<FingerprintParts>,
+    /// How long a finished record holds its identity (docs/semantics.md §12, `CARMY_RETENTION`;
+    /// `None`: forever). A finished record whose
+    /// [`expires_at`](crate::retention::expires_at) has passed no longer holds it: `reserve`
+    /// replaces it, in one step, by this intent's running reservation ([`Reservation::Reserved`])
+    /// and the call runs as new. Running and interrupted records never expire.
+    pub retention: Option<std::time::Duration>,
 }
 
 /// Whether a reserved but unfinished execution still has a live owner (docs/semantics.md §4).
@@ -237,7 +243,10 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 /// - make the reservation durable before `reserve` returns [`Reservation::Reserved`];
 /// - make the outcome durable before `complete` returns `Ok`, and complete only the execution that
 ///   holds the reservation (a repeated `complete` with the same outcome is `Ok`);
-/// - never evict or expire a record that may stand for a committed effect;
+/// - never evict or expire a record that may stand for a committed effect, except a finished
+///   record past its retention (docs/semantics.md §12): `reserve` replaces it
+///   ([`ExecutionIntent::retention`]) and [`IdempotencyStore::prune_expired`] deletes it; never a
+///   running or interrupted one;
 /// - hold no transaction or connection between `reserve` and `complete`.
 ///
 /// Cancel delivery and shutdown have no default bodies, so a wrapper store cannot drop them by
@@ -298,6 +307,10 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 ///         execution_id: &'a ExecutionId, timeout: std::time::Duration)
 ///         -> StoreFuture<'a, Option<StoredRecord>> {
 ///         self.0.wait_for_outcome(key, execution_id, timeout)
+///     }
+///     fn prune_expired(&self, retention: std::time::Duration, batch: usize)
+///         -> StoreFuture<'_, carmy::retention::PruneStep> {
+///         self.0.prune_expired(retention, batch)
 ///     }
 ///     // request_cancel, cancel_requests and shutdown not forwarded: error E0046.
 /// }
@@ -472,6 +485,22 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         execution_id: &'a ExecutionId,
         timeout: std::time::Duration,
     ) -> StoreFuture<'a, Option<StoredRecord>>;
+
+    /// One pruning step of retention (docs/semantics.md §12; [`crate::retention`]): deletes at
+    /// most `batch` rows of each kind that outlived `retention`: finished records whose
+    /// [`expires_at`](crate::retention::expires_at) passed, released executions and audit rows
+    /// older than `retention` (audit rows only once their execution holds no record), stopped
+    /// instances. Never a running or interrupted record. A shared store lets one replica prune
+    /// at a time: [`PruneStep::Busy`](crate::retention::PruneStep) when another one does.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails (nothing or part of a step was done;
+    /// the next step continues).
+    fn prune_expired(
+        &self,
+        retention: std::time::Duration,
+        batch: usize,
+    ) -> StoreFuture<'_, crate::retention::PruneStep>;
 
     /// Asks the process that runs `execution_id` to cancel it (`POST
     /// /v1/executions/{execution_id}/cancel` landing on another replica). Delivery is best

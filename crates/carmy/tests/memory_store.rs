@@ -23,6 +23,7 @@ async fn full_store_refuses_new_identities_only_and_never_evicts() {
         execution_id: ExecutionId::generate(),
         tool: "echo".into(),
         parts: None,
+        retention: None,
     };
     let a = IdempotencyKey::new("p", "s", "a");
     let b = IdempotencyKey::new("p", "s", "b");
@@ -150,11 +151,13 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
         execution_id: ExecutionId::generate(),
         tool: "echo".into(),
         parts: None,
+        retention: None,
     };
     let fresh = || ExecutionIntent {
         execution_id: ExecutionId::generate(),
         tool: "echo".into(),
         parts: None,
+        retention: None,
     };
     assert_eq!(
         cache.reserve(&key, &f, &intent).await.unwrap(),

@@ -27,7 +27,7 @@ fn run_with(env: &[(&str, &str)]) -> (Option<i32>, String) {
 fn out_of_range_settings_stop_the_gateway_naming_the_variable_and_the_range() {
     let max_lease = carmy_postgres::MAX_LEASE_TTL.as_millis();
     let too_long = (max_lease + 1).to_string();
-    let cases: [(&str, &str, String); 8] = [
+    let cases: [(&str, &str, String); 9] = [
         ("CARMY_DB_POOL_SIZE", "0", "CARMY_DB_POOL_SIZE (--db-pool-size) must be at least 1, got \"0\"".to_owned()),
         ("CARMY_LEASE_TTL_MS", "0", format!("CARMY_LEASE_TTL_MS (--lease-ttl-ms) must be between 1 and {max_lease} (inclusive), got \"0\"")),
         ("CARMY_LEASE_TTL_MS", &too_long, format!("CARMY_LEASE_TTL_MS (--lease-ttl-ms) must be between 1 and {max_lease} (inclusive), got \"{too_long}\"")),
@@ -35,6 +35,7 @@ fn out_of_range_settings_stop_the_gateway_naming_the_variable_and_the_range() {
         ("CARMY_BODY_TIMEOUT_MS", "0", "CARMY_BODY_TIMEOUT_MS (--body-timeout-ms) must be at least 1, got \"0\"".to_owned()),
         ("CARMY_DB_ACQUIRE_TIMEOUT_MS", "0", "CARMY_DB_ACQUIRE_TIMEOUT_MS (--db-acquire-timeout-ms) must be at least 1, got \"0\"".to_owned()),
         ("CARMY_MEMORY_CAPACITY", "-3", "CARMY_MEMORY_CAPACITY (--memory-capacity) must be at least 1, got \"-3\"".to_owned()),
+        ("CARMY_RETENTION", "soon", "CARMY_RETENTION (--retention) must be a duration such as 7d, 36h, 90min or 30s, or 0 to keep records forever, got \"soon\"".to_owned()),
         ("CARMY_REPLAY_CACHE_TTL_MS", "soon", "CARMY_REPLAY_CACHE_TTL_MS (--replay-cache-ttl-ms) must be at least 1, got \"soon\"".to_owned()),
     ];
     for (variable, value, message) in &cases {

@@ -57,7 +57,16 @@ async fn initialize_list_and_call() {
     let meta = execution(&result);
     assert_eq!(meta["status"], "completed");
     assert_eq!(meta["replayed"], false);
-    assert_eq!(meta["expires_at"], Value::Null);
+    // The record's finished_at plus the default retention of 7 days (docs/semantics.md §12).
+    let expires_at = chrono::DateTime::parse_from_rfc3339(meta["expires_at"].as_str().unwrap())
+        .unwrap()
+        .to_utc();
+    let week = chrono::Duration::days(7);
+    let now = chrono::Utc::now();
+    assert!(
+        expires_at <= now + week && expires_at > now + week - chrono::Duration::minutes(1),
+        "{expires_at}"
+    );
     assert!(meta["execution_id"].as_str().unwrap().starts_with("exec_"));
 }
 

@@ -9,6 +9,7 @@ use crate::wait;
 use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
+use carmy::retention::PruneStep;
 use carmy::runtime::{
     Decided, ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation,
     StoreFuture, StoredRecord,
@@ -178,6 +179,18 @@ impl IdempotencyStore for PostgresStore {
 
     fn cancel_requests(&self) -> Option<broadcast::Receiver<ExecutionId>> {
         Some(self.cancels.subscribe())
+    }
+
+    /// One call of `carmy.prune_expired` ([`crate::sql::PRUNE_SQL`]) under its advisory lock.
+    fn prune_expired(
+        &self,
+        retention: std::time::Duration,
+        batch: usize,
+    ) -> StoreFuture<'_, PruneStep> {
+        Box::pin(async move {
+            self.finish(crate::prune::step(&self.pool, retention, batch).await)
+                .await
+        })
     }
 
     /// [`PostgresStore::shutdown`]: stops the renewer and the cancel listener, ends the lease.

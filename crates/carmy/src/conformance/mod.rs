@@ -10,11 +10,14 @@
 //! ```
 //!
 //! Every check receives a fresh, empty store and panics with a message naming the broken rule.
-//! The checks of decisions (docs/semantics.md §12) are in `decisions`.
+//! The checks of decisions (docs/semantics.md §12) are in `decisions`, those of retention (§12)
+//! in `retention`.
 
 mod decisions;
+mod retention;
 
 pub use decisions::*;
+pub use retention::*;
 
 use crate::fingerprint::{fingerprint, Fingerprint};
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
@@ -50,6 +53,8 @@ macro_rules! store_conformance_tests {
             listing_filters_and_scopes,
             waiting_ends_when_the_outcome_is_recorded,
             late_arrivals_are_kept_beside_the_record,
+            expired_records_run_as_new,
+            pruning_removes_only_expired_records,
         );
     };
     (@cases $factory:path; $($case:ident),+ $(,)?) => {
@@ -75,6 +80,7 @@ fn intent() -> ExecutionIntent {
         execution_id: ExecutionId::generate(),
         tool: "echo".into(),
         parts: None,
+        retention: Some(crate::retention::DEFAULT_RETENTION),
     }
 }
 

@@ -22,7 +22,7 @@ pub use decide::{Release, Resolve};
 use crate::call::ValidatedCall;
 use crate::fault;
 use crate::metrics::{Metrics, UNREGISTERED_TOOL};
-use crate::outcome::ExecutionId;
+use crate::outcome::{ExecutionId, ExecutionResult};
 use crate::registry::{RegisteredTool, SharedRegistry, ToolRegistry};
 use crate::runtime::{
     ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
@@ -58,6 +58,15 @@ pub struct EngineConfig {
     /// The longest a call may wait for a running duplicate's outcome (`CARMY_MAX_WAIT_MS`,
     /// default 30 s; docs/semantics.md §12): a longer `Prefer: wait=N` is cut to it.
     pub max_wait: Duration,
+    /// How long a finished record holds its identity (`CARMY_RETENTION`, default 7 days;
+    /// `None` keeps records forever; docs/semantics.md §12). Every answer states the record's
+    /// `expires_at` ([`Engine::expires_at`]); a call reusing a request_id after it runs as new.
+    pub retention: Option<Duration>,
+    /// How often this process prunes what outlived the retention (`CARMY_PRUNE_INTERVAL_MS`,
+    /// default 60 s; [`crate::retention::run_pruner`]).
+    pub prune_interval: Duration,
+    /// Rows of each kind one pruning step deletes at most (default 1000).
+    pub prune_batch: usize,
 }
 
 impl Default for EngineConfig {
@@ -70,6 +79,9 @@ impl Default for EngineConfig {
             complete_retry_max: Duration::from_secs(5),
             cancel_wait: Duration::from_secs(10),
             max_wait: Duration::from_secs(30),
+            retention: Some(crate::retention::DEFAULT_RETENTION),
+            prune_interval: crate::retention::DEFAULT_PRUNE_INTERVAL,
+            prune_batch: crate::retention::DEFAULT_PRUNE_BATCH,
         }
     }
 }
@@ -85,6 +97,8 @@ pub struct Engine {
     cancel_executions: CancellationToken,
     /// This process's running executions, each with its own token (a child of the above).
     running: Mutex<HashMap<ExecutionId, CancellationToken>>,
+    /// Cancelled when the drain starts: stops the pruner.
+    stop_background: CancellationToken,
 }
 
 impl Engine {
@@ -102,7 +116,39 @@ impl Engine {
             executions: TaskTracker::new(),
             cancel_executions: CancellationToken::new(),
             running: Mutex::new(HashMap::new()),
+            stop_background: CancellationToken::new(),
         }
+    }
+
+    /// When `result`'s record expires (docs/semantics.md §12): its `finished_at` plus the
+    /// retention; `None` when records are kept forever. Every front states it as `expires_at`.
+    pub fn expires_at(&self, result: &ExecutionResult) -> Option<chrono::DateTime<chrono::Utc>> {
+        crate::retention::expires_at(result.finished_at, self.config.retention)
+    }
+
+    /// When history decided at `at` (a released execution) is pruned; `None`: kept forever.
+    pub fn history_expires_at(
+        &self,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Option<chrono::DateTime<chrono::Utc>> {
+        crate::retention::expires_at(at, self.config.retention)
+    }
+
+    /// Starts pruning what outlived the retention in the background
+    /// ([`crate::retention::run_pruner`]) until the drain starts; does nothing when records are
+    /// kept forever. Needs a Tokio runtime.
+    pub fn start_pruner(&self) {
+        let Some(retention) = self.config.retention else {
+            return;
+        };
+        tokio::spawn(crate::retention::run_pruner(
+            Arc::clone(&self.store),
+            retention,
+            self.config.prune_interval,
+            self.config.prune_batch,
+            self.metrics.clone(),
+            self.stop_background.clone(),
+        ));
     }
 
     /// The registered tools, by name: a snapshot (the set may change at run time).
@@ -285,6 +331,7 @@ impl Engine {
             execution_id: ExecutionId::generate(),
             tool: call.tool().to_owned(),
             parts: Some(*call.parts()),
+            retention: self.config.retention,
         };
         let reserving = Instant::now();
         let reserved = self.store.reserve(&key, call.fingerprint(), &intent).await;
@@ -317,6 +364,7 @@ impl Engine {
     /// Waits for running executions up to the drain period, then cancels the rest (recorded
     /// `cancelled`) and waits for their records, at most `record_grace` more.
     pub async fn drain(&self, record_grace: Duration) {
+        self.stop_background.cancel();
         self.executions.close();
         if tokio::time::timeout(self.config.drain_period, self.executions.wait())
             .await

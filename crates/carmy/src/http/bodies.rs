@@ -26,6 +26,26 @@ pub(super) struct InFlightBody<'a> {
     /// Who released it, when and why (released executions only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) resolution: Option<&'a crate::decision::Resolution>,
+    /// `null` while running or interrupted (such an execution is never pruned); for a released
+    /// one, when its history is pruned: the release time plus the retention (`null` when kept
+    /// forever). UTC, RFC 3339 with milliseconds (docs/semantics.md §12).
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub(super) expires_at: Option<String>,
+}
+
+/// A finished execution's record as the API shows it: the stored record followed by
+/// `expires_at` (docs/semantics.md §12). The body is made by
+/// [`crate::outcome::ExecutionResult::to_body_json`]; this type only describes it.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // describes the body only
+pub(crate) struct RecordBody {
+    #[serde(flatten)]
+    pub(crate) record: crate::outcome::ExecutionResult,
+    /// When the record stops holding its identity: its `finished_at` plus the retention
+    /// (`CARMY_RETENTION`); from then on the same request_id runs as new and the record is
+    /// pruned. `null` when records are kept forever. UTC, RFC 3339 with milliseconds.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub(crate) expires_at: Option<String>,
 }
 
 /// What `GET /v1/executions/{id}` answers: a record, or an execution without an outcome yet.
@@ -33,8 +53,8 @@ pub(super) struct InFlightBody<'a> {
 #[serde(untagged)]
 #[allow(dead_code)] // describes the body only
 pub(super) enum ExecutionState {
-    /// Finished: the record (no `replayed`).
-    Finished(crate::outcome::ExecutionResult),
+    /// Finished: the record (no `replayed`) with `expires_at`.
+    Finished(RecordBody),
     /// Running, interrupted or released.
     InFlight(InFlightBody<'static>),
 }

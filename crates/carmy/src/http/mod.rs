@@ -20,8 +20,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use bodies::{
-    CallHeaders, CancellingBody, ExecutionPath, ExecutionState, ProbeBody, ToolEntry, ToolList,
-    NO_SUCH_EXECUTION,
+    CallHeaders, CancellingBody, ExecutionPath, ExecutionState, ProbeBody, RecordBody, ToolEntry,
+    ToolList, NO_SUCH_EXECUTION,
 };
 use error::ApiError;
 use serde::Deserialize;
@@ -281,7 +281,10 @@ async fn create_execution(
         .map_err(|refusal| ApiError::for_call(refusal, &state.engine, &tool))?;
     let mut response = json_response(
         StatusCode::OK,
-        answer.result.to_response_json(answer.replayed),
+        answer.result.to_response_json(
+            answer.replayed,
+            state.engine.expires_at(answer.result.result()),
+        ),
     );
     response.headers_mut().insert(
         REPLAYED_HEADER,
@@ -331,7 +334,7 @@ async fn get_execution(
 ) -> Result<Response, ApiError> {
     let execution_id = execution_id_from_path(execution_id)?;
     let found = state.engine.find(&principal, &execution_id).await?;
-    let body = recovery::record_body(&found);
+    let body = recovery::record_body(&state.engine, &found);
     Ok(json_response(StatusCode::OK, body))
 }
 
@@ -344,7 +347,7 @@ async fn get_execution(
     security(("bearer" = [])),
     params(ExecutionPath),
     responses(
-        (status = 200, description = "The recorded outcome (normally `status: cancelled`)", body = crate::outcome::ExecutionResult),
+        (status = 200, description = "The recorded outcome (normally `status: cancelled`)", body = RecordBody),
         (status = 202, description = "Cancellation delivered, no outcome recorded within 10 s; read the execution later", body = CancellingBody<'static>),
         (status = 401, response = openapi::Unauthorized),
         (status = 404, description = NO_SUCH_EXECUTION, body = openapi::Problem, content_type = "application/problem+json"),
@@ -360,7 +363,8 @@ async fn cancel_execution(
     let execution_id = execution_id_from_path(execution_id)?;
     match state.engine.cancel(&principal, &execution_id).await? {
         CancelAnswer::Finished(result) => {
-            Ok(json_response(StatusCode::OK, result.to_record_json()))
+            let body = result.to_body_json(state.engine.expires_at(&result));
+            Ok(json_response(StatusCode::OK, body))
         }
         CancelAnswer::Pending(execution_id) => Ok(json_response(
             StatusCode::ACCEPTED,

@@ -63,12 +63,20 @@ pub(crate) type Problem = ProblemBody<'static>;
 /// The body itself is made by [`crate::outcome::RecordedResult::to_response_json`]; this type
 /// only describes it.
 #[derive(Serialize, ToSchema)]
-#[schema(description = "The answer to a call: the execution's record and `replayed`.")]
+#[schema(
+    description = "The answer to a call: the execution's record, `replayed` and `expires_at`."
+)]
 pub(crate) struct ExecutionAnswer {
     #[serde(flatten)]
     record: ExecutionResult,
     /// True when the tool did not run for this call: the answer is the recorded one.
     replayed: bool,
+    /// When the record stops holding its identity: its `finished_at` plus the retention
+    /// (`CARMY_RETENTION`); a call with the same request_id after it runs as new
+    /// (docs/semantics.md §12). `null` when records are kept forever. UTC, RFC 3339 with
+    /// milliseconds.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    expires_at: Option<String>,
 }
 
 /// 401 `UNAUTHORIZED`: missing, unknown or repeated `Authorization` (docs/semantics.md §6).

@@ -97,7 +97,7 @@ fn read_body<T: DeserializeOwned>(
     params(ExecutionPath),
     request_body(content = ResolveBody, content_type = "application/json"),
     responses(
-        (status = 200, description = "The record as it now replays, with `resolution: {by, at, note}`", body = crate::outcome::ExecutionResult),
+        (status = 200, description = "The record as it now replays, with `resolution: {by, at, note}`", body = super::bodies::RecordBody),
         (status = 400, description = "`INVALID_REQUEST`: bad body, status, note or outcome", body = openapi::Problem, content_type = "application/problem+json"),
         (status = 401, response = openapi::Unauthorized),
         (status = 404, description = NO_SUCH_EXECUTION, body = openapi::Problem, content_type = "application/problem+json"),
@@ -129,7 +129,8 @@ pub(super) async fn resolve_execution(
         .engine
         .resolve(&caller, &execution_id, resolve)
         .await?;
-    Ok(json_response(StatusCode::OK, result.to_record_json()))
+    let body = result.to_body_json(state.engine.expires_at(&result));
+    Ok(json_response(StatusCode::OK, body))
 }
 
 /// Frees an uncertain execution's identity so the next attempt runs the tool; the execution
@@ -178,6 +179,7 @@ pub(super) async fn release_execution(
         request_id: &released.key.request_id,
         session_id: &released.key.session_id,
         resolution: Some(&released.resolution),
+        expires_at: rfc3339(state.engine.history_expires_at(released.resolution.at)),
     };
     Ok(json_response(StatusCode::OK, to_json(&body)))
 }
@@ -231,14 +233,20 @@ pub(super) async fn list_executions(
         let found = found.first().ok_or(ApiError::NotFound(
             "no record for this request_id and session_id".into(),
         ))?;
-        return Ok(json_response(StatusCode::OK, record_body(found)));
+        return Ok(json_response(
+            StatusCode::OK,
+            record_body(&state.engine, found),
+        ));
     }
     let limit = query.limit.unwrap_or(DEFAULT_LIST_LIMIT);
     let found = state
         .engine
         .list(&caller, in_flight, query.session_id, None, limit)
         .await?;
-    let bodies: Vec<String> = found.iter().map(record_body).collect();
+    let bodies: Vec<String> = found
+        .iter()
+        .map(|found| record_body(&state.engine, found))
+        .collect();
     Ok(json_response(
         StatusCode::OK,
         format!("{{\"executions\":[{}]}}", bodies.join(",")),
@@ -249,13 +257,22 @@ fn to_json(body: &InFlightBody<'_>) -> String {
     serde_json::to_string(body).expect("a record body always serializes")
 }
 
+/// An instant as records write it (UTC, RFC 3339 with milliseconds).
+fn rfc3339(at: Option<chrono::DateTime<chrono::Utc>>) -> Option<String> {
+    at.map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
 /// The JSON of a record read back (`GET /v1/executions/{id}` and listings): a finished
-/// record's stored text, else a [`RecordBody`].
-pub(super) fn record_body(found: &ExecutionLookup) -> String {
-    let status = match (&found.released, &found.record.state) {
-        (None, RecordState::Finished(result)) => return result.to_record_json(),
-        (Some(_), _) => "released",
-        (None, RecordState::InFlight(in_flight)) => in_flight.as_str(),
+/// record's stored text with its `expires_at`, else an [`InFlightBody`] (`expires_at` `null`
+/// while running or interrupted: such a record never expires; a released one's history
+/// expires with the retention counted from its release, docs/semantics.md §12).
+pub(super) fn record_body(engine: &crate::engine::Engine, found: &ExecutionLookup) -> String {
+    let (status, expires_at) = match (&found.released, &found.record.state) {
+        (None, RecordState::Finished(result)) => {
+            return result.to_body_json(engine.expires_at(result))
+        }
+        (Some(released), _) => ("released", engine.history_expires_at(released.at)),
+        (None, RecordState::InFlight(in_flight)) => (in_flight.as_str(), None),
     };
     to_json(&InFlightBody {
         execution_id: &found.record.execution_id,
@@ -266,6 +283,7 @@ pub(super) fn record_body(found: &ExecutionLookup) -> String {
         request_id: &found.key.request_id,
         session_id: &found.key.session_id,
         resolution: found.released.as_ref(),
+        expires_at: rfc3339(expires_at),
     })
 }
 

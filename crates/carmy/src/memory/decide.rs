@@ -95,6 +95,7 @@ impl Inner {
         };
         if let Some(held) = self.by_key.get_mut(&key) {
             held.state = RecordState::Finished(result.clone());
+            self.recorded_at.insert(result.execution_id.clone(), at);
         }
         self.audit.push(AuditEntry {
             actor: request.actor.clone(),

@@ -1,11 +1,14 @@
 //! The process-local, bounded store (docs/semantics.md §8), with decisions and their audit
-//! trail kept in memory too (`decide`, docs/semantics.md §12).
+//! trail kept in memory too (`decide`, docs/semantics.md §12) and retention (`prune`: a finished
+//! record past its retention is replaced by the next reservation of its identity and pruned).
 
 mod decide;
+mod prune;
 
 use crate::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
+use crate::retention::PruneStep;
 use crate::runtime::Decided;
 use crate::runtime::{
     ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
@@ -25,8 +28,11 @@ const RECORDED_BACKLOG: usize = 1024;
 /// A process-local store holding at most `capacity` identities.
 ///
 /// When full it fails closed: a new identity gets [`StoreError::Capacity`] (`IDEMPOTENCY_CAPACITY`,
-/// 507) while every existing identity is still answered. It never evicts: any entry may stand for
-/// a committed effect. Entries live as long as the process; use `PostgresStore` for durability.
+/// 507) while every existing identity is still answered. It never evicts a record before its
+/// retention: any entry may stand for a committed effect. A finished record past its retention
+/// (docs/semantics.md §12) is replaced by the next reservation of its identity (in the same
+/// slot) and removed by [`IdempotencyStore::prune_expired`], which frees its slot. Entries live
+/// at most as long as the process; use `PostgresStore` for durability.
 pub struct InMemoryIdempotencyStore {
     capacity: usize,
     inner: Mutex<Inner>,
@@ -40,6 +46,10 @@ struct Inner {
     by_execution: HashMap<ExecutionId, IdempotencyKey>,
     /// When each held execution was reserved (a resolution's `started_at`).
     reserved_at: HashMap<ExecutionId, DateTime<Utc>>,
+    /// When each finished execution's outcome was recorded (store clock), from which its
+    /// retention counts, as PostgreSQL counts it from the row's `finished_at`. Never earlier than
+    /// the record's own `finished_at`, which the engine fixes before it records.
+    recorded_at: HashMap<ExecutionId, DateTime<Utc>>,
     /// Released executions: history, not counted against the capacity.
     released: HashMap<ExecutionId, ExecutionLookup>,
     /// Every decision's audit row, oldest first.
@@ -90,9 +100,14 @@ impl InMemoryIdempotencyStore {
     ) -> Result<Reservation, StoreError> {
         let mut inner = self.lock();
         if let Some(record) = inner.by_key.get(key) {
-            return Ok(Existing::for_record(record.clone(), fingerprint).into());
-        }
-        if inner.by_key.len() >= self.capacity {
+            if !inner.expired(record, intent.retention, decide::now_millis()) {
+                return Ok(Existing::for_record(record.clone(), fingerprint).into());
+            }
+            // Past its retention: the identity is vacant again, and this reservation takes the
+            // expired record's slot (docs/semantics.md §12).
+            let expired = record.execution_id.clone();
+            inner.forget(key, &expired);
+        } else if inner.by_key.len() >= self.capacity {
             return Err(StoreError::Capacity);
         }
         inner.by_key.insert(
@@ -136,6 +151,9 @@ impl InMemoryIdempotencyStore {
         match &record.state {
             RecordState::InFlight(_) => {
                 record.state = RecordState::Finished(result.clone());
+                inner
+                    .recorded_at
+                    .insert(result.execution_id.clone(), decide::now_millis());
                 // No waiter is fine.
                 let _ = self.recorded.send(result.execution_id.clone());
                 Ok(())
@@ -177,9 +195,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
             record.execution_id == *execution_id && matches!(record.state, RecordState::InFlight(_))
         });
         if unused {
-            inner.by_key.remove(key);
-            inner.by_execution.remove(execution_id);
-            inner.reserved_at.remove(execution_id);
+            inner.forget(key, execution_id);
         }
         drop(inner);
         Box::pin(async { Ok(()) })
@@ -264,6 +280,16 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
             execution_id,
             timeout,
         ))
+    }
+
+    /// One step under the store's lock; never [`PruneStep::Busy`] (nobody else prunes).
+    fn prune_expired(
+        &self,
+        retention: std::time::Duration,
+        batch: usize,
+    ) -> StoreFuture<'_, PruneStep> {
+        let pruned = self.lock().prune(retention, batch, decide::now_millis());
+        Box::pin(async move { Ok(PruneStep::Pruned(pruned)) })
     }
 
     /// Every execution runs in this process: nothing to publish.
