@@ -1,6 +1,7 @@
 -- The SQL work of one new idempotent call, as PostgresStore does it (crates/carmy-postgres/src/
 -- sql.rs): the reserve statement (RESERVE_SQL) and the complete statement (COMPLETE_SQL), two
--- statements in autocommit, each its own round trip and its own commit.
+-- statements in autocommit, each its own round trip and its own commit. The reservation's
+-- retention is the default, 7 days (604800000 ms).
 --
 -- Run by carmy-bench as
 --   pgbench -n -M prepared -c 32 -j 2 -T <seconds> -D run=<unique> -D n=0 -f new_identity.sql
@@ -20,22 +21,40 @@ WITH ins AS (
             'inst_pgbench', now(), '0123456789abcdef.0123456789abcdef.0123456789abcdef')
     ON CONFLICT (principal, session_id, request_id) DO NOTHING
     RETURNING execution_id
+), renewed AS (
+    UPDATE carmy.reservations r
+    SET tool = 'echo', fingerprint = '9b2c6f0de3f1a4c85e7d20b6a1c94f3e8d5b7a60c2e1f9d43b8a7c6e5d4f3a2b1',
+        fingerprint_version = 'v1', state = 'running',
+        execution_id = 'exec_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text,
+        outcome = NULL, error_code = NULL, owner_instance = 'inst_pgbench',
+        created_at = now(), started_at = now(), finished_at = NULL,
+        fingerprint_parts = '0123456789abcdef.0123456789abcdef.0123456789abcdef', attempt = 1
+    WHERE r.principal = 'pgbench' AND r.session_id = 'default'
+      AND r.request_id = 'pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text
+      AND NOT EXISTS (SELECT 1 FROM ins)
+      AND carmy.record_expired(r.state, r.finished_at, r.created_at,
+                               604800000::bigint * interval '1 millisecond')
+    RETURNING r.execution_id
 )
 SELECT true AS inserted, NULL::text AS execution_id, NULL::text AS tool,
        NULL::text AS fingerprint, NULL::text AS fingerprint_version, NULL::text AS state,
        NULL::text AS outcome, NULL::text AS in_flight_state,
-       NULL::text AS fingerprint_parts
+       NULL::text AS fingerprint_parts, NULL::boolean AS expired
 FROM ins
+UNION ALL
+SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM renewed
 UNION ALL
 SELECT false AS inserted, r.execution_id, r.tool, r.fingerprint, r.fingerprint_version, r.state,
        r.outcome,
        CASE WHEN r.state <> 'running' THEN NULL
             ELSE carmy.in_flight_state(r.owner_instance)
-       END AS in_flight_state, r.fingerprint_parts
+       END AS in_flight_state, r.fingerprint_parts,
+       coalesce(carmy.record_expired(r.state, r.finished_at, r.created_at,
+                                     604800000::bigint * interval '1 millisecond'), false) AS expired
 FROM carmy.reservations r
 WHERE r.principal = 'pgbench' AND r.session_id = 'default'
   AND r.request_id = 'pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text
-  AND NOT EXISTS (SELECT 1 FROM ins);
+  AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM renewed);
 UPDATE carmy.reservations
 SET state = 'completed',
     outcome = '{"execution_id":"exec_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text || '","status":"completed","data":{},"error": null,"tool":"echo","request_id":"pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text || '","session_id":"default","started_at":"20260101T000000.000Z","finished_at":"20260101T000000.001Z"}',

@@ -67,6 +67,7 @@ fn new_identity_runs_the_stores_reserve_and_complete() {
             EXECUTION_ID,
             "'inst_pgbench'",
             "'0123456789abcdef.0123456789abcdef.0123456789abcdef'",
+            "604800000",
         ],
     );
     assert_eq!(script[0], reserve);
