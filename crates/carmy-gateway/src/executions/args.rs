@@ -67,6 +67,11 @@ pub struct ShowArgs {
     /// Print JSON instead of a readable block.
     #[arg(long)]
     pub json: bool,
+    /// The replicas' retention (the same setting as theirs), for the record's `expires_at`
+    /// (docs/semantics.md §12); `0`: forever.
+    #[arg(long, env = "CARMY_RETENTION", default_value = "7days",
+          value_parser = crate::config::RetentionParser)]
+    pub retention: crate::config::Retention,
 }
 
 /// `executions resolve`.
@@ -116,6 +121,11 @@ pub struct DecisionArgs {
     /// Print the answer as JSON (the API's body for this decision).
     #[arg(long)]
     pub json: bool,
+    /// The replicas' retention (the same setting as theirs), for the answer's `expires_at`
+    /// (docs/semantics.md §12); `0`: forever.
+    #[arg(long, env = "CARMY_RETENTION", default_value = "7days",
+          value_parser = crate::config::RetentionParser)]
+    pub retention: crate::config::Retention,
 }
 
 /// `--state` of `executions list`.

@@ -97,7 +97,10 @@ async fn run(config: &Config, action: ExecutionsAction) -> Result<String, CliFai
             let result =
                 decided.map_err(|refusal| CliFailure::refused(&refusal, &request.execution_id))?;
             Ok(if resolve.decision.json {
-                format!("{}\n", result.to_record_json())
+                // The body of POST /v1/executions/{id}/resolve.
+                let expires_at =
+                    carmy::retention::expires_at(result.finished_at, resolve.decision.retention.0);
+                format!("{}\n", result.to_body_json(expires_at))
             } else {
                 render::resolved_line(&result)
             })
@@ -123,6 +126,11 @@ async fn run(config: &Config, action: ExecutionsAction) -> Result<String, CliFai
                     "request_id": released.key.request_id,
                     "session_id": released.key.session_id,
                     "resolution": released.resolution,
+                    "expires_at": carmy::retention::expires_at(
+                        released.resolution.at,
+                        release.decision.retention.0,
+                    )
+                    .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
                 });
                 format!("{body}\n")
             } else {
@@ -155,7 +163,10 @@ async fn show_execution(url: Option<&str>, show: &ShowArgs) -> Result<String, Cl
         .map_err(unavailable)?;
     operator.close().await;
     Ok(if show.json {
-        format!("{}\n", render::detail_json(&detail, &audit))
+        format!(
+            "{}\n",
+            render::detail_json(&detail, &audit, show.retention.0)
+        )
     } else {
         render::detail_block(&detail, &audit)
     })

@@ -77,10 +77,18 @@ pub fn summary_json(detail: &ExecutionDetail) -> Value {
 
 /// `show --json`: [`summary_json`] with `record` (the finished record as the API replays it,
 /// else `null`) and `audit` (the audit rows, oldest first).
-pub fn detail_json(detail: &ExecutionDetail, audit: &[AuditEntry]) -> Value {
+pub fn detail_json(
+    detail: &ExecutionDetail,
+    audit: &[AuditEntry],
+    retention: Option<std::time::Duration>,
+) -> Value {
     let mut value = summary_json(detail);
     value["record"] = match &detail.lookup.record.state {
-        RecordState::Finished(result) if detail.lookup.released.is_none() => record_json(result),
+        // As the API answers it: the record with `expires_at` (docs/semantics.md §12).
+        RecordState::Finished(result) if detail.lookup.released.is_none() => {
+            let expires_at = carmy::retention::expires_at(result.finished_at, retention);
+            serde_json::from_str(&result.to_body_json(expires_at)).unwrap_or(Value::Null)
+        }
         _ => Value::Null,
     };
     value["audit"] = audit

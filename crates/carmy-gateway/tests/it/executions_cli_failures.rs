@@ -130,7 +130,7 @@ fn each_subcommand_help_lists_only_what_it_reads() {
                 "log-format",
             ],
         ),
-        ("show", &["database-url", "json", "log-format"]),
+        ("show", &["database-url", "json", "log-format", "retention"]),
         (
             "resolve",
             &[
@@ -143,6 +143,7 @@ fn each_subcommand_help_lists_only_what_it_reads() {
                 "force",
                 "json",
                 "log-format",
+                "retention",
             ],
         ),
         (
@@ -154,6 +155,7 @@ fn each_subcommand_help_lists_only_what_it_reads() {
                 "force",
                 "json",
                 "log-format",
+                "retention",
             ],
         ),
     ];
