@@ -260,6 +260,24 @@ async fn a_required_request_id_refuses_calls_without_one() {
     assert_eq!(ran.is_error, Some(false));
 }
 
+/// Retries `sleep {"ms": ms}` under `request_id` through a fresh client until it answers
+/// without error (at most 10 s): the outcome of an execution the first caller stopped waiting for.
+async fn sleep_outcome(gateway: &Served, ms: u64, request_id: &str) -> rmcp::model::CallToolResult {
+    let client = connect(&gateway.mcp(), None).await;
+    eventually(Duration::from_secs(10), "the outcome recorded", || async {
+        let result = client
+            .call_tool(call("sleep", json!({"ms": ms}), request_id))
+            .await
+            .unwrap();
+        if result.is_error == Some(false) {
+            Ok(result)
+        } else {
+            Err(structured(&result))
+        }
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_client_that_leaves_mid_call_finds_the_record_on_retry() {
     let gateway = Served::start(&[]).await;
@@ -281,19 +299,7 @@ async fn a_client_that_leaves_mid_call_finds_the_record_on_retry() {
         left.is_err(),
         "the client gave up before the answer: {left:?}"
     );
-    let client = connect(&gateway.mcp(), None).await;
-    let replay = eventually(Duration::from_secs(10), "the outcome recorded", || async {
-        let result = client
-            .call_tool(call("sleep", json!({"ms": 400}), "gone-1"))
-            .await
-            .unwrap();
-        if result.is_error == Some(false) {
-            Ok(result)
-        } else {
-            Err(structured(&result))
-        }
-    })
-    .await;
+    let replay = sleep_outcome(&gateway, 400, "gone-1").await;
     assert_eq!(execution(&replay)["replayed"], true);
     assert_eq!(structured(&replay), json!({"slept_ms": 400}));
     assert_eq!(gateway.runs("sleep"), 1);
@@ -328,19 +334,7 @@ async fn notifications_cancelled_stops_the_waiting_never_the_record() {
     assert_eq!(cancelled.status().as_u16(), 202);
     waiting.abort();
     // The execution ran on and was recorded `completed`: the retry replays it.
-    let client = connect(&gateway.mcp(), None).await;
-    let replay = eventually(Duration::from_secs(10), "the outcome recorded", || async {
-        let result = client
-            .call_tool(call("sleep", json!({"ms": 500}), "cancel-1"))
-            .await
-            .unwrap();
-        if result.is_error == Some(false) {
-            Ok(result)
-        } else {
-            Err(structured(&result))
-        }
-    })
-    .await;
+    let replay = sleep_outcome(&gateway, 500, "cancel-1").await;
     assert_eq!(execution(&replay)["replayed"], true);
     assert_eq!(execution(&replay)["status"], "completed");
     assert_eq!(structured(&replay), json!({"slept_ms": 500}));
