@@ -3,6 +3,8 @@
 //! gateway: its tools imported with prefix, schema and annotations; the execution id in
 //! `_meta`; replay without a second call; `isError` recorded as `failed`; the list refreshed on
 //! `tools/list_changed`; the child killed mid-call (recorded "outcome unknown") and restarted.
+//! A server written with the official Python SDK over Streamable HTTP: imported, called,
+//! replayed, and killed mid-call (recorded "outcome unknown", the retry replays).
 
 use crate::http_tools::replica;
 use crate::tools_file::write_tools_file;
@@ -225,20 +227,14 @@ impl Drop for Killed {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_server_written_with_the_official_python_sdk_over_streamable_http() {
-    let file = write_tools_file("");
-    let state = file.with_file_name("state.jsonl");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let _server = Killed(
+/// Starts `tests/mcp/python_sdk_server.py` on `port` (writing its calls to `state`) and waits
+/// until it listens.
+async fn start_sdk_server(port: u16, state: &Path) -> Killed {
+    let server = Killed(
         std::process::Command::new(sdk_python())
             .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/python_sdk_server.py"))
             .arg(port.to_string())
-            .env("STATE_FILE", &state)
+            .env("STATE_FILE", state)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -254,16 +250,38 @@ async fn a_server_written_with_the_official_python_sdk_over_streamable_http() {
         },
     )
     .await;
+    server
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A gateway importing the Python SDK server on `port` as `sdk.*`.
+fn sdk_gateway(name: &str, file: &Path, port: u16) -> carmy_test_support::Replica {
     std::fs::write(
-        &file,
+        file,
         format!("[[mcp_servers]]\nname = \"sdk\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nprefix = \"sdk.\"\n"),
     )
     .unwrap();
-    let gateway = replica("mcp-python-sdk", &file, &[]);
+    replica(name, file, &[])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_server_written_with_the_official_python_sdk_over_streamable_http() {
+    let file = write_tools_file("");
+    let state = file.with_file_name("state.jsonl");
+    let port = free_port();
+    let _server = start_sdk_server(port, &state).await;
+    let gateway = sdk_gateway("mcp-python-sdk", &file, port);
     let http = client();
     assert_eq!(
         tool_names(&http, &gateway).await,
-        ["sdk.broken", "sdk.note"]
+        ["sdk.broken", "sdk.hang", "sdk.note"]
     );
     let body = call("sdk.note", json!({"text": "hi"}), "n1");
     let (status, first) = post(&http, &gateway, &body).await;
@@ -296,6 +314,83 @@ async fn a_server_written_with_the_official_python_sdk_over_streamable_http() {
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert_eq!(seen[0]["key"], first["execution_id"]);
     assert_eq!(seen[1]["key"], failed["execution_id"]);
+}
+
+/// The calls of `tool` that the Python SDK server recorded (one JSON line each).
+fn sdk_calls(state: &Path, tool: &str) -> Vec<Value> {
+    std::fs::read_to_string(state)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|call| call["tool"] == tool)
+        .collect()
+}
+
+/// docs/semantics.md §10: a Streamable HTTP server that dies after it took a call leaves that
+/// call "outcome unknown" (recorded, never re-sent); once the server is back, the retry replays
+/// the record and new calls reach the new server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_python_sdk_server_killed_mid_call_leaves_the_call_recorded_outcome_unknown() {
+    let file = write_tools_file("");
+    let state = file.with_file_name("state.jsonl");
+    let port = free_port();
+    let server = start_sdk_server(port, &state).await;
+    let gateway = sdk_gateway("mcp-python-sdk-killed", &file, port);
+    let http = client();
+    let hung = spawn_post(&http, &gateway, &call("sdk.hang", json!({}), "h1"));
+    eventually(Duration::from_secs(10), "the hang call arrived", || async {
+        let n = sdk_calls(&state, "hang").len();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(n)
+        }
+    })
+    .await;
+    drop(server);
+    let (status, lost) = hung.await.unwrap();
+    assert_eq!(
+        (
+            status,
+            lost["status"].as_str(),
+            &lost["error"]["code"],
+            &lost["error"]["effect"]
+        ),
+        (
+            200,
+            Some("failed"),
+            &json!("UPSTREAM_DISCONNECTED"),
+            &json!("unknown")
+        ),
+        "{lost}"
+    );
+    let _server = start_sdk_server(port, &state).await;
+    eventually(
+        Duration::from_secs(15),
+        "the restarted server takes new calls",
+        || async {
+            let (status, body) = post(
+                &http,
+                &gateway,
+                &call("sdk.note", json!({"text": "after"}), "n2"),
+            )
+            .await;
+            if status == 200 && body["status"] == "completed" {
+                Ok(())
+            } else {
+                Err((status, body))
+            }
+        },
+    )
+    .await;
+    let (status, replayed) = post(&http, &gateway, &call("sdk.hang", json!({}), "h1")).await;
+    assert_eq!(
+        (status, &replayed["replayed"], &replayed["execution_id"]),
+        (200, &json!(true), &lost["execution_id"]),
+        "{replayed}"
+    );
+    assert_eq!(sdk_calls(&state, "hang").len(), 1);
+    assert_eq!(sdk_calls(&state, "note").len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

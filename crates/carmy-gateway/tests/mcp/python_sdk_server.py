@@ -3,12 +3,15 @@ Streamable HTTP on 127.0.0.1:<port>/mcp, for the gateway's interoperability test
 appended to $STATE_FILE as one JSON line with the key Carmy sent in
 params._meta["io.carmy/idempotency_key"].
 
+The `hang` tool records its call and then never answers, so a test can kill the server mid-call.
+
 Usage: python python_sdk_server.py <port>
 """
 
 import json
 import os
 import sys
+import time
 from typing import Optional, TypedDict
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -42,6 +45,13 @@ def note(text: str, ctx: Context) -> Note:
 def broken(ctx: Context) -> str:
     record("broken", {}, ctx)
     raise ValueError("broken on purpose")
+
+
+@server.tool(description="Records its call, then never answers")
+def hang(ctx: Context) -> str:
+    record("hang", {}, ctx)
+    while True:
+        time.sleep(3600)
 
 
 if __name__ == "__main__":
