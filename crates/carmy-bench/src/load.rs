@@ -36,6 +36,9 @@ pub enum Scenario {
     /// [`Scenario::Replay`] as an MCP `tools/call` (the request id in
     /// `_meta["io.carmy/request_id"]`): expect `"replayed":true`.
     McpReplay,
+    /// An MCP `ping` to `/mcp`: the SDK's own cost of one stateless request with no tool call
+    /// (the floor under [`Scenario::McpReplay`]); expect 200 with an empty result.
+    McpPing,
     /// `POST /v1/charges` straight to the benchmark's upstream ([`crate::upstream`]): expect 200.
     UpstreamDirect,
     /// The upstream as the configured HTTP tool `bench_charge`, a fresh `request_id` every call:
@@ -52,6 +55,7 @@ impl Scenario {
             Self::Conflict => "conflict",
             Self::McpNewIdentity => "new identity over /mcp",
             Self::McpReplay => "replay over /mcp",
+            Self::McpPing => "ping over /mcp (no tool call)",
             Self::UpstreamDirect => "upstream directly",
             Self::HttpTool => "upstream through Carmy",
         }
@@ -65,7 +69,7 @@ impl Scenario {
     /// The path the calls are POSTed to.
     pub fn path(self) -> &'static str {
         match self {
-            Self::McpNewIdentity | Self::McpReplay => "/mcp",
+            Self::McpNewIdentity | Self::McpReplay | Self::McpPing => "/mcp",
             Self::UpstreamDirect => crate::upstream::UPSTREAM_PATH,
             _ => "/v1/executions",
         }
@@ -75,7 +79,7 @@ impl Scenario {
     pub fn over_http(self) -> Self {
         match self {
             Self::McpNewIdentity => Self::NewIdentity,
-            Self::McpReplay => Self::Replay,
+            Self::McpReplay | Self::McpPing => Self::Replay,
             other => other,
         }
     }
@@ -103,6 +107,9 @@ pub fn mcp_call_body(request_id: &str) -> String {
         r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{}},"_meta":{{"io.carmy/request_id":"{request_id}"}}}}}}"#
     )
 }
+
+/// The body of an MCP `ping`.
+pub const MCP_PING_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
 
 /// One measurement's figures.
 #[derive(Clone, Debug, Serialize)]
@@ -236,6 +243,7 @@ fn check(scenario: Scenario, status: u16, body: &[u8]) -> Result<(), String> {
         Scenario::UpstreamDirect => status == 200,
         Scenario::Replay => status == 200 && contains(body, br#""replayed":true"#),
         Scenario::Conflict => status == 409 && contains(body, br#""IDEMPOTENCY_CONFLICT""#),
+        Scenario::McpPing => status == 200 && contains(body, br#""result":{}"#),
         Scenario::McpNewIdentity | Scenario::McpReplay => {
             let replayed = scenario == Scenario::McpReplay;
             let marker: &[u8] = if replayed {
@@ -292,6 +300,7 @@ impl Bodies {
                 mcp_call_body(&format!("new-{}", uuid::Uuid::new_v4().simple()))
             }
             Scenario::McpReplay => mcp_call_body(&replay_request_id(index)),
+            Scenario::McpPing => MCP_PING_BODY.to_owned(),
             Scenario::UpstreamDirect => r#"{"amount":1}"#.to_owned(),
             Scenario::HttpTool => format!(
                 r#"{{"tool":"{}","arguments":{{"amount":1}},"request_id":"new-{}"}}"#,
@@ -515,6 +524,13 @@ mod tests {
         };
         assert!(check(Scenario::McpNewIdentity, 200, mcp(false).as_bytes()).is_ok());
         assert!(check(Scenario::McpReplay, 200, mcp(true).as_bytes()).is_ok());
+        assert!(check(
+            Scenario::McpPing,
+            200,
+            br#"{"jsonrpc":"2.0","id":1,"result":{}}"#
+        )
+        .is_ok());
+        assert!(check(Scenario::McpPing, 400, b"").is_err());
         assert_eq!(
             check(Scenario::McpReplay, 200, mcp(false).as_bytes()),
             Err("200 not replayed".to_owned())

@@ -375,8 +375,13 @@ async fn run(
             runs.push(measure_http(args, scenario, concurrency, gw.pid(), gw.address).await);
         }
     }
-    // The MCP front against the HTTP API: same gateway, same run (docs/semantics.md §11).
-    for scenario in [Scenario::McpNewIdentity, Scenario::McpReplay] {
+    // The MCP front against the HTTP API: same gateway, same run (docs/semantics.md §11); a
+    // `ping` shows what the SDK's stateless request costs before any tool call.
+    for scenario in [
+        Scenario::McpNewIdentity,
+        Scenario::McpReplay,
+        Scenario::McpPing,
+    ] {
         load::call_replay_identities(gw.address, args.replay_identities).await?;
         let c = report::TARGET_CONCURRENCY;
         runs.push(measure_http(args, scenario, c, gw.pid(), gw.address).await);

@@ -195,7 +195,7 @@ impl Report {
             | Scenario::McpNewIdentity
             | Scenario::UpstreamDirect
             | Scenario::HttpTool => self.pgbench_new_identity.tps,
-            Scenario::Replay | Scenario::Conflict | Scenario::McpReplay => {
+            Scenario::Replay | Scenario::Conflict | Scenario::McpReplay | Scenario::McpPing => {
                 self.pgbench_read_one.tps
             }
         }
@@ -417,12 +417,21 @@ impl Report {
                 );
                 match (self.run(scenario, c, true), self.run(http, c, true)) {
                     (Some(mcp), Some(api)) => {
-                        let value =
-                            mcp.calls_per_second / api.calls_per_second.max(f64::MIN_POSITIVE);
+                        let api_rate = api.calls_per_second.max(f64::MIN_POSITIVE);
+                        let value = mcp.calls_per_second / api_rate;
+                        // The SDK's floor: a `ping` over /mcp, no tool call at all.
+                        let floor =
+                            self.run(Scenario::McpPing, c, true)
+                                .map_or_else(String::new, |ping| {
+                                    format!(
+                                        "; an MCP ping alone: {:.2} x",
+                                        ping.calls_per_second / api_rate
+                                    )
+                                });
                         Target {
                             name,
                             figure: format!(
-                                "{:.0} vs {:.0} calls/s = {value:.2} x",
+                                "{:.0} vs {:.0} calls/s = {value:.2} x{floor}",
                                 mcp.calls_per_second, api.calls_per_second
                             ),
                             value: Some(value),

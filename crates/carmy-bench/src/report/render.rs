@@ -88,7 +88,9 @@ impl Report {
                 | Scenario::McpNewIdentity
                 | Scenario::UpstreamDirect
                 | Scenario::HttpTool => "new_identity",
-                Scenario::Replay | Scenario::Conflict | Scenario::McpReplay => "read_one",
+                Scenario::Replay | Scenario::Conflict | Scenario::McpReplay | Scenario::McpPing => {
+                    "read_one"
+                }
             };
             TableRow {
                 label: run.label(),
