@@ -2,10 +2,10 @@
 //! recovery methods (docs/semantics.md §12) are forwarded by every wrapper alike, so they are
 //! written once here.
 
-/// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the eight recovery methods
+/// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the nine recovery methods
 /// (`resolve_execution`, `release_execution`, `list_executions`, `take_over`,
-/// `wait_for_outcome`, `record_late_arrival`, `audit_trail`, `prune_expired`), each forwarded unchanged to the field `$inner` (any
-/// `IdempotencyStore`). Example: `carmy_test_support::forward_recovery!(inner);`.
+/// `wait_for_outcome`, `record_late_arrival`, `audit_trail`, `lease_state`, `prune_expired`),
+/// each forwarded unchanged to the field `$inner` (any `IdempotencyStore`). Example: `carmy_test_support::forward_recovery!(inner);`.
 #[macro_export]
 macro_rules! forward_recovery {
     ($inner:ident) => {
@@ -65,6 +65,12 @@ macro_rules! forward_recovery {
             execution_id: &'a ::carmy::ExecutionId,
         ) -> ::carmy::runtime::StoreFuture<'a, Vec<::carmy::decision::AuditEntry>> {
             self.$inner.audit_trail(execution_id)
+        }
+
+        fn lease_state(
+            &self,
+        ) -> Option<::tokio::sync::watch::Receiver<::carmy::runtime::LeaseState>> {
+            self.$inner.lease_state()
         }
 
         fn prune_expired(
