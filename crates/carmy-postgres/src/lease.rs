@@ -225,8 +225,14 @@ impl Lease {
 pub(crate) fn lease_pool(pool: &PgPool, ttl: Duration) -> PgPool {
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
-        .acquire_timeout((renewal_interval(ttl) / 2).max(Duration::from_millis(1)))
+        .acquire_timeout(lease_acquire_timeout(ttl))
         .connect_lazy_with((*pool.connect_options()).clone())
+}
+
+/// How long a renewal waits for the lease's connection ([`lease_pool`]): half a renewal
+/// interval, at least 1 ms.
+pub(crate) fn lease_acquire_timeout(ttl: Duration) -> Duration {
+    (renewal_interval(ttl) / 2).max(Duration::from_millis(1))
 }
 
 /// The renewal interval for a lease of `ttl`: a third of it, at least 1 ms.
