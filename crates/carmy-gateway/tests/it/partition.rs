@@ -1,5 +1,6 @@
 //! A real partition, not a kill (docs/semantics.md §12): replica A reaches PostgreSQL through a
-//! TCP proxy the test cuts while a slow tool runs on A. The other replica reports the execution
+//! TCP proxy the test cuts while a slow tool runs on A, once with a link that resets and once
+//! with one that drops everything (statements hang). The other replica reports the execution
 //! `interrupted`; A refuses new calls and stops its tool; an operator resolves the execution on
 //! B; once the link is back, A's late outcome (`cancelled`) lands in `carmy.late_arrivals`, not
 //! in the record, which keeps the operator's decision.
@@ -43,19 +44,41 @@ async fn until_status(reader: &Replica, request_id: &str, status: &str) -> Value
     .await
 }
 
+/// How the link between A and PostgreSQL fails.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Partition {
+    /// Connections are closed and new ones refused: statements fail at once.
+    Resets,
+    /// Nothing gets through and nothing is closed: statements hang until the link is back.
+    Drops,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_cut_off_replica_stops_its_tool_and_its_late_outcome_does_not_overwrite_the_decision() {
+async fn a_replica_whose_link_resets_stops_its_tool_and_its_late_outcome_keeps_the_decision() {
+    partitioned(Partition::Resets).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_whose_link_drops_stops_its_tool_and_its_late_outcome_keeps_the_decision() {
+    partitioned(Partition::Drops).await;
+}
+
+async fn partitioned(partition: Partition) {
     let db = TestDb::create().await;
     let proxy = CutProxy::start(&db.url).await;
-    let a = replica("partition-a", &proxy.url(&db.url));
-    let b = replica("partition-b", &db.url);
+    let name = format!("{partition:?}").to_lowercase();
+    let a = replica(&format!("partition-{name}-a"), &proxy.url(&db.url));
+    let b = replica(&format!("partition-{name}-b"), &db.url);
     let http = client();
     let slow = json!({"tool": "sleep", "arguments": {"ms": 600_000}, "request_id": "cut-off"});
-    let first = spawn_post(&http, &a, &slow);
+    let mut first = Some(spawn_post(&http, &a, &slow));
     let running = until_status(&b, "cut-off", "running").await;
     let id = running["execution_id"].as_str().unwrap().to_owned();
 
-    proxy.cut();
+    match partition {
+        Partition::Resets => proxy.cut(),
+        Partition::Drops => proxy.freeze(),
+    }
     until_status(&b, "cut-off", "interrupted").await;
     // A refuses new calls: nothing runs, nothing is reserved.
     let fresh = json!({"tool": "echo", "arguments": {"n": 1}, "request_id": "while-cut"});
@@ -72,12 +95,14 @@ async fn a_cut_off_replica_stops_its_tool_and_its_late_outcome_does_not_overwrit
         (count == 1).then_some(()).ok_or(count)
     })
     .await;
-    let (status, body) = first.await.unwrap();
-    assert_eq!(
-        (status, &body["code"], &body["state"]),
-        (503, &json!("EXECUTION_UNCERTAIN"), &json!("running")),
-        "A's caller: the outcome could not be recorded yet: {body}"
-    );
+    if partition == Partition::Resets {
+        let (status, body) = first.take().unwrap().await.unwrap();
+        assert_eq!(
+            (status, &body["code"], &body["state"]),
+            (503, &json!("EXECUTION_UNCERTAIN"), &json!("running")),
+            "A's caller: the outcome could not be recorded yet: {body}"
+        );
+    }
 
     // An operator resolves it on B.
     let decision = json!({"status": "failed", "error": {"code": "NOT_DONE", "message": "checked: no effect"}, "note": "partitioned owner; nothing found"});
@@ -89,6 +114,15 @@ async fn a_cut_off_replica_stops_its_tool_and_its_late_outcome_does_not_overwrit
 
     // The link comes back: A's late outcome goes to carmy.late_arrivals, not to the record.
     proxy.restore();
+    if partition == Partition::Drops {
+        // The hung recording resumes, is refused, and A's caller learns the decision's id.
+        let (status, body) = first.take().unwrap().await.unwrap();
+        assert_eq!(
+            (status, &body["code"], &body["current_execution_id"]),
+            (409, &json!("EXECUTION_SUPERSEDED"), &json!(id)),
+            "{body}"
+        );
+    }
     let late: (String, String, String) = eventually(
         Duration::from_secs(20),
         "A's late outcome in carmy.late_arrivals",
