@@ -134,10 +134,13 @@ impl Lease {
         }
     }
 
-    /// Announces [`LeaseState::Lapsed`] (once per lapse) with a warning.
+    /// Announces [`LeaseState::Lapsed`] (once per lapse) with a warning, unless a renewal
+    /// landed meanwhile: checked inside the state's update, and [`Lease::renew`] moves
+    /// `held_until` before it announces [`LeaseState::Held`], so a renewal racing with this
+    /// either is seen here or announces `Held` after it.
     fn announce_lapse(&self) {
         let announced = self.state.send_if_modified(|state| {
-            std::mem::replace(state, LeaseState::Lapsed) != LeaseState::Lapsed
+            !self.holds() && std::mem::replace(state, LeaseState::Lapsed) != LeaseState::Lapsed
         });
         if announced {
             tracing::warn!(
