@@ -129,10 +129,11 @@ pub struct Config {
     pub prune_interval_ms: u64,
 
     /// Lease of this process's executions (ms): another replica reports an execution
-    /// `interrupted` once its owner has not renewed for this long. From 1 ms to 24 h (the
-    /// store's limit).
+    /// `interrupted` once its owner has not renewed for this long. From 3 ms (the shortest
+    /// lease a renewal fits in: a third of it between renewals plus half of that to get the
+    /// lease's connection) to 24 h (the store's limits).
     #[arg(long, env = "CARMY_LEASE_TTL_MS", default_value_t = millis(carmy_postgres::DEFAULT_LEASE_TTL),
-          value_parser = InRange::<u64>::new(1, MAX_LEASE_TTL_MS))]
+          value_parser = InRange::<u64>::new(MIN_LEASE_TTL_MS, MAX_LEASE_TTL_MS))]
     pub lease_ttl_ms: u64,
 
     /// Finished records kept in this process's replay cache (PostgreSQL only; 0 disables it).
@@ -254,6 +255,10 @@ fn argument_name(arg: Option<&clap::Arg>) -> String {
         None => "the value".to_owned(),
     }
 }
+
+/// The store's shortest lease that leaves room for a renewal, in milliseconds
+/// (`carmy_postgres::MIN_RENEWABLE_LEASE_TTL`, 3 ms).
+const MIN_LEASE_TTL_MS: u64 = carmy_postgres::MIN_RENEWABLE_LEASE_TTL.as_millis() as u64;
 
 /// The store's longest lease, in milliseconds (`carmy_postgres::MAX_LEASE_TTL`, 24 h).
 const MAX_LEASE_TTL_MS: u64 = carmy_postgres::MAX_LEASE_TTL.as_millis() as u64;

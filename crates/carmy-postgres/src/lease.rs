@@ -5,11 +5,15 @@
 //! The lease has a connection of its own ([`lease_pool`]), never one of the pool that tools,
 //! reads and cancels use: a pool exhausted by database-bound tools must not starve the renewal
 //! and make a live replica's executions read `interrupted` (docs/semantics.md §12).
+//!
+//! [`Lease::watch_lapse`] announces when the lease no longer surely holds
+//! ([`LeaseState::Lapsed`], so the engine stops the tools it runs) and [`Lease::renew`] when it
+//! holds again ([`LeaseState::Held`]).
 
 use crate::diagnosis::Diagnosis;
 use crate::failure::Failure;
 use crate::sql::{END_LEASE_SQL, LEASE_SQL};
-use carmy::runtime::StoreError;
+use carmy::runtime::{LeaseState, StoreError};
 use sqlx::postgres::PgPool;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
@@ -31,6 +35,8 @@ pub(crate) struct Lease {
     /// Until when the lease surely holds, by this process's clock: the moment the last
     /// successful renewal was sent, plus the TTL (the database set a later expiry).
     held_until: std::sync::Mutex<Option<Instant>>,
+    /// [`LeaseState::Held`] after a renewal, [`LeaseState::Lapsed`] once `held_until` passed.
+    state: watch::Sender<LeaseState>,
 }
 
 impl Lease {
@@ -51,6 +57,7 @@ impl Lease {
             ttl_millis,
             registered: AtomicBool::new(false),
             held_until: std::sync::Mutex::new(None),
+            state: watch::Sender::new(LeaseState::Lapsed),
         }
     }
 
@@ -75,16 +82,72 @@ impl Lease {
             .held_until
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(sent + ttl);
+        self.state.send_if_modified(|state| {
+            std::mem::replace(state, LeaseState::Held) != LeaseState::Held
+        });
         Ok(())
+    }
+
+    /// Until when the lease surely holds; `None` before the first renewal.
+    fn held_until(&self) -> Option<Instant> {
+        *self
+            .held_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Whether the lease surely holds now (see `held_until`).
     pub(crate) fn holds(&self) -> bool {
-        let held_until = *self
-            .held_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        held_until.is_some_and(|until| Instant::now() < until)
+        self.held_until()
+            .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// The lease's state as it changes (`IdempotencyStore::lease_state`).
+    pub(crate) fn state(&self) -> watch::Receiver<LeaseState> {
+        self.state.subscribe()
+    }
+
+    /// Announces [`LeaseState::Lapsed`] as soon as `held_until` passes without a renewal, and
+    /// waits for the next successful renewal ([`Lease::renew`] announces
+    /// [`LeaseState::Held`]), until `stopped` turns true. A task of its own beside
+    /// [`Lease::run`], so a renewal that hangs (a cut link) does not delay the announcement.
+    pub(crate) async fn watch_lapse(self: Arc<Self>, mut stopped: watch::Receiver<bool>) {
+        let mut state = self.state();
+        loop {
+            let until = self.held_until();
+            let next = async {
+                if let Some(until) = until.filter(|until| Instant::now() < *until) {
+                    tokio::time::sleep_until(until.into()).await;
+                    return;
+                }
+                // Never held yet (nothing runs under it) or lapsed: wait for a renewal.
+                if until.is_some() {
+                    self.announce_lapse();
+                }
+                // The sender lives in `self`: the wait ends only with a renewal.
+                let _ = state.wait_for(|now| *now == LeaseState::Held).await;
+            };
+            tokio::select! {
+                () = next => {}
+                _ = stopped.wait_for(|stop| *stop) => return,
+            }
+        }
+    }
+
+    /// Announces [`LeaseState::Lapsed`] (once per lapse) with a warning, unless a renewal
+    /// landed meanwhile: checked inside the state's update, and [`Lease::renew`] moves
+    /// `held_until` before it announces [`LeaseState::Held`], so a renewal racing with this
+    /// either is seen here or announces `Held` after it.
+    fn announce_lapse(&self) {
+        let announced = self.state.send_if_modified(|state| {
+            !self.holds() && std::mem::replace(state, LeaseState::Lapsed) != LeaseState::Lapsed
+        });
+        if announced {
+            tracing::warn!(
+                instance_id = %self.instance_id,
+                "this replica's lease lapsed: its running tools are asked to stop and new calls are refused until a renewal succeeds"
+            );
+        }
     }
 
     /// The step before a reservation (docs/semantics.md §12): when the lease no longer surely
@@ -165,8 +228,14 @@ impl Lease {
 pub(crate) fn lease_pool(pool: &PgPool, ttl: Duration) -> PgPool {
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
-        .acquire_timeout((renewal_interval(ttl) / 2).max(Duration::from_millis(1)))
+        .acquire_timeout(lease_acquire_timeout(ttl))
         .connect_lazy_with((*pool.connect_options()).clone())
+}
+
+/// How long a renewal waits for the lease's connection ([`lease_pool`]): half a renewal
+/// interval, at least 1 ms.
+pub(crate) fn lease_acquire_timeout(ttl: Duration) -> Duration {
+    (renewal_interval(ttl) / 2).max(Duration::from_millis(1))
 }
 
 /// The renewal interval for a lease of `ttl`: a third of it, at least 1 ms.

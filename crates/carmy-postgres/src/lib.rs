@@ -78,6 +78,6 @@ pub use operator::{ExecutionDetail, Operator, OperatorQuery, OwnerProcess, State
 pub use options::{
     pool_options, ConnectError, OptionsError, PostgresStoreOptions, DEFAULT_ACQUIRE_TIMEOUT,
     DEFAULT_BATCH_MAX_ROWS, DEFAULT_LEASE_TTL, DEFAULT_MAX_CONNECTIONS, MAX_BATCH_MAX_ROWS,
-    MAX_LEASE_TTL, MIN_LEASE_TTL, PING_IF_IDLE_FOR,
+    MAX_LEASE_TTL, MIN_LEASE_TTL, MIN_RENEWABLE_LEASE_TTL, PING_IF_IDLE_FOR,
 };
 pub use store::PostgresStore;

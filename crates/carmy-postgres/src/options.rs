@@ -22,6 +22,11 @@ pub const MIN_LEASE_TTL: Duration = Duration::from_millis(1);
 /// The longest accepted [`PostgresStoreOptions::lease_ttl`]: 24 hours.
 pub const MAX_LEASE_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The shortest [`PostgresStoreOptions::lease_ttl`] that leaves room for a renewal: 3 ms. A
+/// shorter lease lapses before a renewal that waited its whole acquire timeout could land
+/// ([`OptionsError::LeaseTooShort`]).
+pub const MIN_RENEWABLE_LEASE_TTL: Duration = Duration::from_millis(3);
+
 /// Whether a connection idle for `idle_for` must be pinged before use: when it sat idle for at
 /// least [`PING_IF_IDLE_FOR`]. The one rule of both pools (sqlx's and the hot path's).
 pub(crate) fn needs_ping(idle_for: Duration) -> bool {
@@ -70,6 +75,24 @@ pub enum OptionsError {
         .0.as_millis()
     )]
     LeaseTtl(Duration),
+    /// `lease_ttl` does not exceed the renewal interval plus the lease connection's acquire
+    /// timeout (both derived from it, each at least 1 ms; docs/semantics.md §12): a renewal
+    /// that has to wait for its connection would land after the lease lapsed.
+    #[error(
+        "lease_ttl is {} ms, too short to be renewed in time: the renewal interval ({} ms, a third of lease_ttl, at least 1 ms) plus the lease connection's acquire timeout ({} ms, half the interval, at least 1 ms) must be shorter than lease_ttl; accepted: {} ms or more",
+        .lease_ttl.as_millis(),
+        .renewal_interval.as_millis(),
+        .acquire_timeout.as_millis(),
+        MIN_RENEWABLE_LEASE_TTL.as_millis()
+    )]
+    LeaseTooShort {
+        /// The lease given.
+        lease_ttl: Duration,
+        /// Its renewal interval.
+        renewal_interval: Duration,
+        /// The lease connection's acquire timeout.
+        acquire_timeout: Duration,
+    },
     /// `instance_id` is empty.
     #[error("instance_id is empty; accepted: any non-empty text")]
     InstanceId,
@@ -184,18 +207,27 @@ impl PostgresStoreOptions {
             .map_err(|error: sqlx::Error| OptionsError::DatabaseUrl(error.to_string()))
     }
 
-    /// Checks the settings every store uses (`lease_ttl`, `instance_id`, `batch_max_rows`) and
-    /// returns the lease TTL in milliseconds.
+    /// Checks the settings every store uses (`lease_ttl`, also against its renewal,
+    /// `instance_id`, `batch_max_rows`) and returns the lease TTL in milliseconds.
     ///
     /// # Errors
-    /// [`OptionsError::LeaseTtl`], [`OptionsError::InstanceId`] or
-    /// [`OptionsError::BatchMaxRows`].
+    /// [`OptionsError::LeaseTtl`], [`OptionsError::LeaseTooShort`],
+    /// [`OptionsError::InstanceId`] or [`OptionsError::BatchMaxRows`].
     pub(crate) fn lease_ttl_millis(&self) -> Result<i64, OptionsError> {
         if !(1..=MAX_BATCH_MAX_ROWS).contains(&self.batch_max_rows) {
             return Err(OptionsError::BatchMaxRows(self.batch_max_rows));
         }
         if !(MIN_LEASE_TTL..=MAX_LEASE_TTL).contains(&self.lease_ttl) {
             return Err(OptionsError::LeaseTtl(self.lease_ttl));
+        }
+        let renewal_interval = crate::lease::renewal_interval(self.lease_ttl);
+        let acquire_timeout = crate::lease::lease_acquire_timeout(self.lease_ttl);
+        if renewal_interval + acquire_timeout >= self.lease_ttl {
+            return Err(OptionsError::LeaseTooShort {
+                lease_ttl: self.lease_ttl,
+                renewal_interval,
+                acquire_timeout,
+            });
         }
         if self.instance_id.is_empty() {
             return Err(OptionsError::InstanceId);
@@ -243,8 +275,8 @@ mod tests {
             options.lease_ttl_millis(),
             Err(OptionsError::LeaseTtl(_))
         ));
-        options.lease_ttl = MIN_LEASE_TTL;
-        assert_eq!(options.lease_ttl_millis().unwrap(), 1);
+        options.lease_ttl = MIN_RENEWABLE_LEASE_TTL;
+        assert_eq!(options.lease_ttl_millis().unwrap(), 3);
         for rows in [0, 1001] {
             options.batch_max_rows = rows;
             assert_eq!(
@@ -253,7 +285,7 @@ mod tests {
             );
         }
         options.batch_max_rows = 1000;
-        assert_eq!(options.lease_ttl_millis().unwrap(), 1);
+        assert_eq!(options.lease_ttl_millis().unwrap(), 3);
         options.batch_max_rows = 1;
         options.instance_id.clear();
         assert!(matches!(
@@ -273,6 +305,35 @@ mod tests {
             error.to_string().starts_with("database_url is invalid (")
                 && error.to_string().contains("sometimes"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn a_lease_too_short_for_its_renewal_is_refused_naming_both_settings() {
+        let mut options = PostgresStoreOptions::new("postgres://h/db");
+        for millis in [1, 2] {
+            options.lease_ttl = Duration::from_millis(millis);
+            assert_eq!(
+                options.lease_ttl_millis().unwrap_err().to_string(),
+                format!("lease_ttl is {millis} ms, too short to be renewed in time: the renewal interval (1 ms, a third of lease_ttl, at least 1 ms) plus the lease connection's acquire timeout (1 ms, half the interval, at least 1 ms) must be shorter than lease_ttl; accepted: 3 ms or more")
+            );
+        }
+        // The smallest accepted lease, and the default, leave room for a renewal.
+        for ttl in [MIN_RENEWABLE_LEASE_TTL, DEFAULT_LEASE_TTL, MAX_LEASE_TTL] {
+            options.lease_ttl = ttl;
+            assert!(options.lease_ttl_millis().is_ok(), "{ttl:?}");
+            let renewal =
+                crate::lease::renewal_interval(ttl) + crate::lease::lease_acquire_timeout(ttl);
+            assert!(renewal < ttl, "{ttl:?}");
+        }
+        options.lease_ttl = DEFAULT_LEASE_TTL;
+        assert_eq!(
+            crate::lease::renewal_interval(options.lease_ttl),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            crate::lease::lease_acquire_timeout(options.lease_ttl),
+            Duration::from_secs(5)
         );
     }
 

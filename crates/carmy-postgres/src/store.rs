@@ -157,6 +157,7 @@ impl PostgresStore {
             );
         }
         let (stop, stopped) = watch::channel(false);
+        tokio::spawn(Arc::clone(&lease).watch_lapse(stopped.clone()));
         let renewer =
             tokio::spawn(Arc::clone(&lease).run(renewal_interval(options.lease_ttl), stopped));
         let connect = (*pool.connect_options()).clone();

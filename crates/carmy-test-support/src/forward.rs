@@ -2,13 +2,24 @@
 //! recovery methods (docs/semantics.md §12) are forwarded by every wrapper alike, so they are
 //! written once here.
 
-/// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the eight recovery methods
+/// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the nine recovery methods
 /// (`resolve_execution`, `release_execution`, `list_executions`, `take_over`,
-/// `wait_for_outcome`, `record_late_arrival`, `audit_trail`, `prune_expired`), each forwarded unchanged to the field `$inner` (any
-/// `IdempotencyStore`). Example: `carmy_test_support::forward_recovery!(inner);`.
+/// `wait_for_outcome`, `record_late_arrival`, `audit_trail`, `lease_state`, `prune_expired`),
+/// each forwarded unchanged to the field `$inner` (any `IdempotencyStore`). Example:
+/// `carmy_test_support::forward_recovery!(inner);`. A wrapper that reports a lease of its own
+/// writes `forward_recovery!(@except_lease_state inner);` and its own `lease_state`.
 #[macro_export]
 macro_rules! forward_recovery {
     ($inner:ident) => {
+        $crate::forward_recovery!(@except_lease_state $inner);
+
+        fn lease_state(
+            &self,
+        ) -> Option<::tokio::sync::watch::Receiver<::carmy::runtime::LeaseState>> {
+            self.$inner.lease_state()
+        }
+    };
+    (@except_lease_state $inner:ident) => {
         fn resolve_execution<'a>(
             &'a self,
             request: &'a ::carmy::decision::ResolveRequest,
@@ -73,6 +84,44 @@ macro_rules! forward_recovery {
             batch: usize,
         ) -> ::carmy::runtime::StoreFuture<'_, ::carmy::retention::PruneStep> {
             self.$inner.prune_expired(retention, batch)
+        }
+    };
+}
+
+/// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the five methods that
+/// wrappers in tests forward unchanged besides the recovery ones (`find_execution`,
+/// `check_ready`, `request_cancel`, `cancel_requests`, `shutdown`), each to the field `$inner`.
+/// Example: `carmy_test_support::forward_plumbing!(inner);`.
+#[macro_export]
+macro_rules! forward_plumbing {
+    ($inner:ident) => {
+        fn find_execution<'a>(
+            &'a self,
+            principal: &'a str,
+            execution_id: &'a ::carmy::ExecutionId,
+        ) -> ::carmy::runtime::StoreFuture<'a, Option<::carmy::runtime::ExecutionLookup>> {
+            self.$inner.find_execution(principal, execution_id)
+        }
+
+        fn check_ready(&self) -> ::carmy::runtime::StoreFuture<'_, ()> {
+            self.$inner.check_ready()
+        }
+
+        fn request_cancel<'a>(
+            &'a self,
+            execution_id: &'a ::carmy::ExecutionId,
+        ) -> ::carmy::runtime::StoreFuture<'a, ()> {
+            self.$inner.request_cancel(execution_id)
+        }
+
+        fn cancel_requests(
+            &self,
+        ) -> Option<::tokio::sync::broadcast::Receiver<::carmy::ExecutionId>> {
+            self.$inner.cancel_requests()
+        }
+
+        fn shutdown(&self) -> ::carmy::runtime::StoreFuture<'_, ()> {
+            self.$inner.shutdown()
         }
     };
 }

@@ -8,6 +8,7 @@
 //! | [`poll`] | [`eventually`] / [`eventually_eq`]: polls with a deadline that fail with what they last saw |
 //! | [`in_process`] | the real gateway router, built by `carmy_gateway::build` from gateway flags |
 //! | [`replica`] | real `carmy-gateway` processes (start, SIGKILL, SIGTERM, restart) |
+//! | [`proxy`] | [`CutProxy`]: a TCP proxy to PostgreSQL that a test cuts and restores (a partition) |
 //! | [`http`] | HTTP helpers against a [`Replica`] |
 //! | [`cluster`] | throwaway PostgreSQL clusters from the installed binaries, optionally with TLS |
 //! | [`tls`] | a CA and a server certificate made at test time |
@@ -18,6 +19,7 @@ mod forward;
 pub mod http;
 pub mod in_process;
 pub mod poll;
+pub mod proxy;
 pub mod replica;
 pub mod tls;
 
@@ -28,4 +30,5 @@ pub use http::{
 };
 pub use in_process::InProcess;
 pub use poll::{eventually, eventually_eq};
+pub use proxy::CutProxy;
 pub use replica::Replica;

@@ -285,6 +285,10 @@ impl IdempotencyStore for ReplayCache {
         self.inner.cancel_requests()
     }
 
+    fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<crate::runtime::LeaseState>> {
+        self.inner.lease_state()
+    }
+
     fn shutdown(&self) -> StoreFuture<'_, ()> {
         self.inner.shutdown()
     }

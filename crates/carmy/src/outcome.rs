@@ -128,6 +128,17 @@ impl ExecutionError {
         .effect_unknown()
     }
 
+    /// `CANCELLED` because this process's lease lapsed while the tool ran (status
+    /// `cancelled`; docs/semantics.md §12): the other replicas already reported it
+    /// interrupted.
+    pub fn cancelled_on_lease_loss() -> Self {
+        Self::new(
+            "CANCELLED",
+            "the execution was stopped because its replica lost its lease (cut off from the database); its effects are unknown",
+        )
+        .effect_unknown()
+    }
+
     /// `CANCELLED` at shutdown, after the drain period (status `cancelled`).
     pub fn cancelled_at_shutdown() -> Self {
         Self::new(

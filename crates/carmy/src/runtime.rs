@@ -88,6 +88,17 @@ impl InFlightState {
     }
 }
 
+/// Whether this process's lease surely holds (docs/semantics.md §12), as a store with leases
+/// reports it through [`IdempotencyStore::lease_state`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Renewed in time: the other replicas read this process's executions as running.
+    Held,
+    /// Renewals failed past the moment the lease surely held (e.g. the process is cut off from
+    /// the database): the other replicas read its executions as interrupted.
+    Lapsed,
+}
+
 /// The state of a stored reservation.
 #[allow(clippy::large_enum_variant)] // records are built once per call; boxing buys nothing
 #[derive(Clone, Debug, PartialEq)]
@@ -249,7 +260,7 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 ///   running or interrupted one;
 /// - hold no transaction or connection between `reserve` and `complete`.
 ///
-/// Cancel delivery and shutdown have no default bodies, so a wrapper store cannot drop them by
+/// Cancel delivery, the lease state and shutdown have no default bodies, so a wrapper store cannot drop them by
 /// accident; one that forwards only the record methods does not compile:
 ///
 /// ```compile_fail
@@ -312,7 +323,7 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 ///         -> StoreFuture<'_, carmy::retention::PruneStep> {
 ///         self.0.prune_expired(retention, batch)
 ///     }
-///     // request_cancel, cancel_requests and shutdown not forwarded: error E0046.
+///     // request_cancel, cancel_requests, lease_state and shutdown not forwarded: error E0046.
 /// }
 /// ```
 pub trait IdempotencyStore: Send + Sync + 'static {
@@ -514,6 +525,13 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// The cancel requests other processes publish with [`IdempotencyStore::request_cancel`];
     /// the engine cancels those it runs. `None` for a process-local store; a wrapper forwards it.
     fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>>;
+
+    /// This process's lease as it changes (docs/semantics.md §12): [`LeaseState::Lapsed`] once
+    /// renewals failed past the moment it surely held, [`LeaseState::Held`] again after a
+    /// renewal succeeded. On a lapse the engine asks the tools it runs to stop (recorded
+    /// `cancelled`, effect unknown), since the other replicas already report them interrupted.
+    /// `None` for a store without leases (process-local); a wrapper forwards it.
+    fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<LeaseState>>;
 
     /// Ends what the store holds for this process (a lease, listeners), after the engine
     /// drained: executions this process still held read as interrupted at once instead of

@@ -27,10 +27,12 @@ fn run_with(env: &[(&str, &str)]) -> (Option<i32>, String) {
 fn out_of_range_settings_stop_the_gateway_naming_the_variable_and_the_range() {
     let max_lease = carmy_postgres::MAX_LEASE_TTL.as_millis();
     let too_long = (max_lease + 1).to_string();
-    let cases: [(&str, &str, String); 9] = [
+    let cases: [(&str, &str, String); 10] = [
         ("CARMY_DB_POOL_SIZE", "0", "CARMY_DB_POOL_SIZE (--db-pool-size) must be at least 1, got \"0\"".to_owned()),
-        ("CARMY_LEASE_TTL_MS", "0", format!("CARMY_LEASE_TTL_MS (--lease-ttl-ms) must be between 1 and {max_lease} (inclusive), got \"0\"")),
-        ("CARMY_LEASE_TTL_MS", &too_long, format!("CARMY_LEASE_TTL_MS (--lease-ttl-ms) must be between 1 and {max_lease} (inclusive), got \"{too_long}\"")),
+        ("CARMY_LEASE_TTL_MS", "0", format!("CARMY_LEASE_TTL_MS (--lease-ttl-ms) must be between 3 and {max_lease} (inclusive), got \"0\"")),
+        // Too short for its renewal (a third of it, plus half of that for the connection).
+        ("CARMY_LEASE_TTL_MS", "2", format!("CARMY_LEASE_TTL_MS (--lease-ttl-ms) must be between 3 and {max_lease} (inclusive), got \"2\"")),
+        ("CARMY_LEASE_TTL_MS", &too_long, format!("CARMY_LEASE_TTL_MS (--lease-ttl-ms) must be between 3 and {max_lease} (inclusive), got \"{too_long}\"")),
         ("CARMY_TOOL_TIMEOUT_MS", "0", "CARMY_TOOL_TIMEOUT_MS (--tool-timeout-ms) must be at least 1, got \"0\"".to_owned()),
         ("CARMY_BODY_TIMEOUT_MS", "0", "CARMY_BODY_TIMEOUT_MS (--body-timeout-ms) must be at least 1, got \"0\"".to_owned()),
         ("CARMY_DB_ACQUIRE_TIMEOUT_MS", "0", "CARMY_DB_ACQUIRE_TIMEOUT_MS (--db-acquire-timeout-ms) must be at least 1, got \"0\"".to_owned()),

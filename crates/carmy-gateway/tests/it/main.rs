@@ -21,6 +21,7 @@ mod mcp_tools;
 mod mcp_upstreams;
 mod memory_cases;
 mod order_errors;
+mod partition;
 mod postgres_outages;
 mod postgres_replicas;
 mod readme_tools;

@@ -11,11 +11,11 @@ use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use carmy::retention::PruneStep;
 use carmy::runtime::{
-    Decided, ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation,
-    StoreFuture, StoredRecord,
+    Decided, ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, LeaseState,
+    Reservation, StoreFuture, StoredRecord,
 };
 use carmy::wait::until_decided;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 /// Decisions call the DBAs' SQL functions ([`crate::decide`]); a late arrival is an audit row
 /// with this process's instance id as the actor; a waiter registers in `carmy.outcome_waiters`
@@ -179,6 +179,12 @@ impl IdempotencyStore for PostgresStore {
 
     fn cancel_requests(&self) -> Option<broadcast::Receiver<ExecutionId>> {
         Some(self.cancels.subscribe())
+    }
+
+    /// The lease's state ([`crate::lease`]): lapsed once renewals failed past the moment it
+    /// surely held, held again after a renewal.
+    fn lease_state(&self) -> Option<watch::Receiver<LeaseState>> {
+        Some(self.lease.state())
     }
 
     /// One call of `carmy.prune_expired` ([`crate::sql::PRUNE_SQL`]) under its advisory lock.

@@ -1,6 +1,7 @@
 //! Cancellation: of one execution on request (here or on another replica, through the store's
 //! cancel delivery), and the tracking of this process's running executions that it needs.
 
+use super::lease_loss::Running;
 use super::{CancelAnswer, Engine, Refusal};
 use crate::outcome::ExecutionId;
 use crate::runtime::{InFlightState, RecordState};
@@ -26,15 +27,20 @@ impl Drop for RunningGuard<'_> {
 }
 
 impl Engine {
-    fn running_map(&self) -> MutexGuard<'_, HashMap<ExecutionId, CancellationToken>> {
+    pub(super) fn running_map(&self) -> MutexGuard<'_, HashMap<ExecutionId, Running>> {
         self.running.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Registers a running execution and returns its cancellation token.
-    pub(super) fn track(&self, execution_id: &ExecutionId) -> CancellationToken {
+    /// Registers a running execution and returns its cancellation token. A `reserved` one (its
+    /// identity is held in the store) is asked to stop at once if the lease has lapsed
+    /// meanwhile (docs/semantics.md §12).
+    pub(super) fn track(&self, execution_id: &ExecutionId, reserved: bool) -> CancellationToken {
         let token = self.cancel_executions.child_token();
         self.running_map()
-            .insert(execution_id.clone(), token.clone());
+            .insert(execution_id.clone(), Running::new(token.clone(), reserved));
+        if reserved && self.lease_lapsed() {
+            self.stop_for_lease_loss(execution_id);
+        }
         token
     }
 
@@ -68,7 +74,7 @@ impl Engine {
                 let Some(engine) = engine.upgrade() else {
                     return;
                 };
-                let token = engine.running_map().get(&execution_id).cloned();
+                let token = engine.running_map().get(&execution_id).map(Running::token);
                 if let Some(token) = token {
                     tracing::info!(%execution_id, "cancelling on request of another process");
                     token.cancel();
@@ -114,7 +120,7 @@ impl Engine {
             }
             RecordState::InFlight(InFlightState::Running) => {}
         }
-        let local = self.running_map().get(execution_id).cloned();
+        let local = self.running_map().get(execution_id).map(Running::token);
         match local {
             Some(token) => token.cancel(),
             None => self.store.request_cancel(execution_id).await?,

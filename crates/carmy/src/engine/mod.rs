@@ -3,7 +3,8 @@
 //! Submodules: [`answer`] (the engine's answers and refusals, and the one mapping of store
 //! failures), `run` (starting an execution and running its tool), `record` (recording outcomes
 //! and freeing unused reservations, with one backoff), `cancel` (local and remote cancellation),
-//! [`hints`] (what a front adds to a refusal: the closest tool, `Retry-After`), [`decide`]
+//! [`hints`] (what a front adds to a refusal: the closest tool, `Retry-After`), `lease_loss`
+//! (stopping the tools of reserved executions when the lease lapses), [`decide`]
 //! (resolve, release and listing, docs/semantics.md §12), `wait` (waiting for a running
 //! duplicate's outcome), `takeover` (re-running an interrupted execution of a `rerun` tool).
 
@@ -11,6 +12,7 @@ pub mod answer;
 mod cancel;
 pub mod decide;
 pub mod hints;
+mod lease_loss;
 mod record;
 mod run;
 mod takeover;
@@ -26,7 +28,7 @@ use crate::outcome::{ExecutionId, ExecutionResult};
 use crate::registry::{RegisteredTool, SharedRegistry, ToolRegistry};
 use crate::runtime::{
     ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
-    Reservation, StoreError, StoredRecord,
+    LeaseState, Reservation, StoreError, StoredRecord,
 };
 use crate::tool::{OnInterrupted, Tool, ToolRegistryError};
 use std::collections::HashMap;
@@ -96,9 +98,11 @@ pub struct Engine {
     /// Cancelled at the end of the drain period: every running execution is recorded `cancelled`.
     cancel_executions: CancellationToken,
     /// This process's running executions, each with its own token (a child of the above).
-    running: Mutex<HashMap<ExecutionId, CancellationToken>>,
+    running: Mutex<HashMap<ExecutionId, lease_loss::Running>>,
     /// Cancelled when the drain starts: stops the pruner.
     stop_background: CancellationToken,
+    /// The store's lease ([`IdempotencyStore::lease_state`]); `None` without leases.
+    lease: Option<tokio::sync::watch::Receiver<LeaseState>>,
 }
 
 impl Engine {
@@ -109,6 +113,7 @@ impl Engine {
         metrics: Metrics,
     ) -> Self {
         Self {
+            lease: store.lease_state(),
             store,
             tools: SharedRegistry::new(tools),
             config,

@@ -60,7 +60,7 @@ impl Engine {
         let arguments = call.into_arguments();
         let protected = key.is_some();
         let (done_tx, done_rx) = oneshot::channel();
-        let cancel = self.track(&execution_id);
+        let cancel = self.track(&execution_id, protected);
         let engine = Arc::clone(self);
         let task = async move {
             let _running = engine.running_guard(context.execution_id.clone());
@@ -151,6 +151,8 @@ impl Engine {
                 Value::Null,
                 Some(if self.cancel_executions.is_cancelled() {
                     ExecutionError::cancelled_at_shutdown()
+                } else if self.stopped_for_lease_loss(&execution_id) {
+                    ExecutionError::cancelled_on_lease_loss()
                 } else {
                     ExecutionError::cancelled_on_request()
                 }),

@@ -312,6 +312,11 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         None
     }
 
+    /// No lease: every execution runs in this process.
+    fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<crate::runtime::LeaseState>> {
+        None
+    }
+
     /// Nothing is held outside this process.
     fn shutdown(&self) -> StoreFuture<'_, ()> {
         Box::pin(async { Ok(()) })

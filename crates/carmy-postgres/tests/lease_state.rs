@@ -1,0 +1,79 @@
+//! `PostgresStore::lease_state` (docs/semantics.md §12) through a link the test cuts: `Held`
+//! while renewals land, `Lapsed` once they failed past the moment the lease surely held (the
+//! store then refuses to reserve), `Held` again after the link is back and a renewal landed.
+
+use carmy::fingerprint::Fingerprint;
+use carmy::outcome::ExecutionId;
+use carmy::runtime::{
+    ExecutionIntent, IdempotencyKey, IdempotencyStore, LeaseState, Reservation, StoreError,
+};
+use carmy_postgres::PostgresStore;
+use carmy_test_support::{CutProxy, TestDb};
+use std::time::Duration;
+
+fn intent() -> ExecutionIntent {
+    ExecutionIntent {
+        execution_id: ExecutionId::generate(),
+        tool: "create_order".to_owned(),
+        parts: None,
+        retention: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_state_lapses_while_cut_off_and_holds_again_after_a_renewal() {
+    let db = TestDb::migrated().await;
+    let proxy = CutProxy::start(&db.url).await;
+    let mut options = db.options();
+    options.database_url = proxy.url(&db.url);
+    options.lease_ttl = Duration::from_millis(900);
+    options.acquire_timeout = Duration::from_millis(300);
+    let store = PostgresStore::connect(options).await.unwrap();
+    let mut state = store.lease_state().expect("a store with a lease");
+    assert_eq!(*state.borrow_and_update(), LeaseState::Held);
+    let fingerprint = Fingerprint {
+        version: "v1".to_owned(),
+        digest: "a".repeat(64),
+    };
+
+    proxy.cut();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        state.wait_for(|now| *now == LeaseState::Lapsed),
+    )
+    .await
+    .expect("the lease lapses while cut off")
+    .unwrap();
+    let refused = store
+        .reserve(
+            &IdempotencyKey::new("p", "s", "cut"),
+            &fingerprint,
+            &intent(),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(StoreError::Unavailable(text)) if text.contains("lease lapsed")),
+        "{refused:?}"
+    );
+
+    proxy.restore();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        state.wait_for(|now| *now == LeaseState::Held),
+    )
+    .await
+    .expect("a renewal lands once the link is back")
+    .unwrap();
+    assert_eq!(
+        store
+            .reserve(
+                &IdempotencyKey::new("p", "s", "back"),
+                &fingerprint,
+                &intent()
+            )
+            .await
+            .unwrap(),
+        Reservation::Reserved
+    );
+    store.shutdown().await.unwrap();
+}
