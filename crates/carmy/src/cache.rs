@@ -95,6 +95,30 @@ impl ReplayCache {
         }
     }
 
+    /// The answer to a reservation from a cached record: a replay when the record is finished,
+    /// within its retention and of the same fingerprint. `None` leaves the answer to the store:
+    /// a conflict (the store's row names which parts differ, docs/semantics.md §12; the cache
+    /// keeps no digests), a record past its retention (dropped here; the store replaces it), or
+    /// anything but a finished record (never cached).
+    fn cached_reservation(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        intent: &ExecutionIntent,
+    ) -> Option<Reservation> {
+        let record = self.cached(key)?;
+        let RecordState::Finished(result) = &record.state else {
+            return None;
+        };
+        let now = chrono::Utc::now();
+        if crate::retention::is_expired(result.finished_at, intent.retention, now) {
+            self.records.invalidate(key);
+            return None;
+        }
+        (&record.fingerprint == fingerprint)
+            .then(|| Existing::for_record(record, fingerprint).into())
+    }
+
     fn cached(&self, key: &IdempotencyKey) -> Option<StoredRecord> {
         self.records.get(key).map(|cached| {
             let result = cached.result.result();
@@ -118,22 +142,8 @@ impl IdempotencyStore for ReplayCache {
         intent: &'a ExecutionIntent,
     ) -> StoreFuture<'a, Reservation> {
         Box::pin(async move {
-            if let Some(record) = self.cached(key) {
-                let RecordState::Finished(result) = &record.state else {
-                    unreachable!("only finished records are cached");
-                };
-                let now = chrono::Utc::now();
-                let expired =
-                    crate::retention::is_expired(result.finished_at, intent.retention, now);
-                // A conflict goes to the store, whose row names which parts differ
-                // (docs/semantics.md §12); conflicts are rare and the cache keeps no digests.
-                if !expired && &record.fingerprint == fingerprint {
-                    return Ok(Existing::for_record(record, fingerprint).into());
-                }
-                if expired {
-                    // Past its retention: the store replaces it (docs/semantics.md §12).
-                    self.records.invalidate(key);
-                }
+            if let Some(answer) = self.cached_reservation(key, fingerprint, intent) {
+                return Ok(answer);
             }
             let reservation = self.inner.reserve(key, fingerprint, intent).await?;
             if let Reservation::Existing(Existing::Replay(result)) = &reservation {
