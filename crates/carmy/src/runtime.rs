@@ -14,7 +14,6 @@ mod record;
 use crate::decision::{
     AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, ResolveRequest,
 };
-use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use std::future::Future;
 use std::pin::Pin;
@@ -22,11 +21,15 @@ use std::pin::Pin;
 pub use crate::fingerprint::FINGERPRINT_VERSION;
 pub use error::StoreError;
 pub use record::{
-    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, InFlightState, RecordState,
-    Reservation, StoredRecord, DEFAULT_SESSION,
+    CompleteRequest, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, InFlightState,
+    RecordState, Reservation, ReserveRequest, StoredRecord, TakeOverRequest, WaitRequest,
+    DEFAULT_SESSION,
 };
 
 /// The boxed future every store method returns; `'a` borrows the store and the arguments.
+///
+/// A method that needs more than two values takes them as one request struct
+/// ([`ReserveRequest`], [`CompleteRequest`], [`TakeOverRequest`], [`WaitRequest`]).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 /// The answer of a decision: what it recorded, or why it changed nothing.
@@ -57,13 +60,11 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 /// struct Forgetful(Box<dyn IdempotencyStore>);
 ///
 /// impl IdempotencyStore for Forgetful {
-///     fn reserve<'a>(&'a self, key: &'a IdempotencyKey, fingerprint: &'a Fingerprint,
-///         intent: &'a ExecutionIntent) -> StoreFuture<'a, Reservation> {
-///         self.0.reserve(key, fingerprint, intent)
+///     fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
+///         self.0.reserve(request)
 ///     }
-///     fn complete<'a>(&'a self, key: &'a IdempotencyKey, fingerprint: &'a Fingerprint,
-///         result: &'a RecordedResult) -> StoreFuture<'a, ()> {
-///         self.0.complete(key, fingerprint, result)
+///     fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
+///         self.0.complete(request)
 ///     }
 ///     fn release<'a>(&'a self, key: &'a IdempotencyKey, execution_id: &'a ExecutionId)
 ///         -> StoreFuture<'a, ()> {
@@ -100,10 +101,9 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 ///         result: &'a RecordedResult) -> StoreFuture<'a, Option<ExecutionId>> {
 ///         self.0.record_late_arrival(key, result)
 ///     }
-///     fn wait_for_outcome<'a>(&'a self, key: &'a IdempotencyKey,
-///         execution_id: &'a ExecutionId, timeout: std::time::Duration)
+///     fn wait_for_outcome<'a>(&'a self, request: WaitRequest<'a>)
 ///         -> StoreFuture<'a, Option<StoredRecord>> {
-///         self.0.wait_for_outcome(key, execution_id, timeout)
+///         self.0.wait_for_outcome(request)
 ///     }
 ///     fn prune_expired(&self, retention: std::time::Duration, batch: usize)
 ///         -> StoreFuture<'_, carmy::retention::PruneStep> {
@@ -113,32 +113,24 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 /// }
 /// ```
 pub trait IdempotencyStore: Send + Sync + 'static {
-    /// Atomically compares the fingerprint and reserves a vacant identity for `intent`.
+    /// Atomically compares `request.fingerprint` and reserves a vacant `request.key` for
+    /// `request.intent`.
     ///
     /// # Errors
     /// [`StoreError::Capacity`] when a bounded store is full and the identity is new (an existing
     /// identity is always answered); [`StoreError::Unavailable`] when the store fails.
-    fn reserve<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        intent: &'a ExecutionIntent,
-    ) -> StoreFuture<'a, Reservation>;
+    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation>;
 
-    /// Durably records the outcome of the execution that holds the reservation, before returning.
+    /// Durably records `request.result` as the outcome of the execution that holds
+    /// `request.key`, before returning.
     /// The outcome comes with its stored text ([`RecordedResult::record_json`]); a store keeps
     /// that text rather than serialising the outcome again.
     ///
     /// # Errors
-    /// [`StoreError::NotOwner`] when `result.execution_id` does not hold the identity or the
-    /// identity already holds a different outcome; [`StoreError::Unavailable`] when the store
+    /// [`StoreError::NotOwner`] when `request.result.execution_id` does not hold the identity or
+    /// the identity already holds a different outcome; [`StoreError::Unavailable`] when the store
     /// fails (the caller retries: a retry after a lost acknowledgement is `Ok`).
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        result: &'a RecordedResult,
-    ) -> StoreFuture<'a, ()>;
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()>;
 
     /// Frees a reservation that `execution_id` made but never used (its tool did not start):
     /// removes the identity's record only if it is still running and held by `execution_id`.
@@ -245,13 +237,13 @@ pub trait IdempotencyStore: Send + Sync + 'static {
 
     /// Takes over an interrupted execution of a tool whose policy is
     /// [`OnInterrupted::Rerun`](crate::tool::OnInterrupted) (docs/semantics.md §12), in one
-    /// compare-and-set step: only if `execution_id` still holds `key` with `fingerprint`, has no
-    /// outcome, and its owner's lease lapsed, this process becomes its owner, its attempt is
-    /// incremented and an audit row ([`AuditAction::Takeover`](crate::decision::AuditAction))
-    /// is written. Of any number of concurrent takeovers at most one wins. The winner runs the
-    /// tool again as `execution_id` and records with
-    /// [`RecordedResult::with_attempt`]; `complete` refuses the earlier attempt's outcome
-    /// ([`StoreError::NotOwner`], kept as a late arrival).
+    /// compare-and-set step: only if the request's `execution_id` still holds its `key` with its
+    /// `fingerprint`, has no outcome, and its owner's lease lapsed, this process becomes its
+    /// owner, its attempt is incremented and an audit row
+    /// ([`AuditAction::Takeover`](crate::decision::AuditAction)) is written. Of any number of
+    /// concurrent takeovers at most one wins. The winner runs the tool again as `execution_id`
+    /// and records with [`RecordedResult::with_attempt`]; `complete` refuses the earlier
+    /// attempt's outcome ([`StoreError::NotOwner`], kept as a late arrival).
     ///
     /// Returns the new attempt number (2 for the first takeover), or `None` when nothing
     /// changed: another attempt took it over, it finished or was decided, or its owner holds a
@@ -260,27 +252,20 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the store fails, or this process holds no lease.
-    fn take_over<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Option<u32>>;
+    fn take_over<'a>(&'a self, request: TakeOverRequest<'a>) -> StoreFuture<'a, Option<u32>>;
 
-    /// Waits until `execution_id`, which holds `key` without an outcome, gets one (recorded by
-    /// its tool on any replica, or decided) or no longer holds the identity (released), at most
-    /// `timeout`; returns `key`'s record as last read (`None` when vacant). Woken by the store's
-    /// notifications (PostgreSQL: `LISTEN`/`NOTIFY` across replicas), and reading the record at
-    /// least every second ([`crate::wait::until_decided`] is the loop to use). For `Prefer:
-    /// wait=N` (docs/semantics.md §12).
+    /// Waits until the request's `execution_id`, which holds `key` without an outcome, gets one
+    /// (recorded by its tool on any replica, or decided) or no longer holds the identity
+    /// (released), at most `timeout`; returns `key`'s record as last read (`None` when vacant).
+    /// Woken by the store's notifications (PostgreSQL: `LISTEN`/`NOTIFY` across replicas), and
+    /// reading the record at least every second ([`crate::wait::until_decided`] is the loop to
+    /// use). For `Prefer: wait=N` (docs/semantics.md §12).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the store fails.
     fn wait_for_outcome<'a>(
         &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-        timeout: std::time::Duration,
+        request: WaitRequest<'a>,
     ) -> StoreFuture<'a, Option<StoredRecord>>;
 
     /// One pruning step of retention (docs/semantics.md §12; [`crate::retention`]): deletes at

@@ -10,6 +10,7 @@ use crate::decision::{
     AuditAction, DecisionRefusal, ExecutionQuery, ReleaseRequest, ResolveRequest,
 };
 use crate::outcome::{ExecutionId, ExecutionStatus};
+use crate::runtime::{CompleteRequest, WaitRequest};
 use crate::runtime::{
     Existing, IdempotencyStore, InFlightState, RecordState, Reservation, StoreError,
 };
@@ -90,7 +91,13 @@ pub async fn resolve_records_once_and_replays(store: Arc<dyn IdempotencyStore>) 
         json!({"order_id": 18}),
     );
     assert!(matches!(
-        store.complete(&k, &f, &late.into()).await,
+        store
+            .complete(CompleteRequest {
+                key: &k,
+                fingerprint: &f,
+                result: &late.into()
+            })
+            .await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(
@@ -156,7 +163,13 @@ pub async fn release_frees_the_identity_and_keeps_history(store: Arc<dyn Idempot
     assert_eq!(reserve(&*store, &k, &f, &next).await, Reservation::Reserved);
     let late = result_for(&owner, &k, ExecutionStatus::Completed, json!(1));
     assert!(matches!(
-        store.complete(&k, &f, &late.into()).await,
+        store
+            .complete(CompleteRequest {
+                key: &k,
+                fingerprint: &f,
+                result: &late.into()
+            })
+            .await,
         Err(StoreError::NotOwner { .. })
     ));
     let trail = store.audit_trail(id).await.unwrap();
@@ -269,7 +282,11 @@ pub async fn listing_filters_and_scopes(store: Arc<dyn IdempotencyStore>) {
         json!(1),
     );
     store
-        .complete(&key("bob", "s", "done"), &f, &finished.into())
+        .complete(CompleteRequest {
+            key: &key("bob", "s", "done"),
+            fingerprint: &f,
+            result: &finished.into(),
+        })
         .await
         .unwrap();
     let ids = |found: Vec<crate::runtime::ExecutionLookup>| -> Vec<ExecutionId> {
@@ -356,7 +373,11 @@ pub async fn waiting_ends_when_the_outcome_is_recorded(store: Arc<dyn Idempotenc
     );
     let started = Instant::now();
     let still = store
-        .wait_for_outcome(&k, &owner.execution_id, Duration::from_millis(200))
+        .wait_for_outcome(WaitRequest {
+            key: &k,
+            execution_id: &owner.execution_id,
+            timeout: Duration::from_millis(200),
+        })
         .await
         .unwrap();
     assert!(started.elapsed() >= Duration::from_millis(200));
@@ -368,7 +389,11 @@ pub async fn waiting_ends_when_the_outcome_is_recorded(store: Arc<dyn Idempotenc
         let (store, k, id) = (Arc::clone(&store), k.clone(), owner.execution_id.clone());
         tokio::spawn(async move {
             store
-                .wait_for_outcome(&k, &id, Duration::from_secs(20))
+                .wait_for_outcome(WaitRequest {
+                    key: &k,
+                    execution_id: &id,
+                    timeout: Duration::from_secs(20),
+                })
                 .await
         })
     };
@@ -381,7 +406,11 @@ pub async fn waiting_ends_when_the_outcome_is_recorded(store: Arc<dyn Idempotenc
     );
     let started = Instant::now();
     store
-        .complete(&k, &f, &recorded.clone().into())
+        .complete(CompleteRequest {
+            key: &k,
+            fingerprint: &f,
+            result: &recorded.clone().into(),
+        })
         .await
         .unwrap();
     let seen = waiter.await.unwrap().unwrap();
@@ -416,7 +445,13 @@ pub async fn late_arrivals_are_kept_beside_the_record(store: Arc<dyn Idempotency
     );
     let late = crate::RecordedResult::new(late);
     assert!(matches!(
-        store.complete(&k, &f, &late).await,
+        store
+            .complete(CompleteRequest {
+                key: &k,
+                fingerprint: &f,
+                result: &late
+            })
+            .await,
         Err(StoreError::NotOwner { .. })
     ));
     let current = store.record_late_arrival(&k, &late).await.unwrap();

@@ -21,6 +21,7 @@ pub use retention::*;
 
 use crate::fingerprint::{fingerprint, Fingerprint};
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
+use crate::runtime::{CompleteRequest, ReserveRequest};
 use crate::runtime::{
     ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
     Reservation, StoreError,
@@ -116,7 +117,11 @@ async fn reserve(
     intent: &ExecutionIntent,
 ) -> Reservation {
     store
-        .reserve(key, fingerprint, intent)
+        .reserve(ReserveRequest {
+            key,
+            fingerprint,
+            intent,
+        })
         .await
         .expect("reserve succeeds")
 }
@@ -138,7 +143,11 @@ pub async fn reserve_complete_replay(store: Arc<dyn IdempotencyStore>) {
         json!({"order_id": 1}),
     );
     store
-        .complete(&k, &f, &recorded.clone().into())
+        .complete(CompleteRequest {
+            key: &k,
+            fingerprint: &f,
+            result: &recorded.clone().into(),
+        })
         .await
         .expect("complete");
     assert_eq!(
@@ -158,7 +167,11 @@ pub async fn reserve_complete_replay(store: Arc<dyn IdempotencyStore>) {
         );
         let recorded = result_for(&attempt, &k, status, Value::Null);
         store
-            .complete(&k, &f, &recorded.clone().into())
+            .complete(CompleteRequest {
+                key: &k,
+                fingerprint: &f,
+                result: &recorded.clone().into(),
+            })
             .await
             .expect("complete");
         assert_eq!(
@@ -198,7 +211,11 @@ pub async fn conflict_in_every_state(store: Arc<dyn IdempotencyStore>) {
         json!({"secret": 1}),
     );
     store
-        .complete(&k, &a, &recorded.clone().into())
+        .complete(CompleteRequest {
+            key: &k,
+            fingerprint: &a,
+            result: &recorded.clone().into(),
+        })
         .await
         .expect("complete");
     assert_eq!(reserve(&*store, &k, &b, &intent()).await, conflict);
@@ -268,12 +285,24 @@ pub async fn complete_only_by_the_owner(store: Arc<dyn IdempotencyStore>) {
     let stranger = intent();
     let forged = result_for(&stranger, &k, ExecutionStatus::Completed, json!(1));
     assert!(matches!(
-        store.complete(&k, &f, &forged.clone().into()).await,
+        store
+            .complete(CompleteRequest {
+                key: &k,
+                fingerprint: &f,
+                result: &forged.clone().into()
+            })
+            .await,
         Err(StoreError::NotOwner { .. })
     ));
     let vacant = key("p", "s", "r-never-reserved");
     assert!(matches!(
-        store.complete(&vacant, &f, &forged.clone().into()).await,
+        store
+            .complete(CompleteRequest {
+                key: &vacant,
+                fingerprint: &f,
+                result: &forged.clone().into()
+            })
+            .await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(
@@ -286,7 +315,11 @@ pub async fn complete_only_by_the_owner(store: Arc<dyn IdempotencyStore>) {
     );
     let genuine = result_for(&holder, &k, ExecutionStatus::Completed, json!(2));
     store
-        .complete(&k, &f, &genuine.clone().into())
+        .complete(CompleteRequest {
+            key: &k,
+            fingerprint: &f,
+            result: &genuine.clone().into(),
+        })
         .await
         .expect("owner completes");
     assert_eq!(
@@ -307,16 +340,30 @@ pub async fn complete_is_idempotent(store: Arc<dyn IdempotencyStore>) {
     );
     let first = result_for(&holder, &k, ExecutionStatus::Completed, json!({"n": 1}));
     store
-        .complete(&k, &f, &first.clone().into())
+        .complete(CompleteRequest {
+            key: &k,
+            fingerprint: &f,
+            result: &first.clone().into(),
+        })
         .await
         .expect("complete");
     store
-        .complete(&k, &f, &first.clone().into())
+        .complete(CompleteRequest {
+            key: &k,
+            fingerprint: &f,
+            result: &first.clone().into(),
+        })
         .await
         .expect("same outcome again");
     let second = result_for(&holder, &k, ExecutionStatus::Completed, json!({"n": 2}));
     assert!(matches!(
-        store.complete(&k, &f, &second.clone().into()).await,
+        store
+            .complete(CompleteRequest {
+                key: &k,
+                fingerprint: &f,
+                result: &second.clone().into()
+            })
+            .await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(
@@ -348,7 +395,11 @@ pub async fn outcomes_are_lossless(store: Arc<dyn IdempotencyStore>) {
         );
         let recorded = result_for(&holder, &k, ExecutionStatus::Completed, data);
         store
-            .complete(&k, &f, &recorded.clone().into())
+            .complete(CompleteRequest {
+                key: &k,
+                fingerprint: &f,
+                result: &recorded.clone().into(),
+            })
             .await
             .expect("complete");
         let Reservation::Existing(Existing::Replay(replayed)) =
@@ -412,7 +463,14 @@ pub async fn concurrent_reserves_have_one_winner(store: Arc<dyn IdempotencyStore
             tokio::spawn(async move {
                 let attempt = intent();
                 barrier.wait().await;
-                let answer = store.reserve(&k, &f, &attempt).await.expect("reserve");
+                let answer = store
+                    .reserve(ReserveRequest {
+                        key: &k,
+                        fingerprint: &f,
+                        intent: &attempt,
+                    })
+                    .await
+                    .expect("reserve");
                 (attempt.execution_id, answer)
             })
         })
@@ -477,7 +535,11 @@ pub async fn release_frees_only_an_unused_reservation(store: Arc<dyn Idempotency
     );
     let recorded = result_for(&next, &k, ExecutionStatus::Completed, json!(1));
     store
-        .complete(&k, &f, &recorded.clone().into())
+        .complete(CompleteRequest {
+            key: &k,
+            fingerprint: &f,
+            result: &recorded.clone().into(),
+        })
         .await
         .expect("complete");
     store

@@ -5,6 +5,7 @@
 use super::{fp, intent, key, reserve, result_for};
 use crate::outcome::ExecutionStatus;
 use crate::retention::{PruneStep, Pruned};
+use crate::runtime::CompleteRequest;
 use crate::runtime::{
     ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
     Reservation, StoreError,
@@ -42,7 +43,11 @@ async fn finished(
     recorded.started_at = Utc::now().trunc_subsecs(3);
     recorded.finished_at = recorded.started_at;
     store
-        .complete(k, &f, &recorded.clone().into())
+        .complete(CompleteRequest {
+            key: k,
+            fingerprint: &f,
+            result: &recorded.clone().into(),
+        })
         .await
         .expect("complete");
     recorded
@@ -93,7 +98,13 @@ pub async fn expired_records_run_as_new(store: Arc<dyn IdempotencyStore>) {
         .await
         .expect("find");
     assert_eq!(gone, None, "the expired execution is gone");
-    let late = store.complete(&k, &f, &recorded.clone().into()).await;
+    let late = store
+        .complete(CompleteRequest {
+            key: &k,
+            fingerprint: &f,
+            result: &recorded.clone().into(),
+        })
+        .await;
     assert!(
         matches!(late, Err(StoreError::NotOwner { .. })),
         "the expired execution cannot complete the new one: {late:?}"

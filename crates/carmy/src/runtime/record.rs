@@ -5,7 +5,7 @@
 
 use crate::decision::Resolution;
 use crate::fingerprint::{Fingerprint, FingerprintParts};
-use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 
 /// The session used when a call names none (docs/semantics.md §2).
 pub const DEFAULT_SESSION: &str = "default";
@@ -54,6 +54,58 @@ pub struct ExecutionIntent {
     /// replaces it, in one step, by this intent's running reservation ([`Reservation::Reserved`])
     /// and the call runs as new. Running and interrupted records never expire.
     pub retention: Option<std::time::Duration>,
+}
+
+/// What [`IdempotencyStore::reserve`](super::IdempotencyStore::reserve) is asked: reserve
+/// `key` for `intent`, or answer from the record that holds it, compared with `fingerprint`
+/// (docs/semantics.md §3).
+#[derive(Clone, Copy, Debug)]
+pub struct ReserveRequest<'a> {
+    /// The identity to reserve.
+    pub key: &'a IdempotencyKey,
+    /// The call's fingerprint: a record of another one is a conflict.
+    pub fingerprint: &'a Fingerprint,
+    /// The execution, tool, parts and retention to reserve it with.
+    pub intent: &'a ExecutionIntent,
+}
+
+/// What [`IdempotencyStore::complete`](super::IdempotencyStore::complete) is asked: record
+/// `result` as the outcome of the execution that holds `key` (reserved with `fingerprint`),
+/// durably, before answering (docs/semantics.md §4).
+#[derive(Clone, Copy, Debug)]
+pub struct CompleteRequest<'a> {
+    /// The identity the execution holds.
+    pub key: &'a IdempotencyKey,
+    /// The fingerprint it was reserved with.
+    pub fingerprint: &'a Fingerprint,
+    /// The outcome with its stored text; `result.execution_id` must hold `key`.
+    pub result: &'a RecordedResult,
+}
+
+/// What [`IdempotencyStore::take_over`](super::IdempotencyStore::take_over) is asked: become
+/// the owner of the interrupted `execution_id`, if it still holds `key` with `fingerprint`
+/// (docs/semantics.md §12).
+#[derive(Clone, Copy, Debug)]
+pub struct TakeOverRequest<'a> {
+    /// The identity the execution holds.
+    pub key: &'a IdempotencyKey,
+    /// The fingerprint of the attempt taking over; it must be the record's.
+    pub fingerprint: &'a Fingerprint,
+    /// The interrupted execution.
+    pub execution_id: &'a ExecutionId,
+}
+
+/// What [`IdempotencyStore::wait_for_outcome`](super::IdempotencyStore::wait_for_outcome) is
+/// asked: wait at most `timeout` until `execution_id`, which holds `key` without an outcome,
+/// gets one or is released (docs/semantics.md §12, `Prefer: wait=N`).
+#[derive(Clone, Copy, Debug)]
+pub struct WaitRequest<'a> {
+    /// The identity the execution holds.
+    pub key: &'a IdempotencyKey,
+    /// The execution waited for.
+    pub execution_id: &'a ExecutionId,
+    /// How long to wait at most.
+    pub timeout: std::time::Duration,
 }
 
 /// Whether a reserved but unfinished execution still has a live owner (docs/semantics.md §4).
