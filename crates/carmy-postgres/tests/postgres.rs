@@ -5,11 +5,12 @@
 //! drops it when done (best effort, also when the test panics).
 
 use carmy::fingerprint::Fingerprint;
-use carmy::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
-use carmy::runtime::{CompleteRequest, ReserveRequest, TakeOverRequest};
+use carmy::outcome::{
+    ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
+};
 use carmy::runtime::{
-    ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
-    Reservation, StoreError,
+    CompleteRequest, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
+    RecordState, Reservation, ReserveRequest, StoreError, StoreFuture, TakeOverRequest,
 };
 use carmy_postgres::{
     latest_migration_version, migrate, ConnectError, MigrateError, OptionsError, PostgresStore,
@@ -35,6 +36,20 @@ fn fp(c: char) -> Fingerprint {
         version: "v1".to_owned(),
         digest: c.to_string().repeat(64),
     }
+}
+
+/// The store's `complete` of `result` for `key`, reserved with `fingerprint`.
+fn complete<'a>(
+    store: &'a (impl IdempotencyStore + ?Sized),
+    key: &'a IdempotencyKey,
+    fingerprint: &'a Fingerprint,
+    result: &'a RecordedResult,
+) -> StoreFuture<'a, ()> {
+    store.complete(CompleteRequest {
+        key,
+        fingerprint,
+        result,
+    })
 }
 
 fn intent(tool: &str) -> ExecutionIntent {
@@ -524,12 +539,7 @@ async fn reserve_complete_replay() {
     );
 
     let done = result(&k, &first, ExecutionStatus::Completed, order(1));
-    store
-        .complete(CompleteRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            result: &done.clone().into(),
-        })
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
     assert_eq!(
@@ -675,12 +685,7 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
             Reservation::Reserved
         );
         let outcome = result(&k, &holder, status, order(7));
-        store
-            .complete(CompleteRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                result: &outcome.clone().into(),
-            })
+        complete(&store, &k, &fp('a'), &outcome.clone().into())
             .await
             .unwrap();
         assert_eq!(
@@ -749,12 +754,7 @@ async fn fifty_concurrent_reserves_across_two_stores_reserve_once() {
                 if reservation == Reservation::Reserved {
                     // The winner completes at once, so the others see it running or finished.
                     let done = result(&k, &attempt, ExecutionStatus::Completed, order(42));
-                    store
-                        .complete(CompleteRequest {
-                            key: &k,
-                            fingerprint: &fp('a'),
-                            result: &done.clone().into(),
-                        })
+                    complete(&*store, &k, &fp('a'), &done.clone().into())
                         .await
                         .unwrap();
                 }
@@ -1026,14 +1026,7 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
     // A stale executor with another execution id.
     let stale = intent("create_order");
     let stale_result = result(&k, &stale, ExecutionStatus::Completed, order(2));
-    match store
-        .complete(CompleteRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            result: &stale_result.clone().into(),
-        })
-        .await
-    {
+    match complete(&store, &k, &fp('a'), &stale_result.clone().into()).await {
         Err(StoreError::NotOwner { execution_id }) => {
             assert_eq!(execution_id, stale.execution_id);
         }
@@ -1043,34 +1036,17 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
 
     // The holder completes; afterwards another outcome is refused, even by the holder.
     let done = result(&k, &holder, ExecutionStatus::Completed, order(1));
-    store
-        .complete(CompleteRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            result: &done.clone().into(),
-        })
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
     let after = raw_row(&pool, &k).await.unwrap();
     assert!(matches!(
-        store
-            .complete(CompleteRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                result: &stale_result.clone().into()
-            })
-            .await,
+        complete(&store, &k, &fp('a'), &stale_result.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     let changed = result(&k, &holder, ExecutionStatus::Failed, Value::Null);
     assert!(matches!(
-        store
-            .complete(CompleteRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                result: &changed.clone().into()
-            })
-            .await,
+        complete(&store, &k, &fp('a'), &changed.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(raw_row(&pool, &k).await.unwrap(), after);
@@ -1079,13 +1055,7 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
     let vacant = key("alice", "default", "never");
     let vacant_result = result(&vacant, &holder, ExecutionStatus::Completed, order(1));
     assert!(matches!(
-        store
-            .complete(CompleteRequest {
-                key: &vacant,
-                fingerprint: &fp('a'),
-                result: &vacant_result.clone().into()
-            })
-            .await,
+        complete(&store, &vacant, &fp('a'), &vacant_result.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(raw_row(&pool, &vacant).await, None);
@@ -1228,28 +1198,13 @@ async fn repeated_complete_with_the_same_outcome_is_ok() {
         Reservation::Reserved
     );
     let done = result(&k, &holder, ExecutionStatus::TimedOut, Value::Null);
-    store
-        .complete(CompleteRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            result: &done.clone().into(),
-        })
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
-    store
-        .complete(CompleteRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            result: &done.clone().into(),
-        })
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
-    other
-        .complete(CompleteRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            result: &done.clone().into(),
-        })
+    complete(&other, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
     assert_eq!(
@@ -1291,12 +1246,7 @@ async fn outcomes_round_trip_exactly() {
     )
     .unwrap();
     let done = result(&k, &holder, ExecutionStatus::Completed, data);
-    store
-        .complete(CompleteRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            result: &done.clone().into(),
-        })
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
 
@@ -1380,12 +1330,7 @@ async fn a_damaged_outcome_is_refused_by_the_schema_and_reported_as_damaged() {
         .await
         .unwrap();
     let done = result(&k, &holder, ExecutionStatus::Completed, order(1));
-    store
-        .complete(CompleteRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            result: &done.clone().into(),
-        })
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
 
@@ -1500,12 +1445,7 @@ async fn find_execution_sees_only_the_principals_own_records() {
     );
 
     let done = result(&k, &holder, ExecutionStatus::Completed, order(9));
-    store
-        .complete(CompleteRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            result: &done.clone().into(),
-        })
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
     let found = store
@@ -1791,14 +1731,14 @@ async fn sslmode_require_encrypts_migrations_and_the_store() {
             .unwrap(),
         Reservation::Reserved
     );
-    store
-        .complete(CompleteRequest {
-            key: &key,
-            fingerprint: &fp('a'),
-            result: &result(&key, &intent, ExecutionStatus::Completed, order(7)).into(),
-        })
-        .await
-        .unwrap();
+    complete(
+        &store,
+        &key,
+        &fp('a'),
+        &result(&key, &intent, ExecutionStatus::Completed, order(7)).into(),
+    )
+    .await
+    .unwrap();
     assert!(matches!(
         store.lookup(&key).await.unwrap().unwrap().state,
         RecordState::Finished(_)
@@ -2034,12 +1974,7 @@ async fn a_cached_copy_that_differs_from_the_row_read_is_dropped() {
         ExecutionStatus::Completed,
         serde_json::json!({"v": 1}),
     );
-    cached
-        .complete(CompleteRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            result: &recorded.clone().into(),
-        })
+    complete(&cached, &k, &fp('a'), &recorded.clone().into())
         .await
         .unwrap();
     let mut changed = recorded.clone();
