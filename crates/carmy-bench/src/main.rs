@@ -29,6 +29,7 @@ mod db;
 mod format;
 mod gateway;
 mod load;
+mod measure;
 mod pgbench;
 mod pruning;
 mod report;
@@ -38,18 +39,10 @@ mod wire;
 use clap::Parser;
 use cli::Args;
 use db::BenchDb;
-use gateway::Gateway;
-use load::{RunResult, Scenario};
-use report::{Flatness, Report, RoundTrips, Settings};
+use report::{Report, Settings};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
-
-/// Sequential calls of each kind in the round-trip count.
-const ROUND_TRIP_CALLS: usize = 50;
-
-/// A lease long enough that no renewal falls into a measurement (ms).
-const LONG_LEASE_MS: &str = "3600000";
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -126,7 +119,7 @@ fn write_results(report: &Report, out_dir: &Path) -> Result<(), String> {
 }
 
 /// The environment of the gateway under test.
-fn gateway_env(args: &Args, cache: bool) -> Vec<(&'static str, String)> {
+pub(crate) fn gateway_env(args: &Args, cache: bool) -> Vec<(&'static str, String)> {
     let mut env = vec![("CARMY_DB_POOL_SIZE", args.pool_size.to_string())];
     if let (true, Some(entries)) = (cache, args.replay_cache_entries) {
         env.push(("CARMY_REPLAY_CACHE_ENTRIES", entries.to_string()));
@@ -152,153 +145,6 @@ fn replay_cache_label(args: &Args, has_cache: bool, has_ttl: bool) -> String {
     replay_cache
 }
 
-/// One HTTP load measurement of `scenario` at `concurrency` against the gateway at `address`.
-async fn measure_http(
-    args: &Args,
-    scenario: Scenario,
-    concurrency: usize,
-    pid: Option<u32>,
-    address: std::net::SocketAddr,
-) -> RunResult {
-    let measure = args.measure();
-    eprintln!(
-        "{} at c={concurrency}, {:.1} s",
-        scenario.label(),
-        measure.as_secs_f64()
-    );
-    load::run(
-        address,
-        pid,
-        scenario,
-        concurrency,
-        args.replay_identities,
-        args.warmup(),
-        measure,
-    )
-    .await
-}
-
-/// New identities at `concurrency` on `gateway`, with the rows before and the PostgreSQL
-/// commits per new identity.
-async fn measure_new_identities(
-    args: &Args,
-    concurrency: usize,
-    gateway: &Gateway,
-    database: &BenchDb,
-) -> Result<RunResult, String> {
-    let rows_before = database.reservations().await?;
-    let commits_before = database.commits().await?;
-    let mut result = measure_http(
-        args,
-        Scenario::NewIdentity,
-        concurrency,
-        gateway.pid(),
-        gateway.address,
-    )
-    .await;
-    let commits = database.commits().await? - commits_before;
-    let rows = database.reservations().await? - rows_before;
-    result.rows_before = Some(rows_before);
-    // The two counts and the settle readings commit too: at most a handful, against thousands.
-    result.commits_per_call = (rows > 0).then(|| commits as f64 / rows as f64);
-    Ok(result)
-}
-
-/// New identities at c=1 and at the target concurrency with group commit off
-/// (`CARMY_DB_BATCH_MAX_ROWS=1`), the figures batching is judged against.
-async fn measure_unbatched(
-    args: &Args,
-    gateway_binary: &Path,
-    database: &BenchDb,
-    main_env: &[(&'static str, String)],
-) -> Result<Vec<RunResult>, String> {
-    let mut env = main_env.to_vec();
-    env.push(("CARMY_DB_BATCH_MAX_ROWS", "1".to_owned()));
-    let mut gateway = Gateway::start(gateway_binary, "unbatched", &database.url, &env)?;
-    let mut runs = Vec::new();
-    for concurrency in [1, report::TARGET_CONCURRENCY] {
-        eprint!("group commit off: ");
-        let mut result = measure_new_identities(args, concurrency, &gateway, database).await?;
-        result.group_commit = false;
-        runs.push(result);
-    }
-    gateway.stop();
-    Ok(runs)
-}
-
-/// The PostgreSQL path of replays and conflicts: the same calls with the replay cache off.
-async fn measure_uncached(
-    args: &Args,
-    gateway_binary: &Path,
-    database: &BenchDb,
-) -> Result<Vec<RunResult>, String> {
-    let mut runs = Vec::new();
-    let mut env = gateway_env(args, false);
-    env.push(("CARMY_REPLAY_CACHE_ENTRIES", "0".to_owned()));
-    let mut uncached = Gateway::start(gateway_binary, "cache-off", &database.url, &env)?;
-    for scenario in [Scenario::Replay, Scenario::Conflict] {
-        let concurrency = report::TARGET_CONCURRENCY;
-        eprint!("replay cache off: ");
-        let mut result = measure_http(
-            args,
-            scenario,
-            concurrency,
-            uncached.pid(),
-            uncached.address,
-        )
-        .await;
-        result.replay_cache = false;
-        runs.push(result);
-    }
-    uncached.stop();
-    Ok(runs)
-}
-
-/// The flatness comparison: with `--large`, new identities on a small and on a large table;
-/// otherwise the small step is the target-concurrency run already made.
-async fn measure_flatness(
-    args: &Args,
-    runs: &[RunResult],
-    gateway_binary: &Path,
-    database: &BenchDb,
-    has_cache: bool,
-) -> Result<Flatness, String> {
-    Ok(if args.large {
-        Flatness {
-            small: {
-                eprintln!("flatness: {} rows", args.small_rows);
-                database.truncate().await?;
-                database.preload(1, args.small_rows).await?;
-                flat_step(args, gateway_binary, database, has_cache).await?
-            },
-            large: {
-                eprintln!("flatness: preloading up to {} rows", args.large_rows);
-                // Top up to exactly --large-rows: the small step added rows of its own.
-                let present = u64::try_from(database.reservations().await?).unwrap_or(0);
-                let missing = args.large_rows.saturating_sub(present);
-                database
-                    .preload(args.small_rows + 1, args.small_rows + missing)
-                    .await?;
-                Some(flat_step(args, gateway_binary, database, has_cache).await?)
-            },
-        }
-    } else {
-        let small = runs
-            .iter()
-            .find(|run| {
-                run.scenario == Scenario::NewIdentity
-                    && run.concurrency == report::TARGET_CONCURRENCY
-            })
-            .or_else(|| {
-                runs.iter()
-                    .find(|run| run.scenario == Scenario::NewIdentity)
-            })
-            .cloned()
-            .ok_or("no new-identity measurement")?;
-        Flatness { small, large: None }
-    })
-}
-
 /// This program's command line, with database URLs redacted.
 fn command_line() -> Vec<String> {
     std::env::args()
@@ -319,14 +165,8 @@ async fn run(
     database: &BenchDb,
     load_before: Option<f64>,
 ) -> Result<Report, String> {
-    let measure = args.measure();
-    let warmup = args.warmup();
-    let pgbench_seconds = measure.as_secs_f64().ceil().max(1.0) as u64;
     let has_cache = gateway::has_setting(gateway_binary, "CARMY_REPLAY_CACHE_ENTRIES");
     let has_ttl = gateway::has_setting(gateway_binary, "CARMY_REPLAY_CACHE_TTL_MS");
-    let replay_cache = replay_cache_label(args, has_cache, has_ttl);
-
-    eprintln!("starting {}", gateway_binary.display());
     let mut main_env = gateway_env(args, has_cache);
     if has_cache && has_ttl {
         main_env.push((
@@ -334,133 +174,47 @@ async fn run(
             args.replay_cache_ttl_ms.to_string(),
         ));
     }
-    let mut gw = Gateway::start(gateway_binary, "main", &database.url, &main_env)?;
-    let server = database.server_info().await?;
-    eprintln!("preloading {} reservations", args.small_rows);
-    database.preload(1, args.small_rows).await?;
-    eprintln!("completing {} replay identities", args.replay_identities);
-    load::call_replay_identities(gw.address, args.replay_identities).await?;
-
-    let run_tag = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
-    eprintln!("pgbench new_identity.sql, {pgbench_seconds} s");
-    let pgbench_new = pgbench::run(
-        pgbench_binary,
-        &database.url,
-        "new_identity.sql",
-        args.pgbench_clients,
-        pgbench_seconds,
-        &[("run", run_tag), ("n", "0".to_owned())],
-    )
-    .await?;
-
-    let mut runs = Vec::new();
-    for &concurrency in &args.concurrency {
-        runs.push(measure_new_identities(args, concurrency, &gw, database).await?);
-    }
-
-    eprintln!("pgbench read_one.sql, {pgbench_seconds} s");
-    let pgbench_read = pgbench::run(
-        pgbench_binary,
-        &database.url,
-        "read_one.sql",
-        args.pgbench_clients,
-        pgbench_seconds,
-        &[("nrows", args.replay_identities.to_string())],
-    )
-    .await?;
-    for scenario in [Scenario::Replay, Scenario::Conflict] {
-        for &concurrency in &args.concurrency {
-            // Every identity back in the cache, whatever it evicted since.
-            load::call_replay_identities(gw.address, args.replay_identities).await?;
-            runs.push(measure_http(args, scenario, concurrency, gw.pid(), gw.address).await);
-        }
-    }
-    // The MCP front against the HTTP API: same gateway, same run (docs/semantics.md §11); a
-    // `ping` shows what the SDK's stateless request costs before any tool call.
-    for scenario in [
-        Scenario::McpNewIdentity,
-        Scenario::McpReplay,
-        Scenario::McpPing,
-    ] {
-        load::call_replay_identities(gw.address, args.replay_identities).await?;
-        let c = report::TARGET_CONCURRENCY;
-        runs.push(measure_http(args, scenario, c, gw.pid(), gw.address).await);
-    }
-    gw.stop();
-
+    let main =
+        measure::main_gateway(args, gateway_binary, pgbench_binary, database, &main_env).await?;
+    let mut runs = main.runs;
     if has_cache && args.replay_cache_entries != Some(0) {
-        runs.extend(measure_uncached(args, gateway_binary, database).await?);
+        runs.extend(measure::measure_uncached(args, gateway_binary, database).await?);
     }
     if gateway::has_setting(gateway_binary, "CARMY_DB_BATCH_MAX_ROWS") {
-        runs.extend(measure_unbatched(args, gateway_binary, database, &main_env).await?);
+        runs.extend(measure::measure_unbatched(args, gateway_binary, database, &main_env).await?);
     }
-
-    eprintln!(
-        "in-memory store, {:.0} s on one thread",
-        args.memory_time().as_secs_f64()
-    );
-    let memory_time = args.memory_time();
-    let memory_store =
-        tokio::task::spawn_blocking(move || carmy_bench::memory::measure(memory_time))
-            .await
-            .map_err(|error| format!("in-memory measurement: {error}"))?
-            .map_err(|error| format!("in-memory measurement: {error}"))?;
-
+    let memory_store = measure::memory_store(args).await?;
     eprintln!("counting round trips on the wire");
-    let round_trips = Some(count_round_trips(args, gateway_binary, database, has_cache).await?);
-
-    let flatness = measure_flatness(args, &runs, gateway_binary, database, has_cache).await?;
-
+    let round_trips = measure::count_round_trips(args, gateway_binary, database, has_cache).await?;
+    let flatness =
+        measure::measure_flatness(args, &runs, gateway_binary, database, has_cache).await?;
     eprintln!("an HTTP tool through Carmy against its upstream directly");
+    let env = gateway_env(args, has_cache);
     let upstream = upstream::measure(
         gateway_binary,
         &database.url,
-        &gateway_env(args, has_cache),
-        warmup,
-        measure,
+        &env,
+        args.warmup(),
+        args.measure(),
     )
     .await?;
-    let pruning = if gateway::has_setting(gateway_binary, "CARMY_RETENTION") {
-        Some(
-            pruning::measure(
-                args.pruning_rows(),
-                gateway_binary,
-                database,
-                &gateway_env(args, has_cache),
-                warmup,
-                measure,
-                args.replay_identities,
-            )
-            .await?,
-        )
-    } else {
-        eprintln!("pruning: skipped (the gateway has no CARMY_RETENTION)");
-        None
-    };
-
+    let pruning = measure::pruning(args, gateway_binary, database, has_cache).await?;
     let mut report = Report {
         finished_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         command: command_line(),
         cpus: cpu::cpus(),
         load_average: (load_before, cpu::load_average()),
-        server,
-        settings: Settings {
-            seconds: measure.as_secs_f64(),
-            warmup_seconds: warmup.as_secs_f64(),
-            quick: args.quick,
-            large: args.large,
-            pool_size: args.pool_size,
-            replay_cache,
-            replay_identities: args.replay_identities,
-            pgbench_clients: args.pgbench_clients,
-            gateway: gateway_binary.display().to_string(),
-            small_rows: args.small_rows,
-        },
-        pgbench_new_identity: pgbench_new,
-        pgbench_read_one: pgbench_read,
+        server: main.server,
+        settings: settings(
+            args,
+            gateway_binary,
+            replay_cache_label(args, has_cache, has_ttl),
+        ),
+        pgbench_new_identity: main.pgbench_new,
+        pgbench_read_one: main.pgbench_read,
         runs,
         memory_store,
-        round_trips,
+        round_trips: Some(round_trips),
         flatness,
         upstream,
         pruning,
@@ -470,97 +224,18 @@ async fn run(
     Ok(report)
 }
 
-/// One new-identity measurement at the target concurrency on a fresh gateway, for the
-/// flatness comparison.
-async fn flat_step(
-    args: &Args,
-    gateway_binary: &Path,
-    database: &BenchDb,
-    has_cache: bool,
-) -> Result<load::RunResult, String> {
-    let rows_before = database.reservations().await.ok();
-    let mut gw = Gateway::start(
-        gateway_binary,
-        "flat",
-        &database.url,
-        &gateway_env(args, has_cache),
-    )?;
-    eprintln!(
-        "new identity at c={} with {} rows, {:.1} s",
-        report::TARGET_CONCURRENCY,
-        rows_before.unwrap_or(-1),
-        args.measure().as_secs_f64()
-    );
-    let mut result = load::run(
-        gw.address,
-        gw.pid(),
-        Scenario::NewIdentity,
-        report::TARGET_CONCURRENCY,
-        args.replay_identities,
-        args.warmup(),
-        args.measure(),
-    )
-    .await;
-    gw.stop();
-    result.rows_before = rows_before;
-    Ok(result)
-}
-
-/// Sequential new identities and replays through the counting proxy, after a warm-up that
-/// prepares every statement on the connections used.
-async fn count_round_trips(
-    args: &Args,
-    gateway_binary: &Path,
-    database: &BenchDb,
-    has_cache: bool,
-) -> Result<RoundTrips, String> {
-    let proxy = wire::start(db::server_address(&database.url)?).await?;
-    let url = db::through_proxy(&database.url, proxy.port)?;
-    let tag = uuid::Uuid::new_v4().simple().to_string();
-    let new_bodies = |kind: &str| -> Vec<String> {
-        (0..ROUND_TRIP_CALLS)
-            .map(|index| load::call_body(&format!("rt-{tag}-{kind}-{index}"), false))
-            .collect()
-    };
-    let mut env = vec![
-        ("CARMY_DB_POOL_SIZE", args.pool_size.to_string()),
-        ("CARMY_LEASE_TTL_MS", LONG_LEASE_MS.to_owned()),
-    ];
-    if has_cache {
-        env.push(("CARMY_REPLAY_CACHE_ENTRIES", "0".to_owned()));
+/// The settings of this run, as the report states them.
+fn settings(args: &Args, gateway_binary: &Path, replay_cache: String) -> Settings {
+    Settings {
+        seconds: args.measure().as_secs_f64(),
+        warmup_seconds: args.warmup().as_secs_f64(),
+        quick: args.quick,
+        large: args.large,
+        pool_size: args.pool_size,
+        replay_cache,
+        replay_identities: args.replay_identities,
+        pgbench_clients: args.pgbench_clients,
+        gateway: gateway_binary.display().to_string(),
+        small_rows: args.small_rows,
     }
-    let mut gw = Gateway::start(gateway_binary, "round-trips", &url, &env)?;
-    let warm_new = new_bodies("warm");
-    load::sequential(gw.address, Scenario::NewIdentity, &warm_new).await?;
-    load::sequential(gw.address, Scenario::Replay, &warm_new).await?;
-    let measured = new_bodies("measured");
-    let before = proxy.counters.read();
-    load::sequential(gw.address, Scenario::NewIdentity, &measured).await?;
-    let after_new = proxy.counters.read();
-    load::sequential(gw.address, Scenario::Replay, &measured).await?;
-    let after_replay = proxy.counters.read();
-    gw.stop();
-
-    let replay_cache_default = if has_cache {
-        let env = vec![
-            ("CARMY_DB_POOL_SIZE", args.pool_size.to_string()),
-            ("CARMY_LEASE_TTL_MS", LONG_LEASE_MS.to_owned()),
-        ];
-        let mut gw = Gateway::start(gateway_binary, "round-trips-cache", &url, &env)?;
-        // Warm: the replays fill the cache (and prepare the statements).
-        load::sequential(gw.address, Scenario::Replay, &measured).await?;
-        let before = proxy.counters.read();
-        load::sequential(gw.address, Scenario::Replay, &measured).await?;
-        let after = proxy.counters.read();
-        gw.stop();
-        Some(after.since(&before))
-    } else {
-        None
-    };
-    Ok(RoundTrips {
-        calls: ROUND_TRIP_CALLS as u64,
-        new_identity: after_new.since(&before),
-        replay_cache_off: after_replay.since(&after_new),
-        replay_cache_default,
-    })
 }

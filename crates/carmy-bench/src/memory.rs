@@ -10,7 +10,8 @@ use carmy::fingerprint::Fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult};
 use carmy::runtime::{
-    ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation, StoreError, DEFAULT_SESSION,
+    CompleteRequest, ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation,
+    ReserveRequest, StoreError, DEFAULT_SESSION,
 };
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -84,7 +85,11 @@ pub async fn run_pairs(
 ) -> Result<(), StoreError> {
     for input in inputs {
         match store
-            .reserve(&input.key, fingerprint, &input.intent)
+            .reserve(ReserveRequest {
+                key: &input.key,
+                fingerprint,
+                intent: &input.intent,
+            })
             .await?
         {
             Reservation::Reserved => {}
@@ -95,7 +100,11 @@ pub async fn run_pairs(
             }
         }
         store
-            .complete(&input.key, fingerprint, &input.result)
+            .complete(CompleteRequest {
+                key: &input.key,
+                fingerprint,
+                result: &input.result,
+            })
             .await?;
     }
     Ok(())

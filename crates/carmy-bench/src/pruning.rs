@@ -7,7 +7,7 @@
 
 use crate::db::BenchDb;
 use crate::gateway::Gateway;
-use crate::load::{self, RunResult, Scenario};
+use crate::load::{self, RunResult};
 use crate::report::TARGET_CONCURRENCY;
 use serde::Serialize;
 use std::path::Path;
@@ -46,16 +46,7 @@ pub async fn measure(
     forever.push(("CARMY_RETENTION", "0".to_owned()));
     let mut gw = Gateway::start(gateway_binary, "keep-forever", &database.url, &forever)?;
     eprintln!("pruning: new identities at c={TARGET_CONCURRENCY} without pruning");
-    let mut without = load::run(
-        gw.address,
-        gw.pid(),
-        Scenario::NewIdentity,
-        TARGET_CONCURRENCY,
-        identities,
-        warmup,
-        seconds,
-    )
-    .await;
+    let mut without = load::new_identities(&gw, identities, warmup, seconds).await;
     gw.stop();
     without.rows_before = database.reservations().await.ok();
 
@@ -74,16 +65,7 @@ pub async fn measure(
     }
     let before = database.expired("1 day").await?;
     eprintln!("pruning: new identities at c={TARGET_CONCURRENCY} while pruning ({before} expired rows left)");
-    let mut with = load::run(
-        gw.address,
-        gw.pid(),
-        Scenario::NewIdentity,
-        TARGET_CONCURRENCY,
-        identities,
-        warmup,
-        seconds,
-    )
-    .await;
+    let mut with = load::new_identities(&gw, identities, warmup, seconds).await;
     let after = database.expired("1 day").await?;
     gw.stop();
     with.rows_before = Some(before);

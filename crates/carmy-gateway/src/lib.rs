@@ -119,41 +119,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
                 memory = Some(Arc::clone(&store));
                 (store, Arc::new(MemoryOrderBook::default()))
             }
-            Some(url) => {
-                carmy_postgres::migrate(url).await?;
-                let pool = carmy_postgres::pool_options(
-                    config.db_pool_size,
-                    Duration::from_millis(config.db_acquire_timeout_ms),
-                )
-                .connect(url)
-                .await
-                .map_err(|error| GatewayError::Database(error.to_string()))?;
-                PostgresOrderBook::prepare(&pool)
-                    .await
-                    .map_err(GatewayError::Database)?;
-                let mut options = PostgresStoreOptions::new(url.clone());
-                options.lease_ttl = Duration::from_millis(config.lease_ttl_ms);
-                options.batch_max_rows = config.db_batch_max_rows;
-                let store = Arc::new(
-                    PostgresStore::from_pool(pool.clone(), options)
-                        .await
-                        .map_err(|error| GatewayError::Database(error.to_string()))?,
-                );
-                tracing::info!(instance_id = store.instance_id(), "using PostgreSQL");
-                let shared: Arc<dyn IdempotencyStore> = if config.replay_cache_entries > 0 {
-                    Arc::new(ReplayCache::new(
-                        store,
-                        config.replay_cache_entries,
-                        Duration::from_millis(config.replay_cache_ttl_ms),
-                    ))
-                } else {
-                    store
-                };
-                (
-                    shared,
-                    Arc::new(PostgresOrderBook::new(pool)) as Arc<dyn OrderBook>,
-                )
-            }
+            Some(url) => postgres_stores(config, url).await?,
         };
     let mut builder = carmy::app()
         .idempotency_store(store)
@@ -163,15 +129,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         .allow_anonymous_network(config.allow_anonymous_network)
         .max_body_bytes(config.max_body_bytes)
         .body_timeout(Duration::from_millis(config.body_timeout_ms))
-        .engine_config(EngineConfig {
-            default_tool_timeout: Duration::from_millis(config.tool_timeout_ms),
-            max_result_bytes: config.max_result_bytes,
-            drain_period: Duration::from_millis(config.drain_ms),
-            max_wait: Duration::from_millis(config.max_wait_ms),
-            retention: config.retention.0,
-            prune_interval: Duration::from_millis(config.prune_interval_ms),
-            ..EngineConfig::default()
-        });
+        .engine_config(engine_config(config));
     if tools_file.as_ref().is_none_or(|file| file.example_tools) {
         for tool in tools::example_tools(orders) {
             builder = builder.tool(tool);
@@ -189,6 +147,59 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         app: app.merge_routes(mcp),
         memory,
     })
+}
+
+/// The stores of a gateway with `DATABASE_URL`: migrates (under the migration lock), creates
+/// `carmy.example_orders` if it is missing ([`PostgresOrderBook::prepare`]), and returns
+/// `PostgresStore` (behind the replay cache unless `CARMY_REPLAY_CACHE_ENTRIES=0`) and the
+/// orders table.
+async fn postgres_stores(
+    config: &Config,
+    url: &str,
+) -> Result<(Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>), GatewayError> {
+    carmy_postgres::migrate(url).await?;
+    let pool = carmy_postgres::pool_options(
+        config.db_pool_size,
+        Duration::from_millis(config.db_acquire_timeout_ms),
+    )
+    .connect(url)
+    .await
+    .map_err(|error| GatewayError::Database(error.to_string()))?;
+    PostgresOrderBook::prepare(&pool)
+        .await
+        .map_err(GatewayError::Database)?;
+    let mut options = PostgresStoreOptions::new(url.to_owned());
+    options.lease_ttl = Duration::from_millis(config.lease_ttl_ms);
+    options.batch_max_rows = config.db_batch_max_rows;
+    let store = Arc::new(
+        PostgresStore::from_pool(pool.clone(), options)
+            .await
+            .map_err(|error| GatewayError::Database(error.to_string()))?,
+    );
+    tracing::info!(instance_id = store.instance_id(), "using PostgreSQL");
+    let shared: Arc<dyn IdempotencyStore> = if config.replay_cache_entries > 0 {
+        Arc::new(ReplayCache::new(
+            store,
+            config.replay_cache_entries,
+            Duration::from_millis(config.replay_cache_ttl_ms),
+        ))
+    } else {
+        store
+    };
+    Ok((shared, Arc::new(PostgresOrderBook::new(pool))))
+}
+
+/// The engine's settings from the gateway's.
+fn engine_config(config: &Config) -> EngineConfig {
+    EngineConfig {
+        default_tool_timeout: Duration::from_millis(config.tool_timeout_ms),
+        max_result_bytes: config.max_result_bytes,
+        drain_period: Duration::from_millis(config.drain_ms),
+        max_wait: Duration::from_millis(config.max_wait_ms),
+        retention: config.retention.0,
+        prune_interval: Duration::from_millis(config.prune_interval_ms),
+        ..EngineConfig::default()
+    }
 }
 
 /// The MCP front's settings from the gateway's (docs/semantics.md §11).

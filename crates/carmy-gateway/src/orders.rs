@@ -67,13 +67,8 @@ impl Order {
 /// Where orders live. Every method is scoped to one principal: principals never see each
 /// other's orders (docs/semantics.md §6).
 pub trait OrderBook: Send + Sync + 'static {
-    /// Creates an order and returns its id.
-    fn create<'a>(
-        &'a self,
-        principal: &'a str,
-        sku: &'a str,
-        quantity: i64,
-    ) -> OrderFuture<'a, i64>;
+    /// Creates an order of `owner` (the calling principal) and returns its id.
+    fn create<'a>(&'a self, owner: &'a str, sku: &'a str, quantity: i64) -> OrderFuture<'a, i64>;
     /// One order of `principal`, if it exists.
     fn get<'a>(&'a self, principal: &'a str, order_id: i64) -> OrderFuture<'a, Option<Order>>;
     /// `principal`'s orders, optionally only those for `sku`, oldest first.
@@ -87,16 +82,11 @@ pub struct MemoryOrderBook {
 }
 
 impl OrderBook for MemoryOrderBook {
-    fn create<'a>(
-        &'a self,
-        principal: &'a str,
-        sku: &'a str,
-        quantity: i64,
-    ) -> OrderFuture<'a, i64> {
+    fn create<'a>(&'a self, owner: &'a str, sku: &'a str, quantity: i64) -> OrderFuture<'a, i64> {
         let mut orders = self.orders.lock().unwrap_or_else(PoisonError::into_inner);
         let order_id = i64::try_from(orders.len()).unwrap_or(i64::MAX - 1) + 1;
         orders.push((
-            principal.to_owned(),
+            owner.to_owned(),
             Order {
                 order_id,
                 sku: sku.to_owned(),
@@ -231,18 +221,13 @@ impl OrderBook for PostgresOrderBook {
     /// One autocommit `INSERT`. A failure to get a connection is [`OrderError::NotSent`]; once
     /// the statement is sent, a lost connection is [`OrderError::Unknown`] (the commit may have
     /// happened and only its acknowledgement been lost).
-    fn create<'a>(
-        &'a self,
-        principal: &'a str,
-        sku: &'a str,
-        quantity: i64,
-    ) -> OrderFuture<'a, i64> {
+    fn create<'a>(&'a self, owner: &'a str, sku: &'a str, quantity: i64) -> OrderFuture<'a, i64> {
         Box::pin(async move {
             let mut connection = self.connection().await?;
             sqlx::query_scalar(
                 "INSERT INTO carmy.example_orders (principal, sku, quantity) VALUES ($1, $2, $3) RETURNING order_id",
             )
-            .bind(principal)
+            .bind(owner)
             .bind(sku)
             .bind(quantity)
             .fetch_one(&mut *connection)

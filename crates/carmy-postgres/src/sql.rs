@@ -318,6 +318,28 @@ pub const END_LEASE_SQL: &str =
 /// ([`crate::CANCEL_CHANNEL`]), `$2` the execution id.
 pub const NOTIFY_CANCEL_SQL: &str = "SELECT pg_notify($1, $2)";
 
+/// The owner's lease as an operator sees it, from `carmy.instances i` joined by
+/// [`owner_lease_join!`]: `owner_hostname`, `owner_pid`, `owner_lease_expires_at` (each `NULL`
+/// when the owner has no row).
+macro_rules! owner_lease_columns {
+    () => {
+        "i.hostname AS owner_hostname, i.pid AS owner_pid, \
+         i.lease_expires_at AS owner_lease_expires_at"
+    };
+}
+
+/// Joins the owner's lease `carmy.instances i` to the rows of `$table` (its alias), by their
+/// `owner_instance`.
+macro_rules! owner_lease_join {
+    ($table:literal) => {
+        concat!(
+            " LEFT JOIN carmy.instances i ON i.instance_id = ",
+            $table,
+            ".owner_instance"
+        )
+    };
+}
+
 /// What an operator's reads of held executions return, from `carmy.reservations r` joined with
 /// its owner's lease `carmy.instances i`: the identity, [`record_columns!`], `owner_instance`,
 /// `created_at`, `started_at`, `finished_at`, and the owner's `owner_hostname`, `owner_pid` and
@@ -327,11 +349,10 @@ macro_rules! operator_columns {
         concat!(
             "r.principal, r.session_id, r.request_id, ",
             record_columns!(),
-            ", r.owner_instance, r.created_at, r.started_at, r.finished_at, \
-             i.hostname AS owner_hostname, i.pid AS owner_pid, \
-             i.lease_expires_at AS owner_lease_expires_at \
-             FROM carmy.reservations r \
-             LEFT JOIN carmy.instances i ON i.instance_id = r.owner_instance"
+            ", r.owner_instance, r.created_at, r.started_at, r.finished_at, ",
+            owner_lease_columns!(),
+            " FROM carmy.reservations r",
+            owner_lease_join!("r")
         )
     };
 }
@@ -341,15 +362,16 @@ macro_rules! operator_columns {
 /// `carmy.released_executions h`.
 macro_rules! operator_released_columns {
     () => {
-        "h.principal, h.session_id, h.request_id, \
-         h.execution_id, h.tool, h.fingerprint, h.fingerprint_version, \
-         h.in_flight_state, h.released_by, \
-         date_trunc('milliseconds', h.released_at) AS released_at, h.note, \
-         h.owner_instance, h.created_at, h.started_at, NULL::timestamptz AS finished_at, \
-         i.hostname AS owner_hostname, i.pid AS owner_pid, \
-         i.lease_expires_at AS owner_lease_expires_at \
-         FROM carmy.released_executions h \
-         LEFT JOIN carmy.instances i ON i.instance_id = h.owner_instance"
+        concat!(
+            "h.principal, h.session_id, h.request_id, \
+             h.execution_id, h.tool, h.fingerprint, h.fingerprint_version, \
+             h.in_flight_state, h.released_by, \
+             date_trunc('milliseconds', h.released_at) AS released_at, h.note, \
+             h.owner_instance, h.created_at, h.started_at, NULL::timestamptz AS finished_at, ",
+            owner_lease_columns!(),
+            " FROM carmy.released_executions h",
+            owner_lease_join!("h")
+        )
     };
 }
 

@@ -247,42 +247,72 @@ impl PostgresStore {
     ) -> Result<Reservation, Failure> {
         // Never reserve without a lease row: others would read the reservation as interrupted.
         self.lease.ensure_held().await?;
-        let retention = intent.retention.map(crate::prune::millis);
         if let Some((reserves, _)) = &self.batches {
-            let request = ReserveRequest {
-                principal: key.principal.clone(),
-                session_id: key.session_id.clone(),
-                request_id: key.request_id.clone(),
-                tool: intent.tool.clone(),
-                digest: fingerprint.digest.clone(),
-                version: fingerprint.version.clone(),
-                execution_id: intent.execution_id.as_str().to_owned(),
-                parts: intent.parts.as_ref().map(FingerprintParts::encode),
-                retention,
-            };
-            let record = match reserves.submit(request).await {
-                Ok(ReserveAnswer::Inserted) => return Ok(Reservation::Reserved),
-                Ok(ReserveAnswer::Held(record)) => Some(record?),
-                Ok(ReserveAnswer::NotVisible) => self.lookup_impl(key).await?,
-                Ok(ReserveAnswer::Failed(error)) => return Err(error.into()),
-                Err(Unanswered::Lost) => return Err(lost_batch().into()),
-                // The batch statement was refused, or no batch ran: this call's own statement.
-                Ok(ReserveAnswer::Alone) | Err(Unanswered::NotSent) => None,
-            };
-            // A finished row past its retention is replaced by this call's own statement
-            // (docs/semantics.md §12), which decides expiry with the database's clock.
-            let expired = |record: &StoredRecord| match &record.state {
-                carmy::runtime::RecordState::Finished(result) => carmy::retention::is_expired(
-                    result.finished_at,
-                    intent.retention,
-                    chrono::Utc::now(),
-                ),
-                carmy::runtime::RecordState::InFlight(_) => false,
-            };
-            if let Some(record) = record.filter(|record| !expired(record)) {
-                return Ok(Existing::for_record(record, fingerprint).into());
+            let batched = self
+                .reserve_batched(reserves, key, fingerprint, intent)
+                .await?;
+            if let Some(reservation) = batched {
+                return Ok(reservation);
             }
         }
+        self.reserve_alone(key, fingerprint, intent).await
+    }
+
+    /// A reservation through the group commit ([`crate::batch`]): its answer, or `None` when
+    /// this call's own statement must decide: the batch was refused or did not run, the row it
+    /// met vanished, or that row looks past its retention (the statement replaces it, deciding
+    /// with the database's clock).
+    async fn reserve_batched(
+        &self,
+        reserves: &Batcher<ReserveBatch>,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        intent: &ExecutionIntent,
+    ) -> Result<Option<Reservation>, Failure> {
+        let request = ReserveRequest {
+            principal: key.principal.clone(),
+            session_id: key.session_id.clone(),
+            request_id: key.request_id.clone(),
+            tool: intent.tool.clone(),
+            digest: fingerprint.digest.clone(),
+            version: fingerprint.version.clone(),
+            execution_id: intent.execution_id.as_str().to_owned(),
+            parts: intent.parts.as_ref().map(FingerprintParts::encode),
+            retention: intent.retention.map(crate::prune::millis),
+        };
+        let record = match reserves.submit(request).await {
+            Ok(ReserveAnswer::Inserted) => return Ok(Some(Reservation::Reserved)),
+            Ok(ReserveAnswer::Held(record)) => Some(record?),
+            Ok(ReserveAnswer::NotVisible) => self.lookup_impl(key).await?,
+            Ok(ReserveAnswer::Failed(error)) => return Err(error.into()),
+            Err(Unanswered::Lost) => return Err(lost_batch().into()),
+            // The batch statement was refused, or no batch ran: this call's own statement.
+            Ok(ReserveAnswer::Alone) | Err(Unanswered::NotSent) => None,
+        };
+        // A finished row past its retention is replaced by this call's own statement
+        // (docs/semantics.md §12), which decides expiry with the database's clock.
+        let expired = |record: &StoredRecord| match &record.state {
+            carmy::runtime::RecordState::Finished(result) => carmy::retention::is_expired(
+                result.finished_at,
+                intent.retention,
+                chrono::Utc::now(),
+            ),
+            carmy::runtime::RecordState::InFlight(_) => false,
+        };
+        Ok(record
+            .filter(|record| !expired(record))
+            .map(|record| Existing::for_record(record, fingerprint).into()))
+    }
+
+    /// A reservation by this call's own statement ([`RESERVE_SQL`]), again while a row it met
+    /// vanished or was replaced concurrently (at most [`RESERVE_ATTEMPTS`] times).
+    async fn reserve_alone(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        intent: &ExecutionIntent,
+    ) -> Result<Reservation, Failure> {
+        let retention = intent.retention.map(crate::prune::millis);
         for _ in 0..RESERVE_ATTEMPTS {
             let query = sqlx::query(RESERVE_SQL)
                 .bind(&key.principal)

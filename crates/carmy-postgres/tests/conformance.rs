@@ -1,11 +1,10 @@
 //! The core crate's store conformance suite (`carmy::conformance`), run against
 //! `PostgresStore`: every check gets a fresh, migrated database of its own, dropped with the store.
 
-use carmy::fingerprint::Fingerprint;
 use carmy::outcome::ExecutionId;
 use carmy::runtime::{
-    ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation, StoreFuture,
-    StoredRecord,
+    CompleteRequest, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation,
+    ReserveRequest, StoreFuture, StoredRecord,
 };
 use carmy_postgres::PostgresStore;
 use carmy_test_support::TestDb;
@@ -19,22 +18,12 @@ struct OwnedStore {
 }
 
 impl IdempotencyStore for OwnedStore {
-    fn reserve<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        intent: &'a ExecutionIntent,
-    ) -> StoreFuture<'a, Reservation> {
-        self.store.reserve(key, fingerprint, intent)
+    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
+        self.store.reserve(request)
     }
 
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        result: &'a carmy::RecordedResult,
-    ) -> StoreFuture<'a, ()> {
-        self.store.complete(key, fingerprint, result)
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
+        self.store.complete(request)
     }
 
     fn release<'a>(

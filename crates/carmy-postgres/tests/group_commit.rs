@@ -7,8 +7,8 @@
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
 use carmy::runtime::{
-    ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, Reservation,
-    StoreError,
+    CompleteRequest, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
+    Reservation, ReserveRequest, StoreError,
 };
 use carmy_postgres::{PostgresStore, PostgresStoreOptions};
 use carmy_test_support::TestDb;
@@ -166,16 +166,20 @@ async fn run_all(store: &Arc<PostgresStore>, attempts: &[Attempt]) -> Vec<Reserv
             tokio::spawn(async move {
                 start.wait().await;
                 let answer = store
-                    .reserve(&attempt.key, &attempt.fingerprint, &attempt.intent)
+                    .reserve(ReserveRequest {
+                        key: &attempt.key,
+                        fingerprint: &attempt.fingerprint,
+                        intent: &attempt.intent,
+                    })
                     .await
                     .unwrap();
                 if answer == Reservation::Reserved {
                     store
-                        .complete(
-                            &attempt.key,
-                            &attempt.fingerprint,
-                            &attempt.outcome().into(),
-                        )
+                        .complete(CompleteRequest {
+                            key: &attempt.key,
+                            fingerprint: &attempt.fingerprint,
+                            result: &attempt.outcome().into(),
+                        })
                         .await
                         .unwrap();
                 }
@@ -284,7 +288,11 @@ async fn a_row_the_server_refuses_fails_only_its_own_call() {
             tokio::spawn(async move {
                 start.wait().await;
                 store
-                    .reserve(&attempt.key, &attempt.fingerprint, &attempt.intent)
+                    .reserve(ReserveRequest {
+                        key: &attempt.key,
+                        fingerprint: &attempt.fingerprint,
+                        intent: &attempt.intent,
+                    })
                     .await
             })
         })

@@ -5,7 +5,8 @@
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::ExecutionId;
 use carmy::runtime::{
-    ExecutionIntent, IdempotencyKey, IdempotencyStore, LeaseState, Reservation, StoreError,
+    ExecutionIntent, IdempotencyKey, IdempotencyStore, LeaseState, Reservation, ReserveRequest,
+    StoreError,
 };
 use carmy_postgres::PostgresStore;
 use carmy_test_support::{CutProxy, TestDb};
@@ -45,11 +46,11 @@ async fn the_lease_state_lapses_while_cut_off_and_holds_again_after_a_renewal() 
     .expect("the lease lapses while cut off")
     .unwrap();
     let refused = store
-        .reserve(
-            &IdempotencyKey::new("p", "s", "cut"),
-            &fingerprint,
-            &intent(),
-        )
+        .reserve(ReserveRequest {
+            key: &IdempotencyKey::new("p", "s", "cut"),
+            fingerprint: &fingerprint,
+            intent: &intent(),
+        })
         .await;
     assert!(
         matches!(&refused, Err(StoreError::Unavailable(text)) if text.contains("lease lapsed")),
@@ -66,11 +67,11 @@ async fn the_lease_state_lapses_while_cut_off_and_holds_again_after_a_renewal() 
     .unwrap();
     assert_eq!(
         store
-            .reserve(
-                &IdempotencyKey::new("p", "s", "back"),
-                &fingerprint,
-                &intent()
-            )
+            .reserve(ReserveRequest {
+                key: &IdempotencyKey::new("p", "s", "back"),
+                fingerprint: &fingerprint,
+                intent: &intent(),
+            })
             .await
             .unwrap(),
         Reservation::Reserved

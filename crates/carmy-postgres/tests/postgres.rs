@@ -5,10 +5,12 @@
 //! drops it when done (best effort, also when the test panics).
 
 use carmy::fingerprint::Fingerprint;
-use carmy::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
+use carmy::outcome::{
+    ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
+};
 use carmy::runtime::{
-    ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
-    Reservation, StoreError,
+    CompleteRequest, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
+    RecordState, Reservation, ReserveRequest, StoreError, StoreFuture, TakeOverRequest,
 };
 use carmy_postgres::{
     latest_migration_version, migrate, ConnectError, MigrateError, OptionsError, PostgresStore,
@@ -34,6 +36,20 @@ fn fp(c: char) -> Fingerprint {
         version: "v1".to_owned(),
         digest: c.to_string().repeat(64),
     }
+}
+
+/// The store's `complete` of `result` for `key`, reserved with `fingerprint`.
+fn complete<'a>(
+    store: &'a (impl IdempotencyStore + ?Sized),
+    key: &'a IdempotencyKey,
+    fingerprint: &'a Fingerprint,
+    result: &'a RecordedResult,
+) -> StoreFuture<'a, ()> {
+    store.complete(CompleteRequest {
+        key,
+        fingerprint,
+        result,
+    })
 }
 
 fn intent(tool: &str) -> ExecutionIntent {
@@ -479,7 +495,14 @@ async fn reserve_complete_replay() {
 
     assert_eq!(store.lookup(&k).await.unwrap(), None);
     assert_eq!(
-        store.reserve(&k, &fp('a'), &first).await.unwrap(),
+        store
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &first
+            })
+            .await
+            .unwrap(),
         Reservation::Reserved
     );
     let record = store.lookup(&k).await.unwrap().unwrap();
@@ -502,7 +525,11 @@ async fn reserve_complete_replay() {
     // A retry while it runs is uncertain and names the running execution.
     assert_eq!(
         store
-            .reserve(&k, &fp('a'), &intent("create_order"))
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &intent("create_order")
+            })
             .await
             .unwrap(),
         Reservation::Existing(Existing::Uncertain {
@@ -512,8 +539,7 @@ async fn reserve_complete_replay() {
     );
 
     let done = result(&k, &first, ExecutionStatus::Completed, order(1));
-    store
-        .complete(&k, &fp('a'), &done.clone().into())
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
     assert_eq!(
@@ -531,12 +557,26 @@ async fn reserve_complete_replay() {
     // Every later attempt replays, from this store and from another one.
     let retry = intent("create_order");
     assert_eq!(
-        store.reserve(&k, &fp('a'), &retry).await.unwrap(),
+        store
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &retry
+            })
+            .await
+            .unwrap(),
         Reservation::Existing(Existing::Replay(done.clone()))
     );
     let other = db.store().await;
     assert_eq!(
-        other.reserve(&k, &fp('a'), &retry).await.unwrap(),
+        other
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &retry
+            })
+            .await
+            .unwrap(),
         Reservation::Existing(Existing::Replay(done.clone()))
     );
     assert_eq!(
@@ -567,7 +607,14 @@ async fn identity_parts_and_principals_are_separate() {
     ];
     for k in &keys {
         assert_eq!(
-            store.reserve(k, &fp('a'), &intent("echo")).await.unwrap(),
+            store
+                .reserve(ReserveRequest {
+                    key: k,
+                    fingerprint: &fp('a'),
+                    intent: &intent("echo")
+                })
+                .await
+                .unwrap(),
             Reservation::Reserved,
             "{k:?}"
         );
@@ -584,7 +631,14 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
     let k = key("alice", "default", "running");
     let holder = intent("create_order");
     assert_eq!(
-        store.reserve(&k, &fp('a'), &holder).await.unwrap(),
+        store
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &holder
+            })
+            .await
+            .unwrap(),
         Reservation::Reserved
     );
     for other in [
@@ -596,7 +650,11 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
     ] {
         assert_eq!(
             store
-                .reserve(&k, &other, &intent("create_order"))
+                .reserve(ReserveRequest {
+                    key: &k,
+                    fingerprint: &other,
+                    intent: &intent("create_order")
+                })
                 .await
                 .unwrap(),
             Reservation::Existing(Existing::Conflict {
@@ -616,17 +674,27 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
         let k = key("alice", "default", status.as_str());
         let holder = intent("create_order");
         assert_eq!(
-            store.reserve(&k, &fp('a'), &holder).await.unwrap(),
+            store
+                .reserve(ReserveRequest {
+                    key: &k,
+                    fingerprint: &fp('a'),
+                    intent: &holder
+                })
+                .await
+                .unwrap(),
             Reservation::Reserved
         );
         let outcome = result(&k, &holder, status, order(7));
-        store
-            .complete(&k, &fp('a'), &outcome.clone().into())
+        complete(&store, &k, &fp('a'), &outcome.clone().into())
             .await
             .unwrap();
         assert_eq!(
             store
-                .reserve(&k, &fp('b'), &intent("create_order"))
+                .reserve(ReserveRequest {
+                    key: &k,
+                    fingerprint: &fp('b'),
+                    intent: &intent("create_order")
+                })
                 .await
                 .unwrap(),
             Reservation::Existing(Existing::Conflict {
@@ -637,7 +705,11 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
         );
         assert_eq!(
             store
-                .reserve(&k, &fp('a'), &intent("create_order"))
+                .reserve(ReserveRequest {
+                    key: &k,
+                    fingerprint: &fp('a'),
+                    intent: &intent("create_order")
+                })
                 .await
                 .unwrap(),
             Reservation::Existing(Existing::Replay(outcome.clone())),
@@ -671,12 +743,18 @@ async fn fifty_concurrent_reserves_across_two_stores_reserve_once() {
             tokio::spawn(async move {
                 let attempt = intent("create_order");
                 start.wait().await;
-                let reservation = store.reserve(&k, &fp('a'), &attempt).await.unwrap();
+                let reservation = store
+                    .reserve(ReserveRequest {
+                        key: &k,
+                        fingerprint: &fp('a'),
+                        intent: &attempt,
+                    })
+                    .await
+                    .unwrap();
                 if reservation == Reservation::Reserved {
                     // The winner completes at once, so the others see it running or finished.
                     let done = result(&k, &attempt, ExecutionStatus::Completed, order(42));
-                    store
-                        .complete(&k, &fp('a'), &done.clone().into())
+                    complete(&*store, &k, &fp('a'), &done.clone().into())
                         .await
                         .unwrap();
                 }
@@ -749,7 +827,14 @@ async fn a_lapsed_lease_reads_as_interrupted() {
     let k = key("alice", "default", "lapsing");
     let holder = intent("create_order");
     assert_eq!(
-        owner.reserve(&k, &fp('a'), &holder).await.unwrap(),
+        owner
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &holder
+            })
+            .await
+            .unwrap(),
         Reservation::Reserved
     );
     tokio::time::sleep(Duration::from_millis(3000)).await;
@@ -759,7 +844,11 @@ async fn a_lapsed_lease_reads_as_interrupted() {
     });
     assert_eq!(
         observer
-            .reserve(&k, &fp('a'), &intent("create_order"))
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &intent("create_order")
+            })
             .await
             .unwrap(),
         running
@@ -793,7 +882,11 @@ async fn a_lapsed_lease_reads_as_interrupted() {
     });
     assert_eq!(
         observer
-            .reserve(&k, &fp('a'), &intent("create_order"))
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &intent("create_order")
+            })
             .await
             .unwrap(),
         interrupted
@@ -804,7 +897,11 @@ async fn a_lapsed_lease_reads_as_interrupted() {
     );
     assert_eq!(
         observer
-            .reserve(&k, &fp('b'), &intent("create_order"))
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('b'),
+                intent: &intent("create_order")
+            })
             .await
             .unwrap(),
         Reservation::Existing(Existing::Conflict {
@@ -846,14 +943,25 @@ async fn shutdown_or_a_missing_instance_row_reads_as_interrupted() {
     let k = key("alice", "default", "shut-down");
     let holder = intent("sleep");
     assert_eq!(
-        owner.reserve(&k, &fp('a'), &holder).await.unwrap(),
+        owner
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &holder
+            })
+            .await
+            .unwrap(),
         Reservation::Reserved
     );
     owner.shutdown().await.unwrap();
     owner.shutdown().await.unwrap();
     assert_eq!(
         observer
-            .reserve(&k, &fp('a'), &intent("sleep"))
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &intent("sleep")
+            })
             .await
             .unwrap(),
         Reservation::Existing(Existing::Uncertain {
@@ -867,7 +975,13 @@ async fn shutdown_or_a_missing_instance_row_reads_as_interrupted() {
     let k2 = key("alice", "default", "expired");
     let holder2 = intent("sleep");
     assert_eq!(
-        live.reserve(&k2, &fp('a'), &holder2).await.unwrap(),
+        live.reserve(ReserveRequest {
+            key: &k2,
+            fingerprint: &fp('a'),
+            intent: &holder2
+        })
+        .await
+        .unwrap(),
         Reservation::Reserved
     );
     assert_eq!(
@@ -897,7 +1011,14 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
     let k = key("alice", "default", "owned");
     let holder = intent("create_order");
     assert_eq!(
-        store.reserve(&k, &fp('a'), &holder).await.unwrap(),
+        store
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &holder
+            })
+            .await
+            .unwrap(),
         Reservation::Reserved
     );
     let before = raw_row(&pool, &k).await.unwrap();
@@ -905,10 +1026,7 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
     // A stale executor with another execution id.
     let stale = intent("create_order");
     let stale_result = result(&k, &stale, ExecutionStatus::Completed, order(2));
-    match store
-        .complete(&k, &fp('a'), &stale_result.clone().into())
-        .await
-    {
+    match complete(&store, &k, &fp('a'), &stale_result.clone().into()).await {
         Err(StoreError::NotOwner { execution_id }) => {
             assert_eq!(execution_id, stale.execution_id);
         }
@@ -918,20 +1036,17 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
 
     // The holder completes; afterwards another outcome is refused, even by the holder.
     let done = result(&k, &holder, ExecutionStatus::Completed, order(1));
-    store
-        .complete(&k, &fp('a'), &done.clone().into())
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
     let after = raw_row(&pool, &k).await.unwrap();
     assert!(matches!(
-        store
-            .complete(&k, &fp('a'), &stale_result.clone().into())
-            .await,
+        complete(&store, &k, &fp('a'), &stale_result.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     let changed = result(&k, &holder, ExecutionStatus::Failed, Value::Null);
     assert!(matches!(
-        store.complete(&k, &fp('a'), &changed.clone().into()).await,
+        complete(&store, &k, &fp('a'), &changed.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(raw_row(&pool, &k).await.unwrap(), after);
@@ -940,9 +1055,7 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
     let vacant = key("alice", "default", "never");
     let vacant_result = result(&vacant, &holder, ExecutionStatus::Completed, order(1));
     assert!(matches!(
-        store
-            .complete(&vacant, &fp('a'), &vacant_result.clone().into())
-            .await,
+        complete(&store, &vacant, &fp('a'), &vacant_result.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(raw_row(&pool, &vacant).await, None);
@@ -961,17 +1074,49 @@ async fn a_takeover_fences_the_earlier_attempt_and_has_one_winner() {
     let holder = intent("read_orders");
 
     // A live owner's execution is not taken over; nor one with another fingerprint.
-    owner.reserve(&k, &fp('a'), &holder).await.unwrap();
+    owner
+        .reserve(ReserveRequest {
+            key: &k,
+            fingerprint: &fp('a'),
+            intent: &holder,
+        })
+        .await
+        .unwrap();
     let id = &holder.execution_id;
-    assert_eq!(takers[0].take_over(&k, &fp('a'), id).await.unwrap(), None);
+    assert_eq!(
+        takers[0]
+            .take_over(TakeOverRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                execution_id: id
+            })
+            .await
+            .unwrap(),
+        None
+    );
     owner.shutdown().await.unwrap();
-    assert_eq!(takers[0].take_over(&k, &fp('b'), id).await.unwrap(), None);
+    assert_eq!(
+        takers[0]
+            .take_over(TakeOverRequest {
+                key: &k,
+                fingerprint: &fp('b'),
+                execution_id: id
+            })
+            .await
+            .unwrap(),
+        None
+    );
 
     // Ten concurrent takeovers from two stores: exactly one wins, attempt 2.
     let fingerprint = fp('a');
-    let attempts =
-        futures::future::join_all((0..10).map(|n| takers[n % 2].take_over(&k, &fingerprint, id)))
-            .await;
+    let attempts = futures::future::join_all((0..10).map(|n| {
+        takers[n % 2].take_over(TakeOverRequest {
+            key: &k,
+            fingerprint: &fingerprint,
+            execution_id: id,
+        })
+    }))
+    .await;
     let won: Vec<u32> = attempts.into_iter().filter_map(|a| a.unwrap()).collect();
     assert_eq!(won, vec![2]);
     assert_eq!(
@@ -991,19 +1136,42 @@ async fn a_takeover_fences_the_earlier_attempt_and_has_one_winner() {
     let late = result(&k, &holder, ExecutionStatus::Completed, order(1));
     let before = raw_row(&pool, &k).await.unwrap();
     assert!(matches!(
-        takers[0].complete(&k, &fp('a'), &late.clone().into()).await,
+        takers[0]
+            .complete(CompleteRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                result: &late.clone().into()
+            })
+            .await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(raw_row(&pool, &k).await.unwrap(), before);
     let second = result(&k, &holder, ExecutionStatus::Completed, order(2));
     let recorded = carmy::RecordedResult::new(second.clone()).with_attempt(2);
-    takers[0].complete(&k, &fp('a'), &recorded).await.unwrap();
+    takers[0]
+        .complete(CompleteRequest {
+            key: &k,
+            fingerprint: &fp('a'),
+            result: &recorded,
+        })
+        .await
+        .unwrap();
     assert_eq!(
         takers[1].lookup(&k).await.unwrap().unwrap().state,
         RecordState::Finished(second)
     );
     // A finished execution is never taken over.
-    assert_eq!(takers[1].take_over(&k, &fp('a'), id).await.unwrap(), None);
+    assert_eq!(
+        takers[1]
+            .take_over(TakeOverRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                execution_id: id
+            })
+            .await
+            .unwrap(),
+        None
+    );
 
     for taker in takers {
         taker.shutdown().await.unwrap();
@@ -1019,25 +1187,33 @@ async fn repeated_complete_with_the_same_outcome_is_ok() {
     let k = key("alice", "default", "twice");
     let holder = intent("create_order");
     assert_eq!(
-        store.reserve(&k, &fp('a'), &holder).await.unwrap(),
+        store
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &holder
+            })
+            .await
+            .unwrap(),
         Reservation::Reserved
     );
     let done = result(&k, &holder, ExecutionStatus::TimedOut, Value::Null);
-    store
-        .complete(&k, &fp('a'), &done.clone().into())
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
-    store
-        .complete(&k, &fp('a'), &done.clone().into())
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
-    other
-        .complete(&k, &fp('a'), &done.clone().into())
+    complete(&other, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
     assert_eq!(
         store
-            .reserve(&k, &fp('a'), &intent("create_order"))
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &intent("create_order")
+            })
             .await
             .unwrap(),
         Reservation::Existing(Existing::Replay(done))
@@ -1054,7 +1230,14 @@ async fn outcomes_round_trip_exactly() {
     let k = key("alice", "default", "exact");
     let holder = intent("echo");
     assert_eq!(
-        store.reserve(&k, &fp('a'), &holder).await.unwrap(),
+        store
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &holder
+            })
+            .await
+            .unwrap(),
         Reservation::Reserved
     );
     let data: Value = serde_json::from_str(
@@ -1063,8 +1246,7 @@ async fn outcomes_round_trip_exactly() {
     )
     .unwrap();
     let done = result(&k, &holder, ExecutionStatus::Completed, data);
-    store
-        .complete(&k, &fp('a'), &done.clone().into())
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
 
@@ -1082,8 +1264,14 @@ async fn outcomes_round_trip_exactly() {
 
     // Another store (another pool) replays it identically.
     let other = db.store().await;
-    let Reservation::Existing(Existing::Replay(replayed)) =
-        other.reserve(&k, &fp('a'), &intent("echo")).await.unwrap()
+    let Reservation::Existing(Existing::Replay(replayed)) = other
+        .reserve(ReserveRequest {
+            key: &k,
+            fingerprint: &fp('a'),
+            intent: &intent("echo"),
+        })
+        .await
+        .unwrap()
     else {
         panic!("expected a replay");
     };
@@ -1133,10 +1321,16 @@ async fn a_damaged_outcome_is_refused_by_the_schema_and_reported_as_damaged() {
     let pool = db.pool().await;
     let k = key("alice", "default", "damaged");
     let holder = intent("echo");
-    store.reserve(&k, &fp('a'), &holder).await.unwrap();
-    let done = result(&k, &holder, ExecutionStatus::Completed, order(1));
     store
-        .complete(&k, &fp('a'), &done.clone().into())
+        .reserve(ReserveRequest {
+            key: &k,
+            fingerprint: &fp('a'),
+            intent: &holder,
+        })
+        .await
+        .unwrap();
+    let done = result(&k, &holder, ExecutionStatus::Completed, order(1));
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
 
@@ -1196,7 +1390,13 @@ async fn a_damaged_outcome_is_refused_by_the_schema_and_reported_as_damaged() {
         "{problem}"
     );
     assert_damaged(
-        store.reserve(&k, &fp('a'), &intent("echo")).await,
+        store
+            .reserve(ReserveRequest {
+                key: &k,
+                fingerprint: &fp('a'),
+                intent: &intent("echo"),
+            })
+            .await,
         &holder.execution_id,
     );
     assert_damaged(
@@ -1223,7 +1423,14 @@ async fn find_execution_sees_only_the_principals_own_records() {
     let store = db.store().await;
     let k = key("alice", "s1", "find-me");
     let holder = intent("create_order");
-    store.reserve(&k, &fp('a'), &holder).await.unwrap();
+    store
+        .reserve(ReserveRequest {
+            key: &k,
+            fingerprint: &fp('a'),
+            intent: &holder,
+        })
+        .await
+        .unwrap();
 
     let found = store
         .find_execution("alice", &holder.execution_id)
@@ -1238,8 +1445,7 @@ async fn find_execution_sees_only_the_principals_own_records() {
     );
 
     let done = result(&k, &holder, ExecutionStatus::Completed, order(9));
-    store
-        .complete(&k, &fp('a'), &done.clone().into())
+    complete(&store, &k, &fp('a'), &done.clone().into())
         .await
         .unwrap();
     let found = store
@@ -1286,7 +1492,11 @@ async fn check_ready_after_migrate_and_not_before() {
     );
     assert_unavailable(
         store
-            .reserve(&key("alice", "default", "early"), &fp('a'), &intent("echo"))
+            .reserve(ReserveRequest {
+                key: &key("alice", "default", "early"),
+                fingerprint: &fp('a'),
+                intent: &intent("echo"),
+            })
             .await,
     );
 
@@ -1304,7 +1514,11 @@ async fn check_ready_after_migrate_and_not_before() {
     assert_eq!(registered, 1);
     assert_eq!(
         store
-            .reserve(&key("alice", "default", "later"), &fp('a'), &intent("echo"))
+            .reserve(ReserveRequest {
+                key: &key("alice", "default", "later"),
+                fingerprint: &fp('a'),
+                intent: &intent("echo")
+            })
             .await
             .unwrap(),
         Reservation::Reserved
@@ -1367,11 +1581,11 @@ async fn an_exhausted_pool_fails_after_the_acquire_timeout() {
         let store = Arc::clone(&store);
         tokio::spawn(async move {
             store
-                .reserve(
-                    &key("alice", "default", "holder"),
-                    &fp('a'),
-                    &intent("echo"),
-                )
+                .reserve(ReserveRequest {
+                    key: &key("alice", "default", "holder"),
+                    fingerprint: &fp('a'),
+                    intent: &intent("echo"),
+                })
                 .await
         })
     };
@@ -1380,11 +1594,11 @@ async fn an_exhausted_pool_fails_after_the_acquire_timeout() {
 
     let started = Instant::now();
     let outcome = store
-        .reserve(
-            &key("alice", "default", "starved"),
-            &fp('a'),
-            &intent("echo"),
-        )
+        .reserve(ReserveRequest {
+            key: &key("alice", "default", "starved"),
+            fingerprint: &fp('a'),
+            intent: &intent("echo"),
+        })
         .await;
     let waited = started.elapsed();
     assert_unavailable(outcome);
@@ -1431,7 +1645,11 @@ async fn readiness_tells_an_unreachable_database_from_missing_migrations() {
     );
     let reason = assert_unavailable(
         store
-            .reserve(&key("alice", "default", "down"), &fp('a'), &intent("echo"))
+            .reserve(ReserveRequest {
+                key: &key("alice", "default", "down"),
+                fingerprint: &fp('a'),
+                intent: &intent("echo"),
+            })
             .await,
     );
     assert!(
@@ -1503,17 +1721,24 @@ async fn sslmode_require_encrypts_migrations_and_the_store() {
     let key = key("alice", "default", "over-tls");
     let intent = intent("echo");
     assert_eq!(
-        store.reserve(&key, &fp('a'), &intent).await.unwrap(),
+        store
+            .reserve(ReserveRequest {
+                key: &key,
+                fingerprint: &fp('a'),
+                intent: &intent
+            })
+            .await
+            .unwrap(),
         Reservation::Reserved
     );
-    store
-        .complete(
-            &key,
-            &fp('a'),
-            &result(&key, &intent, ExecutionStatus::Completed, order(7)).into(),
-        )
-        .await
-        .unwrap();
+    complete(
+        &store,
+        &key,
+        &fp('a'),
+        &result(&key, &intent, ExecutionStatus::Completed, order(7)).into(),
+    )
+    .await
+    .unwrap();
     assert!(matches!(
         store.lookup(&key).await.unwrap().unwrap().state,
         RecordState::Finished(_)
@@ -1549,7 +1774,11 @@ async fn sslmode_disable_stays_in_plain_text() {
     store.check_ready().await.unwrap();
     assert_eq!(
         store
-            .reserve(&key("alice", "default", "plain"), &fp('a'), &intent("echo"))
+            .reserve(ReserveRequest {
+                key: &key("alice", "default", "plain"),
+                fingerprint: &fp('a'),
+                intent: &intent("echo")
+            })
             .await
             .unwrap(),
         Reservation::Reserved
@@ -1588,7 +1817,11 @@ async fn sslmode_verify_full_trusts_the_root_certificate_and_checks_the_host_nam
         assert!(uses_tls(store.pool()).await, "{host}");
         assert_eq!(
             store
-                .reserve(&key("alice", "default", host), &fp('a'), &intent("echo"))
+                .reserve(ReserveRequest {
+                    key: &key("alice", "default", host),
+                    fingerprint: &fp('a'),
+                    intent: &intent("echo")
+                })
                 .await
                 .unwrap(),
             Reservation::Reserved,
@@ -1655,7 +1888,13 @@ async fn a_replica_without_a_lease_refuses_to_reserve_until_it_holds_one_again()
     options.lease_ttl = Duration::from_millis(900);
     let store = PostgresStore::connect(options).await.unwrap();
     let before = key("p", "s", "before");
-    let reserved = store.reserve(&before, &fp('a'), &intent("echo")).await;
+    let reserved = store
+        .reserve(ReserveRequest {
+            key: &before,
+            fingerprint: &fp('a'),
+            intent: &intent("echo"),
+        })
+        .await;
     assert_eq!(reserved.unwrap(), Reservation::Reserved);
 
     let mut locker = db.connect().await;
@@ -1673,7 +1912,14 @@ async fn a_replica_without_a_lease_refuses_to_reserve_until_it_holds_one_again()
         || async {
             let attempt = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let key = key("p", "s", &format!("cut-{attempt}"));
-            match store.reserve(&key, &fp('a'), &intent("echo")).await {
+            match store
+                .reserve(ReserveRequest {
+                    key: &key,
+                    fingerprint: &fp('a'),
+                    intent: &intent("echo"),
+                })
+                .await
+            {
                 Err(StoreError::Unavailable(reason)) => reason.contains("lease"),
                 _ => false,
             }
@@ -1689,7 +1935,13 @@ async fn a_replica_without_a_lease_refuses_to_reserve_until_it_holds_one_again()
             let attempt = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let key = key("p", "s", &format!("back-{attempt}"));
             matches!(
-                store.reserve(&key, &fp('a'), &intent("echo")).await,
+                store
+                    .reserve(ReserveRequest {
+                        key: &key,
+                        fingerprint: &fp('a'),
+                        intent: &intent("echo")
+                    })
+                    .await,
                 Ok(Reservation::Reserved)
             )
         },
@@ -1707,7 +1959,14 @@ async fn a_cached_copy_that_differs_from_the_row_read_is_dropped() {
     let cached = carmy::cache::ReplayCache::new(store, 100, Duration::from_secs(3600));
     let k = key("alice", "s", "cached");
     let first = intent("echo");
-    let reserved = cached.reserve(&k, &fp('a'), &first).await.unwrap();
+    let reserved = cached
+        .reserve(ReserveRequest {
+            key: &k,
+            fingerprint: &fp('a'),
+            intent: &first,
+        })
+        .await
+        .unwrap();
     assert_eq!(reserved, Reservation::Reserved);
     let recorded = result(
         &k,
@@ -1715,8 +1974,7 @@ async fn a_cached_copy_that_differs_from_the_row_read_is_dropped() {
         ExecutionStatus::Completed,
         serde_json::json!({"v": 1}),
     );
-    cached
-        .complete(&k, &fp('a'), &recorded.clone().into())
+    complete(&cached, &k, &fp('a'), &recorded.clone().into())
         .await
         .unwrap();
     let mut changed = recorded.clone();
@@ -1733,7 +1991,14 @@ async fn a_cached_copy_that_differs_from_the_row_read_is_dropped() {
         retention: None,
         ..intent("echo")
     };
-    let replay = cached.reserve(&k, &fp('a'), &forever).await.unwrap();
+    let replay = cached
+        .reserve(ReserveRequest {
+            key: &k,
+            fingerprint: &fp('a'),
+            intent: &forever,
+        })
+        .await
+        .unwrap();
     assert_eq!(
         replay,
         Reservation::Existing(Existing::Replay(recorded)),
@@ -1744,7 +2009,14 @@ async fn a_cached_copy_that_differs_from_the_row_read_is_dropped() {
         found.unwrap().unwrap().record.state,
         RecordState::Finished(changed.clone())
     );
-    let replay = cached.reserve(&k, &fp('a'), &intent("echo")).await.unwrap();
+    let replay = cached
+        .reserve(ReserveRequest {
+            key: &k,
+            fingerprint: &fp('a'),
+            intent: &intent("echo"),
+        })
+        .await
+        .unwrap();
     assert_eq!(
         replay,
         Reservation::Existing(Existing::Replay(changed)),

@@ -12,7 +12,9 @@
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::ExecutionId;
 use carmy::retention::{PruneStep, Pruned};
-use carmy::runtime::{ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation};
+use carmy::runtime::{
+    ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation, ReserveRequest,
+};
 use carmy_test_support::TestDb;
 use proptest::prelude::*;
 use sqlx::PgPool;
@@ -347,7 +349,14 @@ async fn an_expired_row_is_replaced_by_exactly_one_reservation() {
                 parts: None,
                 retention: Some(RETENTION),
             };
-            let reserved = store.reserve(&key("reused"), &fp(), &intent).await.unwrap();
+            let reserved = store
+                .reserve(ReserveRequest {
+                    key: &key("reused"),
+                    fingerprint: &fp(),
+                    intent: &intent,
+                })
+                .await
+                .unwrap();
             (intent.execution_id, reserved)
         })
     });

@@ -45,22 +45,12 @@ macro_rules! forward_recovery {
             self.$inner.list_executions(query)
         }
 
-        fn take_over<'a>(
-            &'a self,
-            key: &'a ::carmy::runtime::IdempotencyKey,
-            fingerprint: &'a ::carmy::fingerprint::Fingerprint,
-            execution_id: &'a ::carmy::ExecutionId,
-        ) -> ::carmy::runtime::StoreFuture<'a, Option<u32>> {
-            self.$inner.take_over(key, fingerprint, execution_id)
+        fn take_over<'a>(&'a self, request: ::carmy::runtime::TakeOverRequest<'a>) -> ::carmy::runtime::StoreFuture<'a, Option<u32>> {
+            self.$inner.take_over(request)
         }
 
-        fn wait_for_outcome<'a>(
-            &'a self,
-            key: &'a ::carmy::runtime::IdempotencyKey,
-            execution_id: &'a ::carmy::ExecutionId,
-            timeout: ::std::time::Duration,
-        ) -> ::carmy::runtime::StoreFuture<'a, Option<::carmy::runtime::StoredRecord>> {
-            self.$inner.wait_for_outcome(key, execution_id, timeout)
+        fn wait_for_outcome<'a>(&'a self, request: ::carmy::runtime::WaitRequest<'a>) -> ::carmy::runtime::StoreFuture<'a, Option<::carmy::runtime::StoredRecord>> {
+            self.$inner.wait_for_outcome(request)
         }
 
         fn record_late_arrival<'a>(

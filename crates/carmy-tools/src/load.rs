@@ -177,29 +177,8 @@ impl Checker<'_> {
                 },
             )?),
         };
-        let on_interrupted = match &tool.on_interrupted {
-            None => OnInterrupted::Uncertain,
-            Some(policy) => {
-                let hinted = tool.annotations.as_ref().is_some_and(|hints| {
-                    hints.read_only_hint == Some(true) || hints.idempotent_hint == Some(true)
-                });
-                if *policy.get_ref() == OnInterrupted::Rerun
-                    && idempotency_header.is_none()
-                    && !hinted
-                {
-                    return Err(at(
-                        policy.span(),
-                        "on_interrupted",
-                        "\"rerun\" runs the tool a second time for one execution, so it needs \
-                         an idempotency_header (the upstream then sees the same key twice) or \
-                         annotations readOnlyHint or idempotentHint = true; keep \"uncertain\" \
-                         otherwise"
-                            .into(),
-                    ));
-                }
-                *policy.get_ref()
-            }
-        };
+        let on_interrupted = on_interrupted(tool, idempotency_header.is_some())
+            .map_err(|(span, message)| at(span, "on_interrupted", message))?;
         let mut not_executed_statuses = BTreeSet::new();
         if let Some(statuses) = &tool.not_executed_statuses {
             for status in statuses.get_ref() {
@@ -386,6 +365,31 @@ impl Checker<'_> {
             on_interrupted: server.on_interrupted.unwrap_or_default(),
         })
     }
+}
+
+/// A tool's `on_interrupted` (default `uncertain`). `rerun` runs the tool a second time for
+/// one execution (docs/semantics.md §12), so it needs an idempotency header or a read-only or
+/// idempotent hint; the error is the field's span and what to do.
+fn on_interrupted(
+    tool: &RawTool,
+    has_idempotency_header: bool,
+) -> Result<OnInterrupted, (std::ops::Range<usize>, String)> {
+    let Some(policy) = &tool.on_interrupted else {
+        return Ok(OnInterrupted::Uncertain);
+    };
+    let hinted = tool.annotations.as_ref().is_some_and(|hints| {
+        hints.read_only_hint == Some(true) || hints.idempotent_hint == Some(true)
+    });
+    if *policy.get_ref() == OnInterrupted::Rerun && !has_idempotency_header && !hinted {
+        return Err((
+            policy.span(),
+            "\"rerun\" runs the tool a second time for one execution, so it needs an \
+             idempotency_header (the upstream then sees the same key twice) or annotations \
+             readOnlyHint or idempotentHint = true; keep \"uncertain\" otherwise"
+                .into(),
+        ));
+    }
+    Ok(*policy.get_ref())
 }
 
 /// A tool name usable by every front: 1 to 128 of `A-Z a-z 0-9 _ - .` (the MCP rule).

@@ -16,8 +16,9 @@ use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
 use crate::retention::PruneStep;
 use crate::runtime::{
-    Decided, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
-    RecordState, Reservation, StoreFuture, StoredRecord,
+    CompleteRequest, Decided, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey,
+    IdempotencyStore, RecordState, Reservation, ReserveRequest, StoreFuture, StoredRecord,
+    TakeOverRequest, WaitRequest,
 };
 use crate::ExecutionResult;
 use std::sync::Arc;
@@ -95,6 +96,30 @@ impl ReplayCache {
         }
     }
 
+    /// The answer to a reservation from a cached record: a replay when the record is finished,
+    /// within its retention and of the same fingerprint. `None` leaves the answer to the store:
+    /// a conflict (the store's row names which parts differ, docs/semantics.md §12; the cache
+    /// keeps no digests), a record past its retention (dropped here; the store replaces it), or
+    /// anything but a finished record (never cached).
+    fn cached_reservation(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        intent: &ExecutionIntent,
+    ) -> Option<Reservation> {
+        let record = self.cached(key)?;
+        let RecordState::Finished(result) = &record.state else {
+            return None;
+        };
+        let now = chrono::Utc::now();
+        if crate::retention::is_expired(result.finished_at, intent.retention, now) {
+            self.records.invalidate(key);
+            return None;
+        }
+        (&record.fingerprint == fingerprint)
+            .then(|| Existing::for_record(record, fingerprint).into())
+    }
+
     fn cached(&self, key: &IdempotencyKey) -> Option<StoredRecord> {
         self.records.get(key).map(|cached| {
             let result = cached.result.result();
@@ -111,47 +136,29 @@ impl ReplayCache {
 }
 
 impl IdempotencyStore for ReplayCache {
-    fn reserve<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        intent: &'a ExecutionIntent,
-    ) -> StoreFuture<'a, Reservation> {
+    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
         Box::pin(async move {
-            if let Some(record) = self.cached(key) {
-                let RecordState::Finished(result) = &record.state else {
-                    unreachable!("only finished records are cached");
-                };
-                let now = chrono::Utc::now();
-                let expired =
-                    crate::retention::is_expired(result.finished_at, intent.retention, now);
-                // A conflict goes to the store, whose row names which parts differ
-                // (docs/semantics.md §12); conflicts are rare and the cache keeps no digests.
-                if !expired && &record.fingerprint == fingerprint {
-                    return Ok(Existing::for_record(record, fingerprint).into());
-                }
-                if expired {
-                    // Past its retention: the store replaces it (docs/semantics.md §12).
-                    self.records.invalidate(key);
-                }
+            if let Some(answer) =
+                self.cached_reservation(request.key, request.fingerprint, request.intent)
+            {
+                return Ok(answer);
             }
-            let reservation = self.inner.reserve(key, fingerprint, intent).await?;
+            let reservation = self.inner.reserve(request).await?;
             if let Reservation::Existing(Existing::Replay(result)) = &reservation {
-                self.remember(key, fingerprint, &RecordedResult::new(result.clone()));
+                self.remember(
+                    request.key,
+                    request.fingerprint,
+                    &RecordedResult::new(result.clone()),
+                );
             }
             Ok(reservation)
         })
     }
 
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        result: &'a RecordedResult,
-    ) -> StoreFuture<'a, ()> {
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.inner.complete(key, fingerprint, result).await?;
-            self.remember(key, fingerprint, result);
+            self.inner.complete(request).await?;
+            self.remember(request.key, request.fingerprint, request.result);
             Ok(())
         })
     }
@@ -211,13 +218,8 @@ impl IdempotencyStore for ReplayCache {
     }
 
     /// Only records without an outcome are taken over, and those are never cached.
-    fn take_over<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Option<u32>> {
-        self.inner.take_over(key, fingerprint, execution_id)
+    fn take_over<'a>(&'a self, request: TakeOverRequest<'a>) -> StoreFuture<'a, Option<u32>> {
+        self.inner.take_over(request)
     }
 
     fn record_late_arrival<'a>(
@@ -231,11 +233,9 @@ impl IdempotencyStore for ReplayCache {
     /// Running records are never cached: the inner store waits and reads.
     fn wait_for_outcome<'a>(
         &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-        timeout: Duration,
+        request: WaitRequest<'a>,
     ) -> StoreFuture<'a, Option<StoredRecord>> {
-        self.inner.wait_for_outcome(key, execution_id, timeout)
+        self.inner.wait_for_outcome(request)
     }
 
     /// Read from the store; cached copies that differ from what was read are dropped.

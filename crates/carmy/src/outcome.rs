@@ -29,6 +29,18 @@ impl ExecutionId {
         Self(id.into())
     }
 
+    /// An id given by a caller (a URL path, a flag), if it could name an execution: 1 to 64
+    /// ASCII letters, digits, `_` and `-` (every minted id is `exec_` and 32 hex digits).
+    /// `None` for anything else, which no store holds (docs/semantics.md §7).
+    pub fn parse(text: &str) -> Option<Self> {
+        let plausible = !text.is_empty()
+            && text.len() <= 64
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        plausible.then(|| Self(text.to_owned()))
+    }
+
     /// The id as text, e.g. `exec_0f3c…`.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -4,244 +4,33 @@
 //! A store is used as `Arc<dyn IdempotencyStore>`. The engine calls [`IdempotencyStore::reserve`]
 //! before a tool runs and [`IdempotencyStore::complete`] after it finished; every answer to a later
 //! attempt with the same identity comes from what the store recorded.
+//!
+//! The trait is here; what it keeps and answers is in `record` and why it fails in `error`,
+//! both re-exported so every type is named `carmy::runtime::…`.
+
+mod error;
+mod record;
 
 use crate::decision::{
-    AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, Resolution,
-    ResolveRequest,
+    AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, ResolveRequest,
 };
-use crate::fingerprint::{Fingerprint, FingerprintParts};
 use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use std::future::Future;
 use std::pin::Pin;
 
 pub use crate::fingerprint::FINGERPRINT_VERSION;
+pub use error::StoreError;
+pub use record::{
+    CompleteRequest, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, InFlightState,
+    LeaseState, RecordState, Reservation, ReserveRequest, StoredRecord, TakeOverRequest,
+    WaitRequest, DEFAULT_SESSION,
+};
 
 /// The boxed future every store method returns; `'a` borrows the store and the arguments.
+///
+/// A method that needs more than two values takes them as one request struct
+/// ([`ReserveRequest`], [`CompleteRequest`], [`TakeOverRequest`], [`WaitRequest`]).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
-
-/// The session used when a call names none (docs/semantics.md §2).
-pub const DEFAULT_SESSION: &str = "default";
-
-/// A call's identity: (principal, session, request_id), kept as three separate values so that no
-/// separator can make two identities collide (docs/semantics.md §2).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct IdempotencyKey {
-    /// Who is calling, from authentication (docs/semantics.md §6), never from the body.
-    pub principal: String,
-    /// The body's `session_id`, or [`DEFAULT_SESSION`].
-    pub session_id: String,
-    /// The body's `request_id`: 1 to 255 bytes of UTF-8 without control characters.
-    pub request_id: String,
-}
-
-impl IdempotencyKey {
-    /// Builds a key from already validated parts (see [`crate::identity`]).
-    pub fn new(
-        principal: impl Into<String>,
-        session_id: impl Into<String>,
-        request_id: impl Into<String>,
-    ) -> Self {
-        Self {
-            principal: principal.into(),
-            session_id: session_id.into(),
-            request_id: request_id.into(),
-        }
-    }
-}
-
-/// What the engine asks a store to reserve for a new identity.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExecutionIntent {
-    /// The execution id minted for this attempt; it becomes the record's id if the reservation
-    /// wins.
-    pub execution_id: ExecutionId,
-    /// The tool that will run (kept for operators; the fingerprint already binds it).
-    pub tool: String,
-    /// The digests of the call's parts, kept beside the fingerprint so that a later conflict
-    /// can name which parts differ (docs/semantics.md §12); `None` stores none.
-    pub parts: Option<FingerprintParts>,
-    /// How long a finished record holds its identity (docs/semantics.md §12, `CARMY_RETENTION`;
-    /// `None`: forever). A finished record whose
-    /// [`expires_at`](crate::retention::expires_at) has passed no longer holds it: `reserve`
-    /// replaces it, in one step, by this intent's running reservation ([`Reservation::Reserved`])
-    /// and the call runs as new. Running and interrupted records never expire.
-    pub retention: Option<std::time::Duration>,
-}
-
-/// Whether a reserved but unfinished execution still has a live owner (docs/semantics.md §4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InFlightState {
-    /// Its owner process holds a live lease: the tool may still be running.
-    Running,
-    /// Its owner's lease lapsed (the process died): the outcome is unknown and stays unknown
-    /// until an operator or the agent resolves it. It is never re-run automatically.
-    Interrupted,
-}
-
-impl InFlightState {
-    /// `running` or `interrupted`, as shown in `EXECUTION_UNCERTAIN` bodies.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Interrupted => "interrupted",
-        }
-    }
-}
-
-/// Whether this process's lease surely holds (docs/semantics.md §12), as a store with leases
-/// reports it through [`IdempotencyStore::lease_state`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeaseState {
-    /// Renewed in time: the other replicas read this process's executions as running.
-    Held,
-    /// Renewals failed past the moment the lease surely held (e.g. the process is cut off from
-    /// the database): the other replicas read its executions as interrupted.
-    Lapsed,
-}
-
-/// The state of a stored reservation.
-#[allow(clippy::large_enum_variant)] // records are built once per call; boxing buys nothing
-#[derive(Clone, Debug, PartialEq)]
-pub enum RecordState {
-    /// Reserved, no outcome recorded yet.
-    InFlight(InFlightState),
-    /// Finished; the outcome to replay.
-    Finished(ExecutionResult),
-}
-
-/// One stored reservation, as a store reads it back.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StoredRecord {
-    /// The execution that holds the identity.
-    pub execution_id: ExecutionId,
-    /// The fingerprint it was reserved with.
-    pub fingerprint: Fingerprint,
-    /// The tool it named.
-    pub tool: String,
-    /// Running, interrupted or finished.
-    pub state: RecordState,
-    /// The digests of its call's parts; `None` for a record written without them (by an
-    /// earlier build, or by hand), whose conflicts name no part.
-    pub parts: Option<FingerprintParts>,
-}
-
-/// The answer of [`IdempotencyStore::reserve`] (docs/semantics.md §3).
-#[allow(clippy::large_enum_variant)] // built once per call; boxing buys nothing
-#[derive(Clone, Debug, PartialEq)]
-pub enum Reservation {
-    /// The identity was vacant and is now held by the intent's execution: run the tool, then
-    /// call [`IdempotencyStore::complete`].
-    Reserved,
-    /// The identity is already held: answer from its record; do not run the tool.
-    Existing(Existing),
-}
-
-/// How an identity's existing record answers a new attempt (docs/semantics.md §3). Every variant is
-/// a complete answer: nothing here runs a tool.
-#[allow(clippy::large_enum_variant)] // built once per call; boxing buys nothing
-#[derive(Clone, Debug, PartialEq)]
-pub enum Existing {
-    /// Same identity, same fingerprint, finished: replay this outcome.
-    Replay(ExecutionResult),
-    /// Same identity, different fingerprint, whatever the state: `IDEMPOTENCY_CONFLICT`.
-    Conflict {
-        /// The execution that holds the identity (shown to its own principal only).
-        execution_id: ExecutionId,
-        /// The digests of the recorded call's parts, when the record has them: compared with
-        /// the new attempt's to name what differs (docs/semantics.md §12).
-        parts: Option<FingerprintParts>,
-    },
-    /// Same identity, same fingerprint, not finished: `EXECUTION_UNCERTAIN`.
-    Uncertain {
-        /// The execution that holds the identity.
-        execution_id: ExecutionId,
-        /// Whether its owner is still alive.
-        state: InFlightState,
-    },
-}
-
-impl Existing {
-    /// Classifies an existing record against the fingerprint of a new attempt.
-    ///
-    /// The fingerprint is compared first, whatever the state, so a changed call never sees
-    /// another call's outcome (docs/semantics.md §3, case K06).
-    pub fn for_record(record: StoredRecord, fingerprint: &Fingerprint) -> Self {
-        if &record.fingerprint != fingerprint {
-            return Self::Conflict {
-                execution_id: record.execution_id,
-                parts: record.parts,
-            };
-        }
-        match record.state {
-            RecordState::Finished(result) => Self::Replay(result),
-            RecordState::InFlight(state) => Self::Uncertain {
-                execution_id: record.execution_id,
-                state,
-            },
-        }
-    }
-}
-
-impl From<Existing> for Reservation {
-    fn from(existing: Existing) -> Self {
-        Self::Existing(existing)
-    }
-}
-
-/// An execution read back by id for `GET /v1/executions/{execution_id}` (docs/semantics.md §7).
-#[derive(Clone, Debug, PartialEq)]
-pub struct ExecutionLookup {
-    /// The identity it holds (or held, when released).
-    pub key: IdempotencyKey,
-    /// The record; for a released execution, its state when it was released.
-    pub record: StoredRecord,
-    /// `Some` when the execution was released (docs/semantics.md §12): it no longer holds its
-    /// identity and is kept as history.
-    pub released: Option<Resolution>,
-}
-
-/// Why a store could not answer.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// A bounded store is full and the identity is new: `IDEMPOTENCY_CAPACITY` (507).
-    #[error("the idempotency store is full")]
-    Capacity,
-    /// The store cannot be reached or failed: `STORE_UNAVAILABLE` (503) before the tool ran,
-    /// `EXECUTION_UNCERTAIN` (503) after. The text is for logs only, never for callers.
-    #[error("idempotency store unavailable: {0}")]
-    Unavailable(String),
-    /// The store failed after the request may have reached it: it may or may not have taken
-    /// effect (a connection lost mid-statement). Callers treat it as
-    /// [`StoreError::Unavailable`], and after a `reserve` the engine also frees the reservation
-    /// that may have been made, with [`IdempotencyStore::release`], so that the identity is not
-    /// held by an execution that never runs. The text is for logs only.
-    #[error("idempotency store failed mid-request: {0}")]
-    Indeterminate(String),
-    /// The store is reachable but not prepared for this build (e.g. its schema is not migrated):
-    /// answered like [`StoreError::Unavailable`], and readiness (`/readyz`) shows the text,
-    /// which says what to do and holds no database text (docs/semantics.md §7).
-    #[error("idempotency store not ready: {0}")]
-    NotReady(String),
-    /// A row exists but its recorded outcome cannot be read back as a record of the same
-    /// execution and status (e.g. a hand-written SQL fix stored something else): the tool did
-    /// run, the store is fine, and nothing may be run again for this identity until an operator
-    /// repairs the row. `RECORD_DAMAGED` (500, docs/semantics.md §5). `problem` says what is
-    /// wrong in words safe to show to the row's principal (never database text).
-    #[error("the record of execution {execution_id} is damaged: {problem}")]
-    RecordDamaged {
-        /// The execution whose record is damaged (from the row's own column).
-        execution_id: ExecutionId,
-        /// What is wrong, e.g. `outcome is not a record: expected value at line 1 column 1`.
-        problem: String,
-    },
-    /// `complete` named an execution that does not hold the identity (a stale executor), or the
-    /// identity is already finished with another outcome. Nothing was written.
-    #[error("execution {execution_id} does not hold this reservation")]
-    NotOwner {
-        /// The execution that tried to complete.
-        execution_id: ExecutionId,
-    },
-}
 
 /// The answer of a decision: what it recorded, or why it changed nothing.
 pub type Decided<T> = Result<T, DecisionRefusal>;
@@ -260,7 +49,8 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 ///   running or interrupted one;
 /// - hold no transaction or connection between `reserve` and `complete`.
 ///
-/// Cancel delivery, the lease state and shutdown have no default bodies, so a wrapper store cannot drop them by
+/// Cancel delivery, the lease state and shutdown have no default bodies, so a wrapper store cannot
+/// drop them by
 /// accident; one that forwards only the record methods does not compile:
 ///
 /// ```compile_fail
@@ -271,13 +61,11 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 /// struct Forgetful(Box<dyn IdempotencyStore>);
 ///
 /// impl IdempotencyStore for Forgetful {
-///     fn reserve<'a>(&'a self, key: &'a IdempotencyKey, fingerprint: &'a Fingerprint,
-///         intent: &'a ExecutionIntent) -> StoreFuture<'a, Reservation> {
-///         self.0.reserve(key, fingerprint, intent)
+///     fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
+///         self.0.reserve(request)
 ///     }
-///     fn complete<'a>(&'a self, key: &'a IdempotencyKey, fingerprint: &'a Fingerprint,
-///         result: &'a RecordedResult) -> StoreFuture<'a, ()> {
-///         self.0.complete(key, fingerprint, result)
+///     fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
+///         self.0.complete(request)
 ///     }
 ///     fn release<'a>(&'a self, key: &'a IdempotencyKey, execution_id: &'a ExecutionId)
 ///         -> StoreFuture<'a, ()> {
@@ -314,10 +102,9 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 ///         result: &'a RecordedResult) -> StoreFuture<'a, Option<ExecutionId>> {
 ///         self.0.record_late_arrival(key, result)
 ///     }
-///     fn wait_for_outcome<'a>(&'a self, key: &'a IdempotencyKey,
-///         execution_id: &'a ExecutionId, timeout: std::time::Duration)
+///     fn wait_for_outcome<'a>(&'a self, request: WaitRequest<'a>)
 ///         -> StoreFuture<'a, Option<StoredRecord>> {
-///         self.0.wait_for_outcome(key, execution_id, timeout)
+///         self.0.wait_for_outcome(request)
 ///     }
 ///     fn prune_expired(&self, retention: std::time::Duration, batch: usize)
 ///         -> StoreFuture<'_, carmy::retention::PruneStep> {
@@ -327,32 +114,24 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 /// }
 /// ```
 pub trait IdempotencyStore: Send + Sync + 'static {
-    /// Atomically compares the fingerprint and reserves a vacant identity for `intent`.
+    /// Atomically compares `request.fingerprint` and reserves a vacant `request.key` for
+    /// `request.intent`.
     ///
     /// # Errors
     /// [`StoreError::Capacity`] when a bounded store is full and the identity is new (an existing
     /// identity is always answered); [`StoreError::Unavailable`] when the store fails.
-    fn reserve<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        intent: &'a ExecutionIntent,
-    ) -> StoreFuture<'a, Reservation>;
+    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation>;
 
-    /// Durably records the outcome of the execution that holds the reservation, before returning.
+    /// Durably records `request.result` as the outcome of the execution that holds
+    /// `request.key`, before returning.
     /// The outcome comes with its stored text ([`RecordedResult::record_json`]); a store keeps
     /// that text rather than serialising the outcome again.
     ///
     /// # Errors
-    /// [`StoreError::NotOwner`] when `result.execution_id` does not hold the identity or the
-    /// identity already holds a different outcome; [`StoreError::Unavailable`] when the store
+    /// [`StoreError::NotOwner`] when `request.result.execution_id` does not hold the identity or
+    /// the identity already holds a different outcome; [`StoreError::Unavailable`] when the store
     /// fails (the caller retries: a retry after a lost acknowledgement is `Ok`).
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        result: &'a RecordedResult,
-    ) -> StoreFuture<'a, ()>;
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()>;
 
     /// Frees a reservation that `execution_id` made but never used (its tool did not start):
     /// removes the identity's record only if it is still running and held by `execution_id`.
@@ -459,13 +238,13 @@ pub trait IdempotencyStore: Send + Sync + 'static {
 
     /// Takes over an interrupted execution of a tool whose policy is
     /// [`OnInterrupted::Rerun`](crate::tool::OnInterrupted) (docs/semantics.md §12), in one
-    /// compare-and-set step: only if `execution_id` still holds `key` with `fingerprint`, has no
-    /// outcome, and its owner's lease lapsed, this process becomes its owner, its attempt is
-    /// incremented and an audit row ([`AuditAction::Takeover`](crate::decision::AuditAction))
-    /// is written. Of any number of concurrent takeovers at most one wins. The winner runs the
-    /// tool again as `execution_id` and records with
-    /// [`RecordedResult::with_attempt`]; `complete` refuses the earlier attempt's outcome
-    /// ([`StoreError::NotOwner`], kept as a late arrival).
+    /// compare-and-set step: only if the request's `execution_id` still holds its `key` with its
+    /// `fingerprint`, has no outcome, and its owner's lease lapsed, this process becomes its
+    /// owner, its attempt is incremented and an audit row
+    /// ([`AuditAction::Takeover`](crate::decision::AuditAction)) is written. Of any number of
+    /// concurrent takeovers at most one wins. The winner runs the tool again as `execution_id`
+    /// and records with [`RecordedResult::with_attempt`]; `complete` refuses the earlier
+    /// attempt's outcome ([`StoreError::NotOwner`], kept as a late arrival).
     ///
     /// Returns the new attempt number (2 for the first takeover), or `None` when nothing
     /// changed: another attempt took it over, it finished or was decided, or its owner holds a
@@ -474,27 +253,20 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the store fails, or this process holds no lease.
-    fn take_over<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Option<u32>>;
+    fn take_over<'a>(&'a self, request: TakeOverRequest<'a>) -> StoreFuture<'a, Option<u32>>;
 
-    /// Waits until `execution_id`, which holds `key` without an outcome, gets one (recorded by
-    /// its tool on any replica, or decided) or no longer holds the identity (released), at most
-    /// `timeout`; returns `key`'s record as last read (`None` when vacant). Woken by the store's
-    /// notifications (PostgreSQL: `LISTEN`/`NOTIFY` across replicas), and reading the record at
-    /// least every second ([`crate::wait::until_decided`] is the loop to use). For `Prefer:
-    /// wait=N` (docs/semantics.md §12).
+    /// Waits until the request's `execution_id`, which holds `key` without an outcome, gets one
+    /// (recorded by its tool on any replica, or decided) or no longer holds the identity
+    /// (released), at most `timeout`; returns `key`'s record as last read (`None` when vacant).
+    /// Woken by the store's notifications (PostgreSQL: `LISTEN`/`NOTIFY` across replicas), and
+    /// reading the record at least every second ([`crate::wait::until_decided`] is the loop to
+    /// use). For `Prefer: wait=N` (docs/semantics.md §12).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the store fails.
     fn wait_for_outcome<'a>(
         &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-        timeout: std::time::Duration,
+        request: WaitRequest<'a>,
     ) -> StoreFuture<'a, Option<StoredRecord>>;
 
     /// One pruning step of retention (docs/semantics.md §12; [`crate::retention`]): deletes at

@@ -4,11 +4,10 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use carmy::fingerprint::Fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::runtime::{
-    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
-    Reservation, StoreError, StoreFuture, StoredRecord,
+    CompleteRequest, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
+    Reservation, ReserveRequest, StoreError, StoreFuture, StoredRecord,
 };
 use carmy::tool::{FnTool, ToolError};
 use carmy::ExecutionId;
@@ -39,17 +38,12 @@ struct FaultyStore {
 }
 
 impl IdempotencyStore for FaultyStore {
-    fn reserve<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        intent: &'a ExecutionIntent,
-    ) -> StoreFuture<'a, Reservation> {
+    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
         Box::pin(async move {
             if self.reserve_fails.load(Ordering::SeqCst) {
                 return Err(StoreError::Unavailable("switched off".into()));
             }
-            let answer = self.inner.reserve(key, fingerprint, intent).await?;
+            let answer = self.inner.reserve(request).await?;
             if self.reserve_indeterminate.load(Ordering::SeqCst) {
                 return Err(StoreError::Indeterminate("connection lost".into()));
             }
@@ -70,12 +64,7 @@ impl IdempotencyStore for FaultyStore {
         })
     }
 
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        result: &'a carmy::RecordedResult,
-    ) -> StoreFuture<'a, ()> {
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let left = self.complete_failures_left.load(Ordering::SeqCst);
             if left > 0 {
@@ -83,7 +72,7 @@ impl IdempotencyStore for FaultyStore {
                     .store(left - 1, Ordering::SeqCst);
                 return Err(StoreError::Unavailable("switched off".into()));
             }
-            self.inner.complete(key, fingerprint, result).await
+            self.inner.complete(request).await
         })
     }
 

@@ -6,12 +6,11 @@
 
 use axum::body::Body;
 use axum::http::Request;
-use carmy::fingerprint::Fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
-use carmy::outcome::{ExecutionId, RecordedResult};
+use carmy::outcome::ExecutionId;
 use carmy::runtime::{
-    ExecutionIntent, IdempotencyKey, IdempotencyStore, LeaseState, Reservation, StoreFuture,
-    StoredRecord,
+    CompleteRequest, IdempotencyKey, IdempotencyStore, LeaseState, Reservation, ReserveRequest,
+    StoreFuture, StoredRecord,
 };
 use carmy::tool::FnTool;
 use carmy_test_support::eventually;
@@ -31,22 +30,12 @@ struct Leased {
 }
 
 impl IdempotencyStore for Leased {
-    fn reserve<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        intent: &'a ExecutionIntent,
-    ) -> StoreFuture<'a, Reservation> {
-        self.inner.reserve(key, fingerprint, intent)
+    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
+        self.inner.reserve(request)
     }
 
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        result: &'a RecordedResult,
-    ) -> StoreFuture<'a, ()> {
-        self.inner.complete(key, fingerprint, result)
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
+        self.inner.complete(request)
     }
 
     fn release<'a>(

@@ -3,7 +3,8 @@
 use carmy::fingerprint::fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::runtime::{
-    ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, Reservation, StoreError,
+    CompleteRequest, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, Reservation,
+    ReserveRequest, StoreError,
 };
 use carmy::ExecutionId;
 use serde_json::json;
@@ -29,19 +30,46 @@ async fn full_store_refuses_new_identities_only_and_never_evicts() {
     let b = IdempotencyKey::new("p", "s", "b");
     let c = IdempotencyKey::new("p", "s", "c");
     assert_eq!(
-        store.reserve(&a, &f, &intent()).await.unwrap(),
+        store
+            .reserve(ReserveRequest {
+                key: &a,
+                fingerprint: &f,
+                intent: &intent()
+            })
+            .await
+            .unwrap(),
         Reservation::Reserved
     );
     assert_eq!(
-        store.reserve(&b, &f, &intent()).await.unwrap(),
+        store
+            .reserve(ReserveRequest {
+                key: &b,
+                fingerprint: &f,
+                intent: &intent()
+            })
+            .await
+            .unwrap(),
         Reservation::Reserved
     );
     assert!(matches!(
-        store.reserve(&c, &f, &intent()).await,
+        store
+            .reserve(ReserveRequest {
+                key: &c,
+                fingerprint: &f,
+                intent: &intent()
+            })
+            .await,
         Err(StoreError::Capacity)
     ));
     assert!(matches!(
-        store.reserve(&a, &f, &intent()).await.unwrap(),
+        store
+            .reserve(ReserveRequest {
+                key: &a,
+                fingerprint: &f,
+                intent: &intent()
+            })
+            .await
+            .unwrap(),
         Reservation::Existing(Existing::Uncertain { .. })
     ));
     assert_eq!(store.len(), 2);
@@ -76,21 +104,14 @@ struct Counting {
 impl IdempotencyStore for Counting {
     fn reserve<'a>(
         &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a carmy::fingerprint::Fingerprint,
-        intent: &'a ExecutionIntent,
+        request: ReserveRequest<'a>,
     ) -> carmy::runtime::StoreFuture<'a, Reservation> {
         self.reserves
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.reserve(key, fingerprint, intent)
+        self.inner.reserve(request)
     }
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a carmy::fingerprint::Fingerprint,
-        result: &'a carmy::RecordedResult,
-    ) -> carmy::runtime::StoreFuture<'a, ()> {
-        self.inner.complete(key, fingerprint, result)
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> carmy::runtime::StoreFuture<'a, ()> {
+        self.inner.complete(request)
     }
     fn release<'a>(
         &'a self,
@@ -160,16 +181,37 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
         retention: None,
     };
     assert_eq!(
-        cache.reserve(&key, &f, &intent).await.unwrap(),
+        cache
+            .reserve(ReserveRequest {
+                key: &key,
+                fingerprint: &f,
+                intent: &intent
+            })
+            .await
+            .unwrap(),
         Reservation::Reserved
     );
     // running: not cached, every attempt reaches the store
     assert!(matches!(
-        cache.reserve(&key, &f, &fresh()).await.unwrap(),
+        cache
+            .reserve(ReserveRequest {
+                key: &key,
+                fingerprint: &f,
+                intent: &fresh()
+            })
+            .await
+            .unwrap(),
         Reservation::Existing(Existing::Uncertain { .. })
     ));
     assert!(matches!(
-        cache.reserve(&key, &f, &fresh()).await.unwrap(),
+        cache
+            .reserve(ReserveRequest {
+                key: &key,
+                fingerprint: &f,
+                intent: &fresh()
+            })
+            .await
+            .unwrap(),
         Reservation::Existing(Existing::Uncertain { .. })
     ));
     assert_eq!(counting.reserves.load(Ordering::SeqCst), 3);
@@ -187,16 +229,34 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
         resolution: None,
     };
     cache
-        .complete(&key, &f, &result.clone().into())
+        .complete(CompleteRequest {
+            key: &key,
+            fingerprint: &f,
+            result: &result.clone().into(),
+        })
         .await
         .unwrap();
     for _ in 0..5 {
         assert_eq!(
-            cache.reserve(&key, &f, &fresh()).await.unwrap(),
+            cache
+                .reserve(ReserveRequest {
+                    key: &key,
+                    fingerprint: &f,
+                    intent: &fresh()
+                })
+                .await
+                .unwrap(),
             Reservation::Existing(Existing::Replay(result.clone()))
         );
         assert_eq!(
-            cache.reserve(&key, &other, &fresh()).await.unwrap(),
+            cache
+                .reserve(ReserveRequest {
+                    key: &key,
+                    fingerprint: &other,
+                    intent: &fresh()
+                })
+                .await
+                .unwrap(),
             Reservation::Existing(Existing::Conflict {
                 execution_id: intent.execution_id.clone(),
                 parts: None,
@@ -213,7 +273,14 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
     // another principal's identical request_id is not served from this entry
     let stranger = IdempotencyKey::new("q", "s", "cached");
     assert_eq!(
-        cache.reserve(&stranger, &f, &fresh()).await.unwrap(),
+        cache
+            .reserve(ReserveRequest {
+                key: &stranger,
+                fingerprint: &f,
+                intent: &fresh()
+            })
+            .await
+            .unwrap(),
         Reservation::Reserved
     );
     assert_eq!(counting.reserves.load(Ordering::SeqCst), 3 + 5 + 1);

@@ -5,12 +5,11 @@
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use carmy::fingerprint::Fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
-use carmy::outcome::{ExecutionId, RecordedResult};
+use carmy::outcome::ExecutionId;
 use carmy::runtime::{
-    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
-    Reservation, StoreError, StoreFuture, StoredRecord,
+    CompleteRequest, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
+    Reservation, ReserveRequest, StoreError, StoreFuture, StoredRecord,
 };
 use carmy::tool::{FnTool, ToolError};
 use carmy_test_support::eventually;
@@ -29,13 +28,8 @@ struct ScriptedStore {
 }
 
 impl IdempotencyStore for ScriptedStore {
-    fn reserve<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        intent: &'a ExecutionIntent,
-    ) -> StoreFuture<'a, Reservation> {
-        match key.request_id.as_str() {
+    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
+        match request.key.request_id.as_str() {
             "interrupted" => Box::pin(async {
                 Ok(Reservation::Existing(Existing::Uncertain {
                     execution_id: ExecutionId::from_stored("exec_gone"),
@@ -44,23 +38,18 @@ impl IdempotencyStore for ScriptedStore {
             }),
             "unavailable" => Box::pin(async { Err(StoreError::Unavailable("scripted".into())) }),
             "full" => Box::pin(async { Err(StoreError::Capacity) }),
-            _ => self.inner.reserve(key, fingerprint, intent),
+            _ => self.inner.reserve(request),
         }
     }
 
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        result: &'a RecordedResult,
-    ) -> StoreFuture<'a, ()> {
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
         use std::sync::atomic::Ordering;
-        if key.request_id == "unrecorded"
+        if request.key.request_id == "unrecorded"
             && self.failed_completes.fetch_add(1, Ordering::SeqCst) == 0
         {
             return Box::pin(async { Err(StoreError::Unavailable("scripted".into())) });
         }
-        self.inner.complete(key, fingerprint, result)
+        self.inner.complete(request)
     }
 
     fn release<'a>(

@@ -102,6 +102,13 @@ impl Report {
             }
             .write(out);
         }
+        self.render_flatness_rows(out);
+        self.render_upstream_rows(out);
+    }
+
+    /// The table's flatness steps (with `--large`): new identities on the small and the large
+    /// table.
+    fn render_flatness_rows(&self, out: &mut String) {
         if self.flatness.large.is_some() {
             for run in std::iter::once(&self.flatness.small).chain(&self.flatness.large) {
                 TableRow {
@@ -115,6 +122,11 @@ impl Report {
                 .write(out);
             }
         }
+    }
+
+    /// The table's upstream rows: the upstream called directly and as an HTTP tool through
+    /// Carmy, the latter against the former.
+    fn render_upstream_rows(&self, out: &mut String) {
         for run in self
             .upstream
             .direct

@@ -67,11 +67,9 @@ pub struct ShowArgs {
     /// Print JSON instead of a readable block.
     #[arg(long)]
     pub json: bool,
-    /// The replicas' retention (the same setting as theirs), for the record's `expires_at`
-    /// (docs/semantics.md §12); `0`: forever.
-    #[arg(long, env = "CARMY_RETENTION", default_value = "7days",
-          value_parser = crate::config::RetentionParser)]
-    pub retention: crate::config::Retention,
+    /// The replicas' retention, for `expires_at`.
+    #[command(flatten)]
+    pub retention: RetentionArg,
 }
 
 /// `executions resolve`.
@@ -121,11 +119,27 @@ pub struct DecisionArgs {
     /// Print the answer as JSON (the API's body for this decision).
     #[arg(long)]
     pub json: bool,
-    /// The replicas' retention (the same setting as theirs), for the answer's `expires_at`
+    /// The replicas' retention, for `expires_at`.
+    #[command(flatten)]
+    pub retention: RetentionArg,
+}
+
+/// `--retention` of `executions show`, `resolve` and `release`: the replicas' retention (the
+/// same setting as theirs), for the `expires_at` they print (docs/semantics.md §12).
+#[derive(Clone, Debug, PartialEq, Eq, Args)]
+pub struct RetentionArg {
+    /// The replicas' retention (the same setting as theirs), for the printed `expires_at`
     /// (docs/semantics.md §12); `0`: forever.
     #[arg(long, env = "CARMY_RETENTION", default_value = "7days",
           value_parser = crate::config::RetentionParser)]
     pub retention: crate::config::Retention,
+}
+
+impl RetentionArg {
+    /// How long a finished record holds its identity; `None`: forever.
+    pub fn duration(&self) -> Option<std::time::Duration> {
+        self.retention.0
+    }
 }
 
 /// `--state` of `executions list`.

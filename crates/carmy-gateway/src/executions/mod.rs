@@ -63,89 +63,94 @@ async fn run(config: &Config, action: ExecutionsAction) -> Result<String, CliFai
         .as_deref()
         .filter(|url| !url.trim().is_empty());
     match action {
-        ExecutionsAction::List(list) => {
-            let query = list_query(&list)?;
-            let operator = connect(url).await?;
-            let found = operator
-                .list(&query)
-                .await
-                .map_err(|error| CliFailure::unavailable(&error))?;
-            operator.close().await;
-            Ok(if list.json {
-                let executions: Vec<Value> = found.iter().map(render::summary_json).collect();
-                format!("{}\n", json!({ "executions": executions }))
-            } else if found.len() == list.limit {
-                format!(
-                    "{}(the oldest {} shown; --limit shows up to {})\n",
-                    render::list_table(&found),
-                    list.limit,
-                    carmy::engine::decide::MAX_LISTED
-                )
-            } else {
-                render::list_table(&found)
-            })
-        }
+        ExecutionsAction::List(list) => list_executions(url, &list).await,
         ExecutionsAction::Show(show) => show_execution(url, &show).await,
-        ExecutionsAction::Resolve(resolve) => {
-            let request = resolve_request(&resolve)?;
-            let operator = connect(url).await?;
-            let decided = operator
-                .resolve(&request)
-                .await
-                .map_err(|error| CliFailure::unavailable(&error).naming(&request.execution_id))?;
-            operator.close().await;
-            let result =
-                decided.map_err(|refusal| CliFailure::refused(&refusal, &request.execution_id))?;
-            Ok(if resolve.decision.json {
-                // The body of POST /v1/executions/{id}/resolve.
-                let expires_at =
-                    carmy::retention::expires_at(result.finished_at, resolve.decision.retention.0);
-                format!("{}\n", result.to_body_json(expires_at))
-            } else {
-                render::resolved_line(&result)
-            })
-        }
-        ExecutionsAction::Release(release) => {
-            let request = release_request(&release)?;
-            let operator = connect(url).await?;
-            let decided = operator
-                .release(&request)
-                .await
-                .map_err(|error| CliFailure::unavailable(&error).naming(&request.execution_id))?;
-            operator.close().await;
-            let released =
-                decided.map_err(|refusal| CliFailure::refused(&refusal, &request.execution_id))?;
-            Ok(if release.decision.json {
-                // The body of POST /v1/executions/{id}/release.
-                let body = json!({
-                    "execution_id": released.execution_id.as_str(),
-                    "status": "released",
-                    "data": null,
-                    "error": null,
-                    "tool": released.tool,
-                    "request_id": released.key.request_id,
-                    "session_id": released.key.session_id,
-                    "resolution": released.resolution,
-                    "expires_at": carmy::retention::expires_at(
-                        released.resolution.at,
-                        release.decision.retention.0,
-                    )
-                    .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-                });
-                format!("{body}\n")
-            } else {
-                format!(
-                    "Released {} (principal {}, session_id {}, request_id {}) by {}; the next \
-                     attempt with that identity runs the tool again.\n",
-                    released.execution_id,
-                    render::printable(&released.key.principal),
-                    render::printable(&released.key.session_id),
-                    render::printable(&released.key.request_id),
-                    render::printable(&released.resolution.by),
-                )
-            })
-        }
+        ExecutionsAction::Resolve(resolve) => resolve_execution(url, &resolve).await,
+        ExecutionsAction::Release(release) => release_execution(url, &release).await,
     }
+}
+
+async fn list_executions(url: Option<&str>, list: &ListArgs) -> Result<String, CliFailure> {
+    let query = list_query(list)?;
+    let operator = connect(url).await?;
+    let found = operator
+        .list(&query)
+        .await
+        .map_err(|error| CliFailure::unavailable(&error))?;
+    operator.close().await;
+    Ok(if list.json {
+        let executions: Vec<Value> = found.iter().map(render::summary_json).collect();
+        format!("{}\n", json!({ "executions": executions }))
+    } else if found.len() == list.limit {
+        format!(
+            "{}(the oldest {} shown; --limit shows up to {})\n",
+            render::list_table(&found),
+            list.limit,
+            carmy::engine::decide::MAX_LISTED
+        )
+    } else {
+        render::list_table(&found)
+    })
+}
+
+async fn resolve_execution(url: Option<&str>, resolve: &ResolveArgs) -> Result<String, CliFailure> {
+    let request = resolve_request(resolve)?;
+    let operator = connect(url).await?;
+    let decided = operator
+        .resolve(&request)
+        .await
+        .map_err(|error| CliFailure::unavailable(&error).naming(&request.execution_id))?;
+    operator.close().await;
+    let result = decided.map_err(|refusal| CliFailure::refused(&refusal, &request.execution_id))?;
+    Ok(if resolve.decision.json {
+        // The body of POST /v1/executions/{id}/resolve.
+        let retention = resolve.decision.retention.duration();
+        let expires_at = carmy::retention::expires_at(result.finished_at, retention);
+        format!("{}\n", result.to_body_json(expires_at))
+    } else {
+        render::resolved_line(&result)
+    })
+}
+
+async fn release_execution(url: Option<&str>, release: &ReleaseArgs) -> Result<String, CliFailure> {
+    let request = release_request(release)?;
+    let operator = connect(url).await?;
+    let decided = operator
+        .release(&request)
+        .await
+        .map_err(|error| CliFailure::unavailable(&error).naming(&request.execution_id))?;
+    operator.close().await;
+    let released =
+        decided.map_err(|refusal| CliFailure::refused(&refusal, &request.execution_id))?;
+    Ok(if release.decision.json {
+        // The body of POST /v1/executions/{id}/release.
+        let body = json!({
+            "execution_id": released.execution_id.as_str(),
+            "status": "released",
+            "data": null,
+            "error": null,
+            "tool": released.tool,
+            "request_id": released.key.request_id,
+            "session_id": released.key.session_id,
+            "resolution": released.resolution,
+            "expires_at": carmy::retention::expires_at(
+                released.resolution.at,
+                release.decision.retention.duration(),
+            )
+            .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        });
+        format!("{body}\n")
+    } else {
+        format!(
+            "Released {} (principal {}, session_id {}, request_id {}) by {}; the next \
+             attempt with that identity runs the tool again.\n",
+            released.execution_id,
+            render::printable(&released.key.principal),
+            render::printable(&released.key.session_id),
+            render::printable(&released.key.request_id),
+            render::printable(&released.resolution.by),
+        )
+    })
 }
 
 async fn show_execution(url: Option<&str>, show: &ShowArgs) -> Result<String, CliFailure> {
@@ -165,7 +170,7 @@ async fn show_execution(url: Option<&str>, show: &ShowArgs) -> Result<String, Cl
     Ok(if show.json {
         format!(
             "{}\n",
-            render::detail_json(&detail, &audit, show.retention.0)
+            render::detail_json(&detail, &audit, show.retention.duration())
         )
     } else {
         render::detail_block(&detail, &audit)
@@ -188,21 +193,15 @@ async fn connect(url: Option<&str>) -> Result<Operator, CliFailure> {
     Ok(operator)
 }
 
-/// An execution id as given: a plausible one (`exec_…`: letters, digits, `_`, `-`, at most 64).
+/// An execution id as given: a plausible one ([`ExecutionId::parse`]).
 fn execution_id(text: &str) -> Result<ExecutionId, CliFailure> {
-    let plausible = !text.is_empty()
-        && text.len() <= 64
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if !plausible {
-        return Err(CliFailure::invalid(format!(
+    ExecutionId::parse(text).ok_or_else(|| {
+        CliFailure::invalid(format!(
             "{:?} is not an execution id: ids look like exec_ followed by 32 hex digits (see \
              carmy-gateway executions list)",
             render::printable(text)
-        )));
-    }
-    Ok(ExecutionId::from_stored(text))
+        ))
+    })
 }
 
 fn list_query(list: &ListArgs) -> Result<OperatorQuery, CliFailure> {

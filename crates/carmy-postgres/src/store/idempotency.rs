@@ -7,12 +7,11 @@ use crate::cancel::{release_unused, request_cancel};
 use crate::decide;
 use crate::wait;
 use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
-use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use carmy::retention::PruneStep;
 use carmy::runtime::{
-    Decided, ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, LeaseState,
-    Reservation, StoreFuture, StoredRecord,
+    CompleteRequest, Decided, ExecutionLookup, IdempotencyKey, IdempotencyStore, LeaseState,
+    Reservation, ReserveRequest, StoreFuture, StoredRecord, TakeOverRequest, WaitRequest,
 };
 use carmy::wait::until_decided;
 use tokio::sync::{broadcast, watch};
@@ -34,28 +33,14 @@ impl IdempotencyStore for PostgresStore {
         })
     }
 
-    fn reserve<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        intent: &'a ExecutionIntent,
-    ) -> StoreFuture<'a, Reservation> {
-        Box::pin(async move {
-            self.finish(self.reserve_impl(key, fingerprint, intent).await)
-                .await
-        })
+    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
+        let reserved = self.reserve_impl(request.key, request.fingerprint, request.intent);
+        Box::pin(async move { self.finish(reserved.await).await })
     }
 
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        result: &'a RecordedResult,
-    ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            self.finish(self.complete_impl(key, fingerprint, result).await)
-                .await
-        })
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
+        let completed = self.complete_impl(request.key, request.fingerprint, request.result);
+        Box::pin(async move { self.finish(completed.await).await })
     }
 
     fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
@@ -67,10 +52,8 @@ impl IdempotencyStore for PostgresStore {
         principal: &'a str,
         execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, Option<ExecutionLookup>> {
-        Box::pin(async move {
-            self.finish(self.find_execution_impl(principal, execution_id).await)
-                .await
-        })
+        let found = self.find_execution_impl(principal, execution_id);
+        Box::pin(async move { self.finish(found.await).await })
     }
 
     fn check_ready(&self) -> StoreFuture<'_, ()> {
@@ -99,21 +82,16 @@ impl IdempotencyStore for PostgresStore {
 
     /// One statement ([`crate::sql::TAKE_OVER_SQL`]), after making sure this process holds its
     /// lease (a taker without one would itself read as interrupted at once).
-    fn take_over<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Option<u32>> {
+    fn take_over<'a>(&'a self, request: TakeOverRequest<'a>) -> StoreFuture<'a, Option<u32>> {
         Box::pin(async move {
             let taken = match self.lease.ensure_held().await {
                 Ok(()) => {
                     decide::take_over(
                         &self.pool,
                         &self.instance_id,
-                        key,
-                        fingerprint,
-                        execution_id,
+                        request.key,
+                        request.fingerprint,
+                        request.execution_id,
                     )
                     .await
                 }
@@ -136,17 +114,22 @@ impl IdempotencyStore for PostgresStore {
 
     fn wait_for_outcome<'a>(
         &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-        timeout: std::time::Duration,
+        request: WaitRequest<'a>,
     ) -> StoreFuture<'a, Option<StoredRecord>> {
         Box::pin(async move {
             let recorded = Some(self.recorded.subscribe());
             let waiter = self
-                .finish(wait::register(&self.pool, execution_id).await)
+                .finish(wait::register(&self.pool, request.execution_id).await)
                 .await?;
-            let record = until_decided(self, recorded, key, execution_id, timeout).await;
-            wait::unregister(&self.pool, execution_id, &waiter).await;
+            let record = until_decided(
+                self,
+                recorded,
+                request.key,
+                request.execution_id,
+                request.timeout,
+            )
+            .await;
+            wait::unregister(&self.pool, request.execution_id, &waiter).await;
             record
         })
     }

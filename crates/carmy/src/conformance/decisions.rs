@@ -5,13 +5,14 @@
 //! owner (a process-local store has no other kind); the interrupted case is covered by each
 //! store's own tests.
 
-use super::{fp, intent, key, reserve, result_for};
+use super::{complete, fp, intent, key, reserve, result_for};
 use crate::decision::{
     AuditAction, DecisionRefusal, ExecutionQuery, ReleaseRequest, ResolveRequest,
 };
 use crate::outcome::{ExecutionId, ExecutionStatus};
 use crate::runtime::{
-    Existing, IdempotencyStore, InFlightState, RecordState, Reservation, StoreError,
+    ExecutionIntent, Existing, IdempotencyStore, InFlightState, RecordState, Reservation,
+    StoreError, WaitRequest,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -90,7 +91,7 @@ pub async fn resolve_records_once_and_replays(store: Arc<dyn IdempotencyStore>) 
         json!({"order_id": 18}),
     );
     assert!(matches!(
-        store.complete(&k, &f, &late.into()).await,
+        complete(&*store, &k, &f, &late.into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(
@@ -156,7 +157,7 @@ pub async fn release_frees_the_identity_and_keeps_history(store: Arc<dyn Idempot
     assert_eq!(reserve(&*store, &k, &f, &next).await, Reservation::Reserved);
     let late = result_for(&owner, &k, ExecutionStatus::Completed, json!(1));
     assert!(matches!(
-        store.complete(&k, &f, &late.into()).await,
+        complete(&*store, &k, &f, &late.into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     let trail = store.audit_trail(id).await.unwrap();
@@ -248,36 +249,44 @@ pub async fn concurrent_decisions_have_one_winner(store: Arc<dyn IdempotencyStor
     assert_eq!(trail.len(), 1, "one audit row: {trail:?}");
 }
 
+/// The execution ids of a listing, sorted (a listing's order between executions reserved in
+/// the same millisecond is not defined).
+fn ids(found: Vec<crate::runtime::ExecutionLookup>) -> Vec<ExecutionId> {
+    sorted(found.into_iter().map(|lookup| lookup.record.execution_id))
+}
+
+fn sorted(ids: impl IntoIterator<Item = ExecutionId>) -> Vec<ExecutionId> {
+    let mut ids: Vec<ExecutionId> = ids.into_iter().collect();
+    ids.sort();
+    ids
+}
+
+/// Reserves alice's `s/one` and `t/two` and bob's `s/one` (left running) and bob's `s/done`
+/// (completed), in this order; returns their intents.
+async fn four_to_list(store: &dyn IdempotencyStore) -> [ExecutionIntent; 4] {
+    let f = fp(&json!({}));
+    let intents = [intent(), intent(), intent(), intent()];
+    let keys = [
+        key("alice", "s", "one"),
+        key("alice", "t", "two"),
+        key("bob", "s", "one"),
+        key("bob", "s", "done"),
+    ];
+    for (k, i) in keys.iter().zip(&intents) {
+        assert_eq!(reserve(store, k, &f, i).await, Reservation::Reserved);
+    }
+    let finished = result_for(&intents[3], &keys[3], ExecutionStatus::Completed, json!(1));
+    complete(store, &keys[3], &f, &finished.into())
+        .await
+        .unwrap();
+    intents
+}
+
 /// Listing filters by principal, session, request id and in-flight state, oldest first, up to
 /// the limit; released executions are not listed.
 pub async fn listing_filters_and_scopes(store: Arc<dyn IdempotencyStore>) {
-    let f = fp(&json!({}));
-    let (a1, a2, b1, done) = (intent(), intent(), intent(), intent());
+    let [a1, a2, b1, done] = four_to_list(&*store).await;
     let alice = key("alice", "s", "one");
-    for (k, i) in [
-        (alice.clone(), &a1),
-        (key("alice", "t", "two"), &a2),
-        (key("bob", "s", "one"), &b1),
-        (key("bob", "s", "done"), &done),
-    ] {
-        assert_eq!(reserve(&*store, &k, &f, i).await, Reservation::Reserved);
-    }
-    let finished = result_for(
-        &done,
-        &key("bob", "s", "done"),
-        ExecutionStatus::Completed,
-        json!(1),
-    );
-    store
-        .complete(&key("bob", "s", "done"), &f, &finished.into())
-        .await
-        .unwrap();
-    let ids = |found: Vec<crate::runtime::ExecutionLookup>| -> Vec<ExecutionId> {
-        found
-            .into_iter()
-            .map(|lookup| lookup.record.execution_id)
-            .collect()
-    };
     let query = |principal: Option<&str>, request_id: Option<&str>| ExecutionQuery {
         principal: principal.map(str::to_owned),
         in_flight: Some(InFlightState::Running),
@@ -285,23 +294,19 @@ pub async fn listing_filters_and_scopes(store: Arc<dyn IdempotencyStore>) {
         request_id: request_id.map(str::to_owned),
         limit: 10,
     };
-    let mut all = ids(store.list_executions(&query(None, None)).await.unwrap());
-    all.sort();
-    let mut expected = vec![
-        a1.execution_id.clone(),
-        a2.execution_id.clone(),
-        b1.execution_id.clone(),
-    ];
-    expected.sort();
-    assert_eq!(all, expected, "every principal's running executions");
-    let mut alices = ids(store
+    let all = ids(store.list_executions(&query(None, None)).await.unwrap());
+    let expected = [&a1, &a2, &b1].map(|intent| intent.execution_id.clone());
+    assert_eq!(
+        all,
+        sorted(expected),
+        "every principal's running executions"
+    );
+    let alices = ids(store
         .list_executions(&query(Some("alice"), None))
         .await
         .unwrap());
-    alices.sort();
-    let mut expected = vec![a1.execution_id.clone(), a2.execution_id.clone()];
-    expected.sort();
-    assert_eq!(alices, expected);
+    let expected = [&a1, &a2].map(|intent| intent.execution_id.clone());
+    assert_eq!(alices, sorted(expected));
     let found = store
         .list_executions(&query(Some("alice"), Some("one")))
         .await
@@ -356,7 +361,11 @@ pub async fn waiting_ends_when_the_outcome_is_recorded(store: Arc<dyn Idempotenc
     );
     let started = Instant::now();
     let still = store
-        .wait_for_outcome(&k, &owner.execution_id, Duration::from_millis(200))
+        .wait_for_outcome(WaitRequest {
+            key: &k,
+            execution_id: &owner.execution_id,
+            timeout: Duration::from_millis(200),
+        })
         .await
         .unwrap();
     assert!(started.elapsed() >= Duration::from_millis(200));
@@ -368,7 +377,11 @@ pub async fn waiting_ends_when_the_outcome_is_recorded(store: Arc<dyn Idempotenc
         let (store, k, id) = (Arc::clone(&store), k.clone(), owner.execution_id.clone());
         tokio::spawn(async move {
             store
-                .wait_for_outcome(&k, &id, Duration::from_secs(20))
+                .wait_for_outcome(WaitRequest {
+                    key: &k,
+                    execution_id: &id,
+                    timeout: Duration::from_secs(20),
+                })
                 .await
         })
     };
@@ -380,8 +393,7 @@ pub async fn waiting_ends_when_the_outcome_is_recorded(store: Arc<dyn Idempotenc
         json!({"done": true}),
     );
     let started = Instant::now();
-    store
-        .complete(&k, &f, &recorded.clone().into())
+    complete(&*store, &k, &f, &recorded.clone().into())
         .await
         .unwrap();
     let seen = waiter.await.unwrap().unwrap();
@@ -416,7 +428,7 @@ pub async fn late_arrivals_are_kept_beside_the_record(store: Arc<dyn Idempotency
     );
     let late = crate::RecordedResult::new(late);
     assert!(matches!(
-        store.complete(&k, &f, &late).await,
+        complete(&*store, &k, &f, &late).await,
         Err(StoreError::NotOwner { .. })
     ));
     let current = store.record_late_arrival(&k, &late).await.unwrap();

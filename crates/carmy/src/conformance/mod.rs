@@ -11,19 +11,23 @@
 //!
 //! Every check receives a fresh, empty store and panics with a message naming the broken rule.
 //! The checks of decisions (docs/semantics.md §12) are in `decisions`, those of retention (§12)
-//! in `retention`.
+//! in `retention`, those of who holds an identity (concurrent reserves, `release`) in `holding`.
 
 mod decisions;
+mod holding;
 mod retention;
 
 pub use decisions::*;
+pub use holding::*;
 pub use retention::*;
 
 use crate::fingerprint::{fingerprint, Fingerprint};
-use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
+use crate::outcome::{
+    ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
+};
 use crate::runtime::{
-    ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
-    Reservation, StoreError,
+    CompleteRequest, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
+    RecordState, Reservation, ReserveRequest, StoreError, StoreFuture,
 };
 use chrono::{TimeZone, Utc};
 use serde_json::{json, Value};
@@ -116,9 +120,27 @@ async fn reserve(
     intent: &ExecutionIntent,
 ) -> Reservation {
     store
-        .reserve(key, fingerprint, intent)
+        .reserve(ReserveRequest {
+            key,
+            fingerprint,
+            intent,
+        })
         .await
         .expect("reserve succeeds")
+}
+
+/// The store's `complete` of `result` for `key`, reserved with `fingerprint`.
+fn complete<'a>(
+    store: &'a dyn IdempotencyStore,
+    key: &'a IdempotencyKey,
+    fingerprint: &'a Fingerprint,
+    result: &'a RecordedResult,
+) -> StoreFuture<'a, ()> {
+    store.complete(CompleteRequest {
+        key,
+        fingerprint,
+        result,
+    })
 }
 
 /// New identity → `Reserved`; after `complete`, the same fingerprint → `Replay` of exactly the
@@ -137,8 +159,7 @@ pub async fn reserve_complete_replay(store: Arc<dyn IdempotencyStore>) {
         ExecutionStatus::Completed,
         json!({"order_id": 1}),
     );
-    store
-        .complete(&k, &f, &recorded.clone().into())
+    complete(&*store, &k, &f, &recorded.clone().into())
         .await
         .expect("complete");
     assert_eq!(
@@ -157,8 +178,7 @@ pub async fn reserve_complete_replay(store: Arc<dyn IdempotencyStore>) {
             Reservation::Reserved
         );
         let recorded = result_for(&attempt, &k, status, Value::Null);
-        store
-            .complete(&k, &f, &recorded.clone().into())
+        complete(&*store, &k, &f, &recorded.clone().into())
             .await
             .expect("complete");
         assert_eq!(
@@ -197,8 +217,7 @@ pub async fn conflict_in_every_state(store: Arc<dyn IdempotencyStore>) {
         ExecutionStatus::Completed,
         json!({"secret": 1}),
     );
-    store
-        .complete(&k, &a, &recorded.clone().into())
+    complete(&*store, &k, &a, &recorded.clone().into())
         .await
         .expect("complete");
     assert_eq!(reserve(&*store, &k, &b, &intent()).await, conflict);
@@ -268,12 +287,12 @@ pub async fn complete_only_by_the_owner(store: Arc<dyn IdempotencyStore>) {
     let stranger = intent();
     let forged = result_for(&stranger, &k, ExecutionStatus::Completed, json!(1));
     assert!(matches!(
-        store.complete(&k, &f, &forged.clone().into()).await,
+        complete(&*store, &k, &f, &forged.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     let vacant = key("p", "s", "r-never-reserved");
     assert!(matches!(
-        store.complete(&vacant, &f, &forged.clone().into()).await,
+        complete(&*store, &vacant, &f, &forged.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(
@@ -285,8 +304,7 @@ pub async fn complete_only_by_the_owner(store: Arc<dyn IdempotencyStore>) {
         "a refused complete leaves the reservation running"
     );
     let genuine = result_for(&holder, &k, ExecutionStatus::Completed, json!(2));
-    store
-        .complete(&k, &f, &genuine.clone().into())
+    complete(&*store, &k, &f, &genuine.clone().into())
         .await
         .expect("owner completes");
     assert_eq!(
@@ -306,17 +324,15 @@ pub async fn complete_is_idempotent(store: Arc<dyn IdempotencyStore>) {
         Reservation::Reserved
     );
     let first = result_for(&holder, &k, ExecutionStatus::Completed, json!({"n": 1}));
-    store
-        .complete(&k, &f, &first.clone().into())
+    complete(&*store, &k, &f, &first.clone().into())
         .await
         .expect("complete");
-    store
-        .complete(&k, &f, &first.clone().into())
+    complete(&*store, &k, &f, &first.clone().into())
         .await
         .expect("same outcome again");
     let second = result_for(&holder, &k, ExecutionStatus::Completed, json!({"n": 2}));
     assert!(matches!(
-        store.complete(&k, &f, &second.clone().into()).await,
+        complete(&*store, &k, &f, &second.clone().into()).await,
         Err(StoreError::NotOwner { .. })
     ));
     assert_eq!(
@@ -347,8 +363,7 @@ pub async fn outcomes_are_lossless(store: Arc<dyn IdempotencyStore>) {
             Reservation::Reserved
         );
         let recorded = result_for(&holder, &k, ExecutionStatus::Completed, data);
-        store
-            .complete(&k, &f, &recorded.clone().into())
+        complete(&*store, &k, &f, &recorded.clone().into())
             .await
             .expect("complete");
         let Reservation::Existing(Existing::Replay(replayed)) =
@@ -399,97 +414,7 @@ pub async fn lookups_are_scoped_to_the_principal(store: Arc<dyn IdempotencyStore
     );
 }
 
-/// 50 concurrent reserves of one identity on a multi-thread runtime: exactly one `Reserved`;
-/// every other answer names the winner's execution.
-pub async fn concurrent_reserves_have_one_winner(store: Arc<dyn IdempotencyStore>) {
-    let k = key("p", "s", "r9");
-    let f = fp(&json!({"sku": "A"}));
-    let barrier = Arc::new(tokio::sync::Barrier::new(50));
-    let tasks: Vec<_> = (0..50)
-        .map(|_| {
-            let (store, k, f, barrier) =
-                (Arc::clone(&store), k.clone(), f.clone(), barrier.clone());
-            tokio::spawn(async move {
-                let attempt = intent();
-                barrier.wait().await;
-                let answer = store.reserve(&k, &f, &attempt).await.expect("reserve");
-                (attempt.execution_id, answer)
-            })
-        })
-        .collect();
-    let mut winners = Vec::new();
-    let mut losers = Vec::new();
-    for task in tasks {
-        let (execution_id, answer) = task.await.unwrap();
-        match answer {
-            Reservation::Reserved => winners.push(execution_id),
-            Reservation::Existing(Existing::Uncertain { execution_id, .. }) => {
-                losers.push(execution_id);
-            }
-            other => panic!("unexpected answer {other:?}"),
-        }
-    }
-    assert_eq!(winners.len(), 1, "exactly one reservation wins");
-    assert_eq!(losers.len(), 49);
-    assert!(losers.iter().all(|id| *id == winners[0]));
-}
-
 /// A reachable, migrated store is ready.
 pub async fn ready_when_reachable(store: Arc<dyn IdempotencyStore>) {
     store.check_ready().await.expect("ready");
-}
-
-/// `release` removes a running reservation of the named execution, and nothing else: not another
-/// execution's, not a finished record, not a vacant identity.
-pub async fn release_frees_only_an_unused_reservation(store: Arc<dyn IdempotencyStore>) {
-    let k = key("p", "s", "r-release");
-    let f = fp(&json!({}));
-    let unused = intent();
-    assert_eq!(
-        reserve(&*store, &k, &f, &unused).await,
-        Reservation::Reserved
-    );
-    store
-        .release(&k, &ExecutionId::generate())
-        .await
-        .expect("release of a stranger is a no-op");
-    assert!(matches!(
-        reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Existing(Existing::Uncertain { .. })
-    ));
-    store
-        .release(&k, &unused.execution_id)
-        .await
-        .expect("release");
-    assert_eq!(store.lookup(&k).await.unwrap(), None);
-    assert_eq!(
-        store
-            .find_execution("p", &unused.execution_id)
-            .await
-            .unwrap(),
-        None
-    );
-    let next = intent();
-    assert_eq!(
-        reserve(&*store, &k, &f, &next).await,
-        Reservation::Reserved,
-        "the identity is free again"
-    );
-    let recorded = result_for(&next, &k, ExecutionStatus::Completed, json!(1));
-    store
-        .complete(&k, &f, &recorded.clone().into())
-        .await
-        .expect("complete");
-    store
-        .release(&k, &next.execution_id)
-        .await
-        .expect("release of a finished record is a no-op");
-    assert_eq!(
-        reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Existing(Existing::Replay(recorded))
-    );
-    store
-        .release(&key("p", "s", "r-vacant"), &ExecutionId::generate())
-        .await
-        .expect("release of a vacant identity is a no-op");
 }

@@ -2,7 +2,7 @@
 //! no longer holds its identity (the next reservation runs as new) and is pruned; running and
 //! interrupted records never are. Each check uses a retention of [`SHORT`] and waits it out.
 
-use super::{fp, intent, key, reserve, result_for};
+use super::{complete, fp, intent, key, reserve, result_for};
 use crate::outcome::ExecutionStatus;
 use crate::retention::{PruneStep, Pruned};
 use crate::runtime::{
@@ -41,8 +41,7 @@ async fn finished(
     let mut recorded = result_for(&attempt, k, ExecutionStatus::Completed, json!({"n": 1}));
     recorded.started_at = Utc::now().trunc_subsecs(3);
     recorded.finished_at = recorded.started_at;
-    store
-        .complete(k, &f, &recorded.clone().into())
+    complete(store, k, &f, &recorded.clone().into())
         .await
         .expect("complete");
     recorded
@@ -93,7 +92,7 @@ pub async fn expired_records_run_as_new(store: Arc<dyn IdempotencyStore>) {
         .await
         .expect("find");
     assert_eq!(gone, None, "the expired execution is gone");
-    let late = store.complete(&k, &f, &recorded.clone().into()).await;
+    let late = complete(&*store, &k, &f, &recorded.clone().into()).await;
     assert!(
         matches!(late, Err(StoreError::NotOwner { .. })),
         "the expired execution cannot complete the new one: {late:?}"

@@ -28,7 +28,7 @@ use crate::outcome::{ExecutionId, ExecutionResult};
 use crate::registry::{RegisteredTool, SharedRegistry, ToolRegistry};
 use crate::runtime::{
     ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
-    LeaseState, Reservation, StoreError, StoredRecord,
+    LeaseState, Reservation, ReserveRequest, StoreError, StoredRecord,
 };
 use crate::tool::{OnInterrupted, Tool, ToolRegistryError};
 use std::collections::HashMap;
@@ -339,7 +339,14 @@ impl Engine {
             retention: self.config.retention,
         };
         let reserving = Instant::now();
-        let reserved = self.store.reserve(&key, call.fingerprint(), &intent).await;
+        let reserved = self
+            .store
+            .reserve(ReserveRequest {
+                key: &key,
+                fingerprint: call.fingerprint(),
+                intent: &intent,
+            })
+            .await;
         self.metrics.reserve_took(reserving.elapsed());
         match reserved {
             Ok(Reservation::Reserved) => {}

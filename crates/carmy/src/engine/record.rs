@@ -6,7 +6,7 @@ use super::{Engine, Refusal};
 use crate::fault;
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
-use crate::runtime::{IdempotencyKey, StoreError};
+use crate::runtime::{CompleteRequest, IdempotencyKey, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -119,7 +119,14 @@ impl Engine {
         let mut backoff = self.backoff();
         loop {
             let recording = std::time::Instant::now();
-            let completed = self.store.complete(key, fingerprint, &result).await;
+            let completed = self
+                .store
+                .complete(CompleteRequest {
+                    key,
+                    fingerprint,
+                    result: &result,
+                })
+                .await;
             self.metrics.complete_took(recording.elapsed());
             match completed {
                 Ok(()) => {

@@ -6,7 +6,7 @@
 use super::{Answer, Engine, Refusal};
 use crate::call::ValidatedCall;
 use crate::outcome::ExecutionId;
-use crate::runtime::{Existing, IdempotencyKey};
+use crate::runtime::{Existing, IdempotencyKey, TakeOverRequest};
 use crate::tool::Tool;
 use std::sync::Arc;
 
@@ -26,7 +26,11 @@ impl Engine {
     ) -> Result<Answer, Refusal> {
         let taken = self
             .store
-            .take_over(&key, call.fingerprint(), &execution_id)
+            .take_over(TakeOverRequest {
+                key: &key,
+                fingerprint: call.fingerprint(),
+                execution_id: &execution_id,
+            })
             .await
             .map_err(|error| self.refusal(error))?;
         let Some(attempt) = taken else {

@@ -3,7 +3,7 @@
 
 use super::{answer, Answer, Engine, Refusal};
 use crate::call::ValidatedCall;
-use crate::runtime::{Existing, IdempotencyKey, InFlightState};
+use crate::runtime::{Existing, IdempotencyKey, InFlightState, WaitRequest};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +35,14 @@ impl Engine {
         if wait.is_zero() {
             return answer::from_existing(existing, call.parts());
         }
-        let record = self.store.wait_for_outcome(key, execution_id, wait).await?;
+        let record = self
+            .store
+            .wait_for_outcome(WaitRequest {
+                key,
+                execution_id,
+                timeout: wait,
+            })
+            .await?;
         match record {
             Some(record) => answer::from_existing(
                 Existing::for_record(record, call.fingerprint()),

@@ -293,24 +293,14 @@ async fn create_execution(
     Ok(response)
 }
 
-/// An execution id from a path. Ids are ASCII letters, digits, `_` and `-`, at most 64 bytes;
-/// anything else (including text that is not UTF-8) cannot name an execution: 404.
+/// An execution id from a path ([`ExecutionId::parse`]); anything else (including text that is
+/// not UTF-8) cannot name an execution: 404.
 fn execution_id_from_path(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<ExecutionId, ApiError> {
-    let not_found = || ApiError::NotFound("no such execution".into());
-    let Ok(Path(text)) = path else {
-        return Err(not_found());
-    };
-    let plausible = !text.is_empty()
-        && text.len() <= 64
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if !plausible {
-        return Err(not_found());
-    }
-    Ok(ExecutionId::from_stored(text))
+    path.ok()
+        .and_then(|Path(text)| ExecutionId::parse(&text))
+        .ok_or_else(|| ApiError::NotFound("no such execution".into()))
 }
 
 /// Reads one of the caller's executions (docs/semantics.md §7).

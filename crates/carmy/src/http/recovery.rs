@@ -9,11 +9,11 @@ use super::openapi;
 use super::{execution_id_from_path, invalid, is_json_content_type, json_response, AppState};
 use crate::engine::{Release, Resolve};
 use crate::identity::validate_identifier;
-use crate::outcome::{ExecutionError, ExecutionStatus};
+use crate::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
 use crate::runtime::{ExecutionLookup, InFlightState, RecordState, DEFAULT_SESSION};
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::de::DeserializeOwned;
@@ -73,6 +73,52 @@ pub(super) struct ListQuery {
     limit: Option<usize>,
 }
 
+/// What a decision route reads from its request (docs/semantics.md §12): the execution id from
+/// the path (404 when it cannot name one) and then the body, JSON read strictly into `T`
+/// (400, or 415 for another content type).
+pub(super) struct Decision<T> {
+    execution_id: ExecutionId,
+    body: T,
+}
+
+impl<T: DeserializeOwned> FromRequest<AppState> for Decision<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
+        let (mut parts, body) = request.into_parts();
+        let path = Path::<String>::from_request_parts(&mut parts, state).await;
+        let execution_id = execution_id_from_path(path)?;
+        let headers = parts.headers.clone();
+        let bytes = Bytes::from_request(Request::from_parts(parts, body), state).await;
+        let body = read_body(&headers, bytes)?;
+        Ok(Self { execution_id, body })
+    }
+}
+
+/// The answers both decision routes share besides 200, 400 and 409.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // describes the responses only
+enum DecisionProblems {
+    #[response(status = 401)]
+    Unauthorized(#[ref_response] openapi::Unauthorized),
+    #[response(status = 404, description = NO_SUCH_EXECUTION, content_type = "application/problem+json")]
+    NotFound(openapi::Problem),
+    #[response(
+        status = 413,
+        description = "`PAYLOAD_TOO_LARGE`",
+        content_type = "application/problem+json"
+    )]
+    PayloadTooLarge(openapi::Problem),
+    #[response(
+        status = 415,
+        description = "`UNSUPPORTED_MEDIA_TYPE`",
+        content_type = "application/problem+json"
+    )]
+    UnsupportedMediaType(openapi::Problem),
+    #[response(status = 503)]
+    Unavailable(#[ref_response] openapi::Unavailable),
+}
+
 /// Reads a JSON body strictly (duplicate members refused) into `T`.
 fn read_body<T: DeserializeOwned>(
     headers: &HeaderMap,
@@ -99,23 +145,15 @@ fn read_body<T: DeserializeOwned>(
     responses(
         (status = 200, description = "The record as it now replays, with `resolution: {by, at, note}`", body = super::bodies::RecordBody),
         (status = 400, description = "`INVALID_REQUEST`: bad body, status, note or outcome", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, response = openapi::Unauthorized),
-        (status = 404, description = NO_SUCH_EXECUTION, body = openapi::Problem, content_type = "application/problem+json"),
         (status = 409, description = "`EXECUTION_FINISHED` (already decided: it has an outcome or was released; nothing changed) or `EXECUTION_RUNNING` (still running: send `force: true` once its owner is known to be gone)", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "`PAYLOAD_TOO_LARGE`", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`UNSUPPORTED_MEDIA_TYPE`", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, response = openapi::Unavailable),
+        DecisionProblems,
     )
 )]
 pub(super) async fn resolve_execution(
     State(state): State<AppState>,
     AuthenticatedCaller(caller): AuthenticatedCaller,
-    execution_id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    Decision { execution_id, body }: Decision<ResolveBody>,
 ) -> Result<Response, ApiError> {
-    let execution_id = execution_id_from_path(execution_id)?;
-    let body: ResolveBody = read_body(&headers, body)?;
     let status = ExecutionStatus::parse(&body.status)
         .ok_or_else(|| invalid("status must be one of completed, failed, timed_out, cancelled"))?;
     let resolve = Resolve {
@@ -145,23 +183,15 @@ pub(super) async fn resolve_execution(
     responses(
         (status = 200, description = "The released execution (`status: released`, `resolution: {by, at, note}`)", body = ExecutionState),
         (status = 400, description = "`INVALID_REQUEST`: bad body or note", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, response = openapi::Unauthorized),
-        (status = 404, description = NO_SUCH_EXECUTION, body = openapi::Problem, content_type = "application/problem+json"),
         (status = 409, description = "`EXECUTION_FINISHED` (already decided) or `EXECUTION_RUNNING` (still running: send `force: true` once its owner is known to be gone)", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "`PAYLOAD_TOO_LARGE`", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 415, description = "`UNSUPPORTED_MEDIA_TYPE`", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, response = openapi::Unavailable),
+        DecisionProblems,
     )
 )]
 pub(super) async fn release_execution(
     State(state): State<AppState>,
     AuthenticatedCaller(caller): AuthenticatedCaller,
-    execution_id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    Decision { execution_id, body }: Decision<ReleaseBody>,
 ) -> Result<Response, ApiError> {
-    let execution_id = execution_id_from_path(execution_id)?;
-    let body: ReleaseBody = read_body(&headers, body)?;
     let release = Release {
         note: body.note,
         force: body.force,

@@ -10,6 +10,7 @@ use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
 use crate::retention::PruneStep;
 use crate::runtime::Decided;
+use crate::runtime::{CompleteRequest, ReserveRequest, TakeOverRequest, WaitRequest};
 use crate::runtime::{
     ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
     RecordState, Reservation, StoreError, StoreFuture, StoredRecord,
@@ -165,23 +166,13 @@ impl InMemoryIdempotencyStore {
 }
 
 impl IdempotencyStore for InMemoryIdempotencyStore {
-    fn reserve<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        intent: &'a ExecutionIntent,
-    ) -> StoreFuture<'a, Reservation> {
-        let answer = self.reserve_now(key, fingerprint, intent);
+    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
+        let answer = self.reserve_now(request.key, request.fingerprint, request.intent);
         Box::pin(async move { answer })
     }
 
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        fingerprint: &'a Fingerprint,
-        result: &'a RecordedResult,
-    ) -> StoreFuture<'a, ()> {
-        let answer = self.complete_now(key, fingerprint, result);
+    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
+        let answer = self.complete_now(request.key, request.fingerprint, request.result);
         Box::pin(async move { answer })
     }
 
@@ -268,17 +259,15 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
 
     fn wait_for_outcome<'a>(
         &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-        timeout: std::time::Duration,
+        request: WaitRequest<'a>,
     ) -> StoreFuture<'a, Option<StoredRecord>> {
         let recorded = Some(self.recorded.subscribe());
         Box::pin(crate::wait::until_decided(
             self,
             recorded,
-            key,
-            execution_id,
-            timeout,
+            request.key,
+            request.execution_id,
+            request.timeout,
         ))
     }
 
@@ -295,12 +284,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     /// Every execution runs in this process: nothing to publish.
     /// Every execution here runs in this process, whose lease never lapses: none is ever
     /// interrupted, so none is taken over.
-    fn take_over<'a>(
-        &'a self,
-        _key: &'a IdempotencyKey,
-        _fingerprint: &'a Fingerprint,
-        _execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Option<u32>> {
+    fn take_over<'a>(&'a self, _request: TakeOverRequest<'a>) -> StoreFuture<'a, Option<u32>> {
         Box::pin(async { Ok(None) })
     }
 

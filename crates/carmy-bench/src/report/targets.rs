@@ -1,0 +1,384 @@
+//! The targets a [`Report`] is judged against (the bounds are the constants of
+//! [`super`], e.g. [`NEW_IDENTITY_RATIO`]): one function per target or group of targets, each
+//! skipping with a reason when its runs are missing.
+
+use super::*;
+use crate::format::{rows, thousands};
+
+impl Report {
+    /// Judges the targets (fills [`Report::targets`]).
+    pub fn judge(&mut self) {
+        let mut targets = self.throughput_targets();
+        targets.extend(self.group_commit_targets());
+        targets.extend(self.mcp_targets());
+        targets.push(self.flatness_target());
+        targets.push(self.pruning_target());
+        targets.push(self.memory_target());
+        targets.push(self.round_trip_target());
+        targets.push(self.upstream_target());
+        self.targets = targets;
+    }
+
+    /// The latency Carmy adds to an HTTP tool at c=1, with p99 and the throughput ratio at the
+    /// target concurrency in the figure.
+    fn upstream_target(&self) -> Target {
+        let name = format!("HTTP tool through Carmy adds <= {ADDED_P50_MS} ms p50 at c=1");
+        let at = |runs: &[RunResult], concurrency: usize| {
+            runs.iter()
+                .find(|run| run.concurrency == concurrency)
+                .cloned()
+        };
+        let (direct, through) = (&self.upstream.direct, &self.upstream.through_carmy);
+        match (at(direct, 1), at(through, 1)) {
+            (Some(direct_1), Some(through_1)) => {
+                let p50 = |run: &RunResult| run.p50_ms.unwrap_or(f64::INFINITY);
+                let p99 = |run: &RunResult| run.p99_ms.unwrap_or(f64::INFINITY);
+                let added = p50(&through_1) - p50(&direct_1);
+                let c = TARGET_CONCURRENCY;
+                let loaded = match (at(direct, c), at(through, c)) {
+                    (Some(d), Some(t)) => format!(
+                        "; at c={c}: p50 +{:.2} ms, p99 +{:.2} ms, {:.0} vs {:.0} calls/s = {:.2} x",
+                        p50(&t) - p50(&d),
+                        p99(&t) - p99(&d),
+                        t.calls_per_second,
+                        d.calls_per_second,
+                        t.calls_per_second / d.calls_per_second.max(f64::MIN_POSITIVE)
+                    ),
+                    _ => String::new(),
+                };
+                Target {
+                    name,
+                    figure: format!(
+                        "p50 {:.2} ms vs {:.2} ms direct = +{added:.2} ms, p99 +{:.2} ms{loaded}",
+                        p50(&through_1),
+                        p50(&direct_1),
+                        p99(&through_1) - p99(&direct_1)
+                    ),
+                    value: Some(added),
+                    bound: ADDED_P50_MS,
+                    status: Status::of(
+                        added <= ADDED_P50_MS
+                            && through_1.error_count() == 0
+                            && direct_1.error_count() == 0,
+                    ),
+                }
+            }
+            _ => Target {
+                name,
+                figure: "not measured".to_owned(),
+                value: None,
+                bound: ADDED_P50_MS,
+                status: Status::Skip,
+            },
+        }
+    }
+
+    /// New identities and replays at the target concurrency against their pgbench ceilings.
+    fn throughput_targets(&self) -> Vec<Target> {
+        let mut targets = Vec::new();
+        for (scenario, c, ratio, ceiling) in [
+            (
+                Scenario::NewIdentity,
+                TARGET_CONCURRENCY,
+                NEW_IDENTITY_RATIO,
+                "new_identity.sql",
+            ),
+            (
+                Scenario::NewIdentity,
+                LOW_CONCURRENCY,
+                NEW_IDENTITY_RATIO_LOW,
+                "new_identity.sql",
+            ),
+            (
+                Scenario::Replay,
+                TARGET_CONCURRENCY,
+                REPLAY_RATIO,
+                "read_one.sql",
+            ),
+        ] {
+            let name = format!(
+                "{} calls/s at c={c} >= {ratio} x pgbench {ceiling}",
+                scenario.label()
+            );
+            targets.push(match self.run(scenario, c, true) {
+                Some(run) => {
+                    let value = run.calls_per_second / self.ceiling(scenario);
+                    let uncached = self.run(scenario, c, false).map_or(String::new(), |off| {
+                        format!(
+                            " (cache off: {:.2} x)",
+                            off.calls_per_second / self.ceiling(scenario)
+                        )
+                    });
+                    Target {
+                        name,
+                        figure: format!(
+                            "{:.0} calls/s vs {:.0} tps = {value:.2} x{uncached}",
+                            run.calls_per_second,
+                            self.ceiling(scenario)
+                        ),
+                        value: Some(value),
+                        bound: ratio,
+                        status: Status::of(value >= ratio && run.error_count() == 0),
+                    }
+                }
+                None => Target {
+                    name,
+                    figure: format!("not measured (c={c} not in --concurrency)"),
+                    value: None,
+                    bound: ratio,
+                    status: Status::Skip,
+                },
+            });
+        }
+        targets
+    }
+
+    /// Group commit: the idle latency against batching off, and commits per new identity.
+    fn group_commit_targets(&self) -> Vec<Target> {
+        let idle_name =
+            format!("new-identity p50 at c=1 <= {IDLE_P50_RATIO} x with group commit off");
+        let idle = match (self.run(Scenario::NewIdentity, 1, true), self.unbatched(1)) {
+            (Some(on), Some(off)) => match (on.p50_ms, off.p50_ms) {
+                (Some(on_p50), Some(off_p50)) => {
+                    let value = on_p50 / off_p50;
+                    Target {
+                        name: idle_name,
+                        figure: format!("p50 {on_p50:.3} ms vs {off_p50:.3} ms = {value:.2} x"),
+                        value: Some(value),
+                        bound: IDLE_P50_RATIO,
+                        status: Status::of(value <= IDLE_P50_RATIO && on.error_count() == 0),
+                    }
+                }
+                _ => skipped(idle_name, IDLE_P50_RATIO, "no successful calls"),
+            },
+            _ => skipped(
+                idle_name,
+                IDLE_P50_RATIO,
+                "not measured (c=1 not in --concurrency, or a gateway without \
+                 CARMY_DB_BATCH_MAX_ROWS)",
+            ),
+        };
+        let c = TARGET_CONCURRENCY;
+        let commits_name =
+            format!("PostgreSQL commits per new identity at c={c} <= {COMMITS_PER_NEW_IDENTITY}");
+        let commits = match self
+            .run(Scenario::NewIdentity, c, true)
+            .and_then(|run| run.commits_per_call)
+        {
+            Some(value) => {
+                let off = self
+                    .unbatched(c)
+                    .and_then(|run| run.commits_per_call)
+                    .map_or(String::new(), |off| {
+                        format!(" (group commit off: {off:.2})")
+                    });
+                Target {
+                    name: commits_name,
+                    figure: format!("{value:.2} commits per call{off}"),
+                    value: Some(value),
+                    bound: COMMITS_PER_NEW_IDENTITY,
+                    status: Status::of(value <= COMMITS_PER_NEW_IDENTITY),
+                }
+            }
+            None => skipped(
+                commits_name,
+                COMMITS_PER_NEW_IDENTITY,
+                "not measured (c=32 not in --concurrency)",
+            ),
+        };
+        vec![idle, commits]
+    }
+
+    /// The MCP front against the HTTP API, same gateway and run (docs/semantics.md §11).
+    fn mcp_targets(&self) -> Vec<Target> {
+        let c = TARGET_CONCURRENCY;
+        [Scenario::McpNewIdentity, Scenario::McpReplay]
+            .into_iter()
+            .map(|scenario| {
+                let http = scenario.over_http();
+                let name = format!(
+                    "{} calls/s at c={c} >= {MCP_RATIO} x {} over POST /v1/executions",
+                    scenario.label(),
+                    http.label()
+                );
+                match (self.run(scenario, c, true), self.run(http, c, true)) {
+                    (Some(mcp), Some(api)) => {
+                        let api_rate = api.calls_per_second.max(f64::MIN_POSITIVE);
+                        let value = mcp.calls_per_second / api_rate;
+                        // The SDK's floor: a `ping` over /mcp, no tool call at all.
+                        let floor =
+                            self.run(Scenario::McpPing, c, true)
+                                .map_or_else(String::new, |ping| {
+                                    format!(
+                                        "; an MCP ping alone: {:.2} x",
+                                        ping.calls_per_second / api_rate
+                                    )
+                                });
+                        Target {
+                            name,
+                            figure: format!(
+                                "{:.0} vs {:.0} calls/s = {value:.2} x{floor}",
+                                mcp.calls_per_second, api.calls_per_second
+                            ),
+                            value: Some(value),
+                            bound: MCP_RATIO,
+                            status: Status::of(value >= MCP_RATIO && mcp.error_count() == 0),
+                        }
+                    }
+                    _ => Target {
+                        name,
+                        figure: format!("not measured (c={c} not in --concurrency)"),
+                        value: None,
+                        bound: MCP_RATIO,
+                        status: Status::Skip,
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// New-identity p99 flat from the small to the large table.
+    fn flatness_target(&self) -> Target {
+        let small = &self.flatness.small;
+        let name = format!(
+            "new-identity p99 at c={} flat (<= {FLAT_P99_RATIO} x) from {} to {} rows",
+            small.concurrency,
+            rows(small.rows_before),
+            self.flatness
+                .large
+                .as_ref()
+                .map_or_else(|| "millions of".to_owned(), |large| rows(large.rows_before))
+        );
+        match (&self.flatness.large, small.p99_ms) {
+            (Some(large), Some(small_p99)) => {
+                let large_p99 = large.p99_ms.unwrap_or(f64::INFINITY);
+                let value = large_p99 / small_p99;
+                Target {
+                    name,
+                    figure: format!("p99 {small_p99:.2} ms -> {large_p99:.2} ms = {value:.2} x"),
+                    value: Some(value),
+                    bound: FLAT_P99_RATIO,
+                    status: Status::of(value <= FLAT_P99_RATIO),
+                }
+            }
+            _ => Target {
+                name,
+                figure: format!(
+                    "p99 {} ms with {} rows; the large step runs with --large",
+                    small
+                        .p99_ms
+                        .map_or("-".to_owned(), |p99| format!("{p99:.2}")),
+                    rows(small.rows_before)
+                ),
+                value: None,
+                bound: FLAT_P99_RATIO,
+                status: Status::Skip,
+            },
+        }
+    }
+
+    /// New-identity p99 with pruning running against without, on the preloaded table.
+    fn pruning_target(&self) -> Target {
+        let Some(pruning) = &self.pruning else {
+            return Target {
+                name: format!("new-identity p99 with pruning <= {PRUNING_P99_RATIO} x without"),
+                figure: "not measured (the gateway has no CARMY_RETENTION)".to_owned(),
+                value: None,
+                bound: PRUNING_P99_RATIO,
+                status: Status::Skip,
+            };
+        };
+        let name = format!(
+            "new-identity p99 at c={} with pruning <= {PRUNING_P99_RATIO} x without, {} rows{}",
+            pruning.with.concurrency,
+            pruning.rows,
+            if self.settings.quick {
+                " (--quick: a smaller table than the 1 million of the target)"
+            } else {
+                ""
+            }
+        );
+        let without = pruning.without.p99_ms;
+        let with = pruning.with.p99_ms.unwrap_or(f64::INFINITY);
+        match without {
+            Some(without) => {
+                let value = with / without;
+                let pruned = pruning.pruned_during;
+                Target {
+                    name,
+                    figure: format!(
+                        "p99 {without:.2} ms -> {with:.2} ms = {value:.2} x; {pruned} rows pruned meanwhile"
+                    ),
+                    value: Some(value),
+                    bound: PRUNING_P99_RATIO,
+                    status: Status::of(
+                        value <= PRUNING_P99_RATIO
+                            && pruned > 0
+                            && pruning.with.error_count() == 0
+                            && pruning.without.error_count() == 0,
+                    ),
+                }
+            }
+            None => Target {
+                name,
+                figure: "no successful call without pruning".to_owned(),
+                value: None,
+                bound: PRUNING_P99_RATIO,
+                status: Status::Fail,
+            },
+        }
+    }
+
+    /// The in-memory store's reserve+complete pairs per second.
+    fn memory_target(&self) -> Target {
+        let rate = self.memory_store.pairs_per_second;
+        Target {
+            name: format!(
+                "in-memory store >= {} reserve+complete pairs/s on one core",
+                thousands(MEMORY_PAIRS_PER_SECOND)
+            ),
+            figure: format!(
+                "{} pairs/s ({} pairs in {:.2} s)",
+                thousands(rate),
+                self.memory_store.pairs,
+                self.memory_store.timed_seconds
+            ),
+            value: Some(rate),
+            bound: MEMORY_PAIRS_PER_SECOND,
+            status: Status::of(rate >= MEMORY_PAIRS_PER_SECOND),
+        }
+    }
+
+    /// PostgreSQL round trips per new identity, on the wire.
+    fn round_trip_target(&self) -> Target {
+        let name =
+            format!("<= {ROUND_TRIPS_PER_NEW_IDENTITY} PostgreSQL round trips per new identity");
+        match &self.round_trips {
+            Some(trips) if trips.calls > 0 => {
+                let per_call = |count: u64| count as f64 / trips.calls as f64;
+                let new = &trips.new_identity;
+                let value = per_call(new.round_trips());
+                Target {
+                    name,
+                    figure: format!(
+                        "{value:.2} per call on the wire: {:.2} statements + {:.2} pool pings + \
+                         {:.2} prepares",
+                        per_call(new.statements),
+                        per_call(new.pings),
+                        per_call(new.prepares)
+                    ),
+                    value: Some(value),
+                    bound: ROUND_TRIPS_PER_NEW_IDENTITY,
+                    status: Status::of(value <= ROUND_TRIPS_PER_NEW_IDENTITY),
+                }
+            }
+            _ => Target {
+                name,
+                figure: "not measured".to_owned(),
+                value: None,
+                bound: ROUND_TRIPS_PER_NEW_IDENTITY,
+                status: Status::Skip,
+            },
+        }
+    }
+}

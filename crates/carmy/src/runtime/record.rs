@@ -1,0 +1,242 @@
+//! What a store keeps and answers (docs/semantics.md §2, §3, §4): a call's identity
+//! ([`IdempotencyKey`]), what the engine asks to reserve ([`ExecutionIntent`]), a stored record
+//! and its state, the answer to a reservation ([`Reservation`], [`Existing`]) and an execution
+//! read back by id ([`ExecutionLookup`]). Re-exported by [`crate::runtime`].
+
+use crate::decision::Resolution;
+use crate::fingerprint::{Fingerprint, FingerprintParts};
+use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
+
+/// The session used when a call names none (docs/semantics.md §2).
+pub const DEFAULT_SESSION: &str = "default";
+
+/// A call's identity: (principal, session, request_id), kept as three separate values so that no
+/// separator can make two identities collide (docs/semantics.md §2).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IdempotencyKey {
+    /// Who is calling, from authentication (docs/semantics.md §6), never from the body.
+    pub principal: String,
+    /// The body's `session_id`, or [`DEFAULT_SESSION`].
+    pub session_id: String,
+    /// The body's `request_id`: 1 to 255 bytes of UTF-8 without control characters.
+    pub request_id: String,
+}
+
+impl IdempotencyKey {
+    /// Builds a key from already validated parts (see [`crate::identity`]).
+    pub fn new(
+        principal: impl Into<String>,
+        session_id: impl Into<String>,
+        request_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            principal: principal.into(),
+            session_id: session_id.into(),
+            request_id: request_id.into(),
+        }
+    }
+}
+
+/// What the engine asks a store to reserve for a new identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutionIntent {
+    /// The execution id minted for this attempt; it becomes the record's id if the reservation
+    /// wins.
+    pub execution_id: ExecutionId,
+    /// The tool that will run (kept for operators; the fingerprint already binds it).
+    pub tool: String,
+    /// The digests of the call's parts, kept beside the fingerprint so that a later conflict
+    /// can name which parts differ (docs/semantics.md §12); `None` stores none.
+    pub parts: Option<FingerprintParts>,
+    /// How long a finished record holds its identity (docs/semantics.md §12, `CARMY_RETENTION`;
+    /// `None`: forever). A finished record whose
+    /// [`expires_at`](crate::retention::expires_at) has passed no longer holds it: `reserve`
+    /// replaces it, in one step, by this intent's running reservation ([`Reservation::Reserved`])
+    /// and the call runs as new. Running and interrupted records never expire.
+    pub retention: Option<std::time::Duration>,
+}
+
+/// What [`IdempotencyStore::reserve`](super::IdempotencyStore::reserve) is asked: reserve
+/// `key` for `intent`, or answer from the record that holds it, compared with `fingerprint`
+/// (docs/semantics.md §3).
+#[derive(Clone, Copy, Debug)]
+pub struct ReserveRequest<'a> {
+    /// The identity to reserve.
+    pub key: &'a IdempotencyKey,
+    /// The call's fingerprint: a record of another one is a conflict.
+    pub fingerprint: &'a Fingerprint,
+    /// The execution, tool, parts and retention to reserve it with.
+    pub intent: &'a ExecutionIntent,
+}
+
+/// What [`IdempotencyStore::complete`](super::IdempotencyStore::complete) is asked: record
+/// `result` as the outcome of the execution that holds `key` (reserved with `fingerprint`),
+/// durably, before answering (docs/semantics.md §4).
+#[derive(Clone, Copy, Debug)]
+pub struct CompleteRequest<'a> {
+    /// The identity the execution holds.
+    pub key: &'a IdempotencyKey,
+    /// The fingerprint it was reserved with.
+    pub fingerprint: &'a Fingerprint,
+    /// The outcome with its stored text; `result.execution_id` must hold `key`.
+    pub result: &'a RecordedResult,
+}
+
+/// What [`IdempotencyStore::take_over`](super::IdempotencyStore::take_over) is asked: become
+/// the owner of the interrupted `execution_id`, if it still holds `key` with `fingerprint`
+/// (docs/semantics.md §12).
+#[derive(Clone, Copy, Debug)]
+pub struct TakeOverRequest<'a> {
+    /// The identity the execution holds.
+    pub key: &'a IdempotencyKey,
+    /// The fingerprint of the attempt taking over; it must be the record's.
+    pub fingerprint: &'a Fingerprint,
+    /// The interrupted execution.
+    pub execution_id: &'a ExecutionId,
+}
+
+/// What [`IdempotencyStore::wait_for_outcome`](super::IdempotencyStore::wait_for_outcome) is
+/// asked: wait at most `timeout` until `execution_id`, which holds `key` without an outcome,
+/// gets one or is released (docs/semantics.md §12, `Prefer: wait=N`).
+#[derive(Clone, Copy, Debug)]
+pub struct WaitRequest<'a> {
+    /// The identity the execution holds.
+    pub key: &'a IdempotencyKey,
+    /// The execution waited for.
+    pub execution_id: &'a ExecutionId,
+    /// How long to wait at most.
+    pub timeout: std::time::Duration,
+}
+
+/// Whether a reserved but unfinished execution still has a live owner (docs/semantics.md §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InFlightState {
+    /// Its owner process holds a live lease: the tool may still be running.
+    Running,
+    /// Its owner's lease lapsed (the process died): the outcome is unknown and stays unknown
+    /// until an operator or the agent resolves it. It is never re-run automatically.
+    Interrupted,
+}
+
+impl InFlightState {
+    /// `running` or `interrupted`, as shown in `EXECUTION_UNCERTAIN` bodies.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// Whether this process's lease surely holds (docs/semantics.md §12), as a store with leases
+/// reports it through [`super::IdempotencyStore::lease_state`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Renewed in time: the other replicas read this process's executions as running.
+    Held,
+    /// Renewals failed past the moment the lease surely held (e.g. the process is cut off from
+    /// the database): the other replicas read its executions as interrupted.
+    Lapsed,
+}
+
+/// The state of a stored reservation.
+#[allow(clippy::large_enum_variant)] // records are built once per call; boxing buys nothing
+#[derive(Clone, Debug, PartialEq)]
+pub enum RecordState {
+    /// Reserved, no outcome recorded yet.
+    InFlight(InFlightState),
+    /// Finished; the outcome to replay.
+    Finished(ExecutionResult),
+}
+
+/// One stored reservation, as a store reads it back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredRecord {
+    /// The execution that holds the identity.
+    pub execution_id: ExecutionId,
+    /// The fingerprint it was reserved with.
+    pub fingerprint: Fingerprint,
+    /// The tool it named.
+    pub tool: String,
+    /// Running, interrupted or finished.
+    pub state: RecordState,
+    /// The digests of its call's parts; `None` for a record written without them (by an
+    /// earlier build, or by hand), whose conflicts name no part.
+    pub parts: Option<FingerprintParts>,
+}
+
+/// The answer of [`IdempotencyStore::reserve`](super::IdempotencyStore::reserve)
+/// (docs/semantics.md §3).
+#[allow(clippy::large_enum_variant)] // built once per call; boxing buys nothing
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reservation {
+    /// The identity was vacant and is now held by the intent's execution: run the tool, then
+    /// call [`IdempotencyStore::complete`](super::IdempotencyStore::complete).
+    Reserved,
+    /// The identity is already held: answer from its record; do not run the tool.
+    Existing(Existing),
+}
+
+/// How an identity's existing record answers a new attempt (docs/semantics.md §3). Every variant is
+/// a complete answer: nothing here runs a tool.
+#[allow(clippy::large_enum_variant)] // built once per call; boxing buys nothing
+#[derive(Clone, Debug, PartialEq)]
+pub enum Existing {
+    /// Same identity, same fingerprint, finished: replay this outcome.
+    Replay(ExecutionResult),
+    /// Same identity, different fingerprint, whatever the state: `IDEMPOTENCY_CONFLICT`.
+    Conflict {
+        /// The execution that holds the identity (shown to its own principal only).
+        execution_id: ExecutionId,
+        /// The digests of the recorded call's parts, when the record has them: compared with
+        /// the new attempt's to name what differs (docs/semantics.md §12).
+        parts: Option<FingerprintParts>,
+    },
+    /// Same identity, same fingerprint, not finished: `EXECUTION_UNCERTAIN`.
+    Uncertain {
+        /// The execution that holds the identity.
+        execution_id: ExecutionId,
+        /// Whether its owner is still alive.
+        state: InFlightState,
+    },
+}
+
+impl Existing {
+    /// Classifies an existing record against the fingerprint of a new attempt.
+    ///
+    /// The fingerprint is compared first, whatever the state, so a changed call never sees
+    /// another call's outcome (docs/semantics.md §3, case K06).
+    pub fn for_record(record: StoredRecord, fingerprint: &Fingerprint) -> Self {
+        if &record.fingerprint != fingerprint {
+            return Self::Conflict {
+                execution_id: record.execution_id,
+                parts: record.parts,
+            };
+        }
+        match record.state {
+            RecordState::Finished(result) => Self::Replay(result),
+            RecordState::InFlight(state) => Self::Uncertain {
+                execution_id: record.execution_id,
+                state,
+            },
+        }
+    }
+}
+
+impl From<Existing> for Reservation {
+    fn from(existing: Existing) -> Self {
+        Self::Existing(existing)
+    }
+}
+
+/// An execution read back by id for `GET /v1/executions/{execution_id}` (docs/semantics.md §7).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecutionLookup {
+    /// The identity it holds (or held, when released).
+    pub key: IdempotencyKey,
+    /// The record; for a released execution, its state when it was released.
+    pub record: StoredRecord,
+    /// `Some` when the execution was released (docs/semantics.md §12): it no longer holds its
+    /// identity and is kept as history.
+    pub released: Option<Resolution>,
+}
