@@ -211,6 +211,7 @@ async fn run(
             replay_cache_label(args, has_cache, has_ttl),
         ),
         pgbench_new_identity: main.pgbench_new,
+        pgbench_new_identity_c1: main.pgbench_new_c1,
         pgbench_read_one: main.pgbench_read,
         runs,
         memory_store,

@@ -25,6 +25,9 @@ pub struct MainRuns {
     pub server: ServerInfo,
     /// pgbench `new_identity.sql`: the ceiling for new identities.
     pub pgbench_new: PgbenchResult,
+    /// pgbench `new_identity.sql` with one client: what the two statements (two commits) of a
+    /// new identity cost alone, the floor under any call's latency at c=1.
+    pub pgbench_new_c1: PgbenchResult,
     /// pgbench `read_one.sql`: the ceiling for replays and conflicts.
     pub pgbench_read: PgbenchResult,
     /// New identities, replays and conflicts at each concurrency, then the MCP scenarios.
@@ -57,7 +60,17 @@ pub async fn main_gateway(
         "new_identity.sql",
         args.pgbench_clients,
         pgbench_seconds,
-        &[("run", run_tag), ("n", "0".to_owned())],
+        &[("run", run_tag.clone()), ("n", "0".to_owned())],
+    )
+    .await?;
+    eprintln!("pgbench new_identity.sql with one client, {pgbench_seconds} s");
+    let pgbench_new_c1 = pgbench::run(
+        pgbench_binary,
+        &database.url,
+        "new_identity.sql",
+        1,
+        pgbench_seconds,
+        &[("run", format!("{run_tag}-c1")), ("n", "0".to_owned())],
     )
     .await?;
 
@@ -98,6 +111,7 @@ pub async fn main_gateway(
     Ok(MainRuns {
         server,
         pgbench_new,
+        pgbench_new_c1,
         pgbench_read,
         runs,
     })

@@ -169,6 +169,9 @@ pub struct Report {
     pub settings: Settings,
     /// pgbench `new_identity.sql`: the ceiling of new identities.
     pub pgbench_new_identity: PgbenchResult,
+    /// pgbench `new_identity.sql` with one client: the two commits of a new identity alone,
+    /// the floor under the latency of any call at c=1.
+    pub pgbench_new_identity_c1: PgbenchResult,
     /// pgbench `read_one.sql`: the ceiling of replays and conflicts.
     pub pgbench_read_one: PgbenchResult,
     /// The HTTP measurements.

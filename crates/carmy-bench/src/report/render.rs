@@ -67,7 +67,16 @@ impl Report {
             "commits",
             "vs pgbench ceiling"
         );
-        for ceiling in [&self.pgbench_new_identity, &self.pgbench_read_one] {
+        for ceiling in [
+            &self.pgbench_new_identity,
+            &self.pgbench_new_identity_c1,
+            &self.pgbench_read_one,
+        ] {
+            let versus = if ceiling.clients == 1 {
+                "(floor at c=1)"
+            } else {
+                "(ceiling)"
+            };
             TableRow {
                 label: format!("pgbench {}", ceiling.script.trim_end_matches(".sql")),
                 concurrency: u64::from(ceiling.clients),
@@ -77,7 +86,7 @@ impl Report {
                 errors: ceiling.failed,
                 // The script is two autocommitted statements: two commits per transaction.
                 commits: Some(2.0),
-                versus: "(ceiling)".to_owned(),
+                versus: versus.to_owned(),
                 cpu: ceiling.cpu.as_ref(),
             }
             .write(out);
@@ -162,9 +171,13 @@ impl Report {
             .chain(&self.flatness.large)
             .filter_map(|run| run.cpu.as_ref())
             .chain(
-                [&self.pgbench_new_identity, &self.pgbench_read_one]
-                    .into_iter()
-                    .filter_map(|ceiling| ceiling.cpu.as_ref()),
+                [
+                    &self.pgbench_new_identity,
+                    &self.pgbench_new_identity_c1,
+                    &self.pgbench_read_one,
+                ]
+                .into_iter()
+                .filter_map(|ceiling| ceiling.cpu.as_ref()),
             )
             .any(|split| split.other > NOISY_OTHER_PERCENT);
         if noisy {

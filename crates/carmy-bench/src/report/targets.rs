@@ -46,10 +46,17 @@ impl Report {
                     ),
                     _ => String::new(),
                 };
+                // The two commits alone (pgbench, one client): what no call can do without.
+                let commits =
+                    self.pgbench_new_identity_c1
+                        .p50_ms
+                        .map_or_else(String::new, |floor| {
+                            format!("; of that, the two commits alone (pgbench c=1): {floor:.2} ms")
+                        });
                 Target {
                     name,
                     figure: format!(
-                        "p50 {:.2} ms vs {:.2} ms direct = +{added:.2} ms, p99 +{:.2} ms{loaded}",
+                        "p50 {:.2} ms vs {:.2} ms direct = +{added:.2} ms, p99 +{:.2} ms{commits}{loaded}",
                         p50(&through_1),
                         p50(&direct_1),
                         p99(&through_1) - p99(&direct_1)
