@@ -27,7 +27,7 @@
 //! prefix = "files."
 //! ```
 
-use carmy::{OnInterrupted, ToolAnnotations};
+use carmy::ToolAnnotations;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use toml::Spanned;
@@ -89,7 +89,8 @@ pub struct RawTool {
     /// What the next attempt does when the owner of an execution died: `uncertain` (the
     /// default) or `rerun` (docs/semantics.md §12; needs an idempotency header or read-only /
     /// idempotent annotations).
-    pub on_interrupted: Option<Spanned<OnInterrupted>>,
+    /// Read as text so that an unknown policy is reported naming the field.
+    pub on_interrupted: Option<Spanned<String>>,
     /// Headers sent on every request; values may use `${NAME}` from the environment.
     #[serde(default)]
     pub headers: BTreeMap<String, Spanned<String>>,
@@ -123,7 +124,7 @@ pub struct RawMcpServer {
     pub idempotency_argument: Option<String>,
     /// `uncertain` (the default) or `rerun` for every imported tool (docs/semantics.md §12;
     /// the execution id travels in `_meta` as the call's idempotency key).
-    pub on_interrupted: Option<OnInterrupted>,
+    pub on_interrupted: Option<Spanned<String>>,
 }
 
 /// Just enough of an entry to name it in an error about the rest of it.

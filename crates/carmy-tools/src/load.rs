@@ -362,7 +362,11 @@ impl Checker<'_> {
                 .map_err(|span| at(span, "timeout_ms", "must be at least 1".into()))?
                 .map(Duration::from_millis),
             idempotency_argument: server.idempotency_argument.clone(),
-            on_interrupted: server.on_interrupted.unwrap_or_default(),
+            on_interrupted: match &server.on_interrupted {
+                None => OnInterrupted::default(),
+                Some(policy) => policy_named(policy.get_ref())
+                    .map_err(|message| at(policy.span(), "on_interrupted", message))?,
+            },
         })
     }
 }
@@ -374,22 +378,39 @@ fn on_interrupted(
     tool: &RawTool,
     has_idempotency_header: bool,
 ) -> Result<OnInterrupted, (std::ops::Range<usize>, String)> {
-    let Some(policy) = &tool.on_interrupted else {
+    let Some(spanned) = &tool.on_interrupted else {
         return Ok(OnInterrupted::Uncertain);
     };
+    let policy = policy_named(spanned.get_ref()).map_err(|message| (spanned.span(), message))?;
     let hinted = tool.annotations.as_ref().is_some_and(|hints| {
         hints.read_only_hint == Some(true) || hints.idempotent_hint == Some(true)
     });
-    if *policy.get_ref() == OnInterrupted::Rerun && !has_idempotency_header && !hinted {
+    if policy == OnInterrupted::Rerun && !has_idempotency_header && !hinted {
         return Err((
-            policy.span(),
+            spanned.span(),
             "\"rerun\" runs the tool a second time for one execution, so it needs an \
              idempotency_header (the upstream then sees the same key twice) or annotations \
              readOnlyHint or idempotentHint = true; keep \"uncertain\" otherwise"
                 .into(),
         ));
     }
-    Ok(*policy.get_ref())
+    Ok(policy)
+}
+
+/// The policy named `name` (docs/semantics.md §12).
+///
+/// # Errors
+/// A message naming the accepted values, for any other name.
+fn policy_named(name: &str) -> Result<OnInterrupted, String> {
+    match name {
+        "uncertain" => Ok(OnInterrupted::Uncertain),
+        "rerun" => Ok(OnInterrupted::Rerun),
+        other => Err(format!(
+            "{other:?} is not a policy; use \"uncertain\" (the default: an interrupted \
+             execution stays uncertain until an operator decides) or \"rerun\" (the next \
+             attempt runs the tool again)"
+        )),
+    }
 }
 
 /// A tool name usable by every front: 1 to 128 of `A-Z a-z 0-9 _ - .` (the MCP rule).

@@ -111,7 +111,12 @@ fn each_mistake_stops_the_gateway_naming_file_line_tool_and_field() {
         (
             "unknown takeover policy",
             format!("{GOOD_TOOL}on_interrupted = \"retry\"\n"),
-            ", line 5, tool \"pay\": unknown variant `retry`, expected `uncertain` or `rerun`",
+            ", line 5, tool \"pay\", field `on_interrupted`: \"retry\" is not a policy; use \"uncertain\"",
+        ),
+        (
+            "unknown takeover policy of an MCP server",
+            "[[mcp_servers]]\nname = \"files\"\nurl = \"http://127.0.0.1:9/mcp\"\non_interrupted = \"always\"\n".into(),
+            ", line 4, mcp server \"files\", field `on_interrupted`: \"always\" is not a policy; use \"uncertain\"",
         ),
         (
             "zero timeout",
