@@ -32,9 +32,9 @@ impl Inner {
     ) -> Option<ExecutionLookup> {
         let owned = |key: &IdempotencyKey| principal.is_none_or(|p| key.principal == p);
         if let Some(key) = self.by_execution.get(execution_id).filter(|k| owned(k)) {
-            return self.by_key.get(key).map(|record| ExecutionLookup {
-                key: key.clone(),
-                record: record.clone(),
+            return self.by_key.get(key).map(|held| ExecutionLookup {
+                key: IdempotencyKey::clone(key),
+                record: held.record.clone(),
                 released: None,
             });
         }
@@ -81,11 +81,7 @@ impl Inner {
             tool: record.tool.clone(),
             request_id: Some(key.request_id.clone()),
             session_id: key.session_id.clone(),
-            started_at: self
-                .reserved_at
-                .get(&record.execution_id)
-                .copied()
-                .unwrap_or(at),
+            started_at: self.by_key.get(&key).map_or(at, |held| held.reserved_at),
             finished_at: at,
             resolution: Some(Box::new(Resolution {
                 by: request.actor.clone(),
@@ -94,8 +90,8 @@ impl Inner {
             })),
         };
         if let Some(held) = self.by_key.get_mut(&key) {
-            held.state = RecordState::Finished(result.clone());
-            self.recorded_at.insert(result.execution_id.clone(), at);
+            held.record.state = RecordState::Finished(result.clone());
+            held.recorded_at = Some(at);
         }
         self.audit.push(AuditEntry {
             actor: request.actor.clone(),
@@ -126,7 +122,6 @@ impl Inner {
         };
         self.by_key.remove(&key);
         self.by_execution.remove(&record.execution_id);
-        self.reserved_at.remove(&record.execution_id);
         let released = Released {
             execution_id: record.execution_id.clone(),
             key: key.clone(),
@@ -172,19 +167,14 @@ impl Inner {
         let mut found: Vec<(DateTime<Utc>, ExecutionLookup)> = self
             .by_key
             .iter()
-            .filter(|(key, record)| matches(key, record))
-            .map(|(key, record)| {
-                let at = self
-                    .reserved_at
-                    .get(&record.execution_id)
-                    .copied()
-                    .unwrap_or_default();
+            .filter(|(key, held)| matches(key, &held.record))
+            .map(|(key, held)| {
                 let lookup = ExecutionLookup {
-                    key: key.clone(),
-                    record: record.clone(),
+                    key: IdempotencyKey::clone(key),
+                    record: held.record.clone(),
                     released: None,
                 };
-                (at, lookup)
+                (held.reserved_at, lookup)
             })
             .collect();
         found.sort_by(|a, b| (a.0, &a.1.key).cmp(&(b.0, &b.1.key)));
@@ -204,7 +194,7 @@ impl Inner {
         let current = self
             .by_key
             .get(key)
-            .map(|record| record.execution_id.clone());
+            .map(|held| held.record.execution_id.clone());
         let result = recorded.result();
         self.audit.push(AuditEntry {
             actor: "owner".into(),
