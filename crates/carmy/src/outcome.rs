@@ -279,10 +279,11 @@ impl ExecutionResult {
 
 /// An outcome together with its stored text, serialised once when the outcome is fixed and
 /// passed along: the store writes that text, the replay cache measures it, and the response is
-/// made from it. Immutable, so the text always matches the outcome.
+/// made from it. Immutable, so the text always matches the outcome; both are shared, so a clone
+/// (a store keeping the outcome) costs no allocation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecordedResult {
-    result: ExecutionResult,
+    result: Arc<ExecutionResult>,
     json: Arc<str>,
     attempt: u32,
 }
@@ -293,7 +294,7 @@ impl RecordedResult {
     pub fn new(result: ExecutionResult) -> Self {
         let json = result.to_record_json().into();
         Self {
-            result,
+            result: Arc::new(result),
             json,
             attempt: 1,
         }
@@ -320,7 +321,7 @@ impl RecordedResult {
 
     /// The outcome, taken out.
     pub fn into_result(self) -> ExecutionResult {
-        self.result
+        Arc::unwrap_or_clone(self.result)
     }
 
     /// The stored form: compact JSON text of the record (no `replayed`).

@@ -6,12 +6,12 @@
 //! `running`: deciding on one needs `force`. History and audit rows live as long as the
 //! process and are not counted against the capacity.
 
-use super::Inner;
+use super::{Held, Inner};
 use crate::decision::{
     AuditAction, AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, Resolution,
     ResolveRequest,
 };
-use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use crate::runtime::{
     Decided, ExecutionLookup, IdempotencyKey, InFlightState, RecordState, StoredRecord,
 };
@@ -34,7 +34,7 @@ impl Inner {
         if let Some(key) = self.by_execution.get(execution_id).filter(|k| owned(k)) {
             return self.by_key.get(key).map(|held| ExecutionLookup {
                 key: IdempotencyKey::clone(key),
-                record: held.record.clone(),
+                record: held.record(),
                 released: None,
             });
         }
@@ -90,7 +90,7 @@ impl Inner {
             })),
         };
         if let Some(held) = self.by_key.get_mut(&key) {
-            held.record.state = RecordState::Finished(result.clone());
+            held.outcome = Some(RecordedResult::new(result.clone()));
             held.recorded_at = Some(at);
         }
         self.audit.push(AuditEntry {
@@ -150,7 +150,7 @@ impl Inner {
     }
 
     pub(super) fn list(&self, query: &ExecutionQuery) -> Vec<ExecutionLookup> {
-        let matches = |key: &IdempotencyKey, record: &StoredRecord| {
+        let matches = |key: &IdempotencyKey, held: &Held| {
             query.principal.as_ref().is_none_or(|p| &key.principal == p)
                 && query
                     .session_id
@@ -162,16 +162,16 @@ impl Inner {
                     .is_none_or(|r| &key.request_id == r)
                 && query
                     .in_flight
-                    .is_none_or(|wanted| record.state == RecordState::InFlight(wanted))
+                    .is_none_or(|wanted| held.in_flight() == Some(wanted))
         };
         let mut found: Vec<(DateTime<Utc>, ExecutionLookup)> = self
             .by_key
             .iter()
-            .filter(|(key, held)| matches(key, &held.record))
+            .filter(|(key, held)| matches(key, held))
             .map(|(key, held)| {
                 let lookup = ExecutionLookup {
                     key: IdempotencyKey::clone(key),
-                    record: held.record.clone(),
+                    record: held.record(),
                     released: None,
                 };
                 (held.reserved_at, lookup)

@@ -59,13 +59,36 @@ struct Inner {
 /// A held identity's record with the store's own times of it, in one entry so that a reservation
 /// and an outcome each touch one table entry for them.
 struct Held {
+    /// The record as reserved; its `state` stays in flight, the outcome is `outcome`.
     record: StoredRecord,
+    /// The recorded outcome, kept as the engine handed it (shared, not copied); `None` while in
+    /// flight.
+    outcome: Option<RecordedResult>,
     /// When the execution was reserved (a resolution's `started_at`).
     reserved_at: DateTime<Utc>,
     /// When its outcome was recorded (store clock), from which its retention counts, as
     /// PostgreSQL counts it from the row's `finished_at`. Never earlier than the record's own
     /// `finished_at`, which the engine fixes before it records. `None` while in flight.
     recorded_at: Option<DateTime<Utc>>,
+}
+
+impl Held {
+    /// The record as a store answers it: finished with its outcome once recorded.
+    fn record(&self) -> StoredRecord {
+        let mut record = self.record.clone();
+        if let Some(outcome) = &self.outcome {
+            record.state = RecordState::Finished(outcome.result().clone());
+        }
+        record
+    }
+
+    /// Its in-flight state; `None` once finished.
+    fn in_flight(&self) -> Option<InFlightState> {
+        match (&self.outcome, &self.record.state) {
+            (None, RecordState::InFlight(state)) => Some(*state),
+            _ => None,
+        }
+    }
 }
 
 impl Default for InMemoryIdempotencyStore {
@@ -117,7 +140,7 @@ impl InMemoryIdempotencyStore {
         let mut inner = self.lock();
         if let Some(held) = inner.by_key.get(key) {
             if !held.expired(intent.retention, decide::now_millis()) {
-                return Ok(Existing::for_record(held.record.clone(), fingerprint).into());
+                return Ok(Existing::for_record(held.record(), fingerprint).into());
             }
             // Past its retention: the identity is vacant again, and this reservation takes the
             // expired record's slot (docs/semantics.md §12).
@@ -135,6 +158,7 @@ impl InMemoryIdempotencyStore {
         };
         let held = Held {
             record,
+            outcome: None,
             reserved_at: decide::now_millis(),
             recorded_at: None,
         };
@@ -156,24 +180,23 @@ impl InMemoryIdempotencyStore {
             execution_id: result.execution_id.clone(),
         };
         let held = inner.by_key.get_mut(key).ok_or_else(not_owner)?;
-        let record = &mut held.record;
         // No execution here is ever taken over (`take_over`), so only first attempts record.
-        if record.execution_id != result.execution_id
-            || &record.fingerprint != fingerprint
+        if held.record.execution_id != result.execution_id
+            || &held.record.fingerprint != fingerprint
             || recorded.attempt() != 1
         {
             return Err(not_owner());
         }
-        match &record.state {
-            RecordState::InFlight(_) => {
-                record.state = RecordState::Finished(result.clone());
+        match &held.outcome {
+            None => {
+                held.outcome = Some(recorded.clone());
                 held.recorded_at = Some(decide::now_millis());
                 // No waiter is fine.
                 let _ = self.recorded.send(result.execution_id.clone());
                 Ok(())
             }
-            RecordState::Finished(recorded) if recorded == result => Ok(()),
-            RecordState::Finished(_) => Err(not_owner()),
+            Some(outcome) if outcome.result() == result => Ok(()),
+            Some(_) => Err(not_owner()),
         }
     }
 }
@@ -206,8 +229,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     ) -> StoreFuture<'a, ()> {
         let mut inner = self.lock();
         let unused = inner.by_key.get(key).is_some_and(|held| {
-            held.record.execution_id == *execution_id
-                && matches!(held.record.state, RecordState::InFlight(_))
+            held.record.execution_id == *execution_id && held.in_flight().is_some()
         });
         if unused {
             inner.forget(key, execution_id);
@@ -217,7 +239,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     }
 
     fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
-        let answer = self.lock().by_key.get(key).map(|held| held.record.clone());
+        let answer = self.lock().by_key.get(key).map(Held::record);
         Box::pin(async move { Ok(answer) })
     }
 

@@ -5,7 +5,7 @@
 use super::{Held, Inner};
 use crate::outcome::ExecutionId;
 use crate::retention::{is_expired, Pruned};
-use crate::runtime::{IdempotencyKey, RecordState};
+use crate::runtime::IdempotencyKey;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,15 +16,16 @@ impl Held {
     /// PostgreSQL's `finished_at` column; never before the `expires_at` answers state, which
     /// count from the record's own `finished_at`).
     pub(super) fn expired(&self, retention: Option<Duration>, now: DateTime<Utc>) -> bool {
-        match &self.record.state {
-            RecordState::Finished(result) => {
+        match &self.outcome {
+            Some(outcome) => {
+                let result = outcome.result();
                 let recorded = self
                     .recorded_at
                     .unwrap_or(result.finished_at)
                     .max(result.finished_at);
                 is_expired(recorded, retention, now)
             }
-            RecordState::InFlight(_) => false,
+            None => false,
         }
     }
 }
