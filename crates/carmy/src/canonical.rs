@@ -137,20 +137,14 @@ impl<'v> Walk<'v> {
                 self.out.push(b']');
             }
             Value::Object(members) => {
-                let mut sorted: Vec<(&'v String, &'v Value)> = members.iter().collect();
-                // RFC 8785 §3.2.3: by UTF-16 code units. Already sorted input (serde_json's
-                // map is ordered by bytes) costs one pass.
-                sorted.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
                 self.out.push(b'{');
-                for (index, (name, member)) in sorted.into_iter().enumerate() {
-                    if index > 0 {
-                        self.out.push(b',');
-                    }
-                    write_string(&mut self.out, name);
-                    self.out.push(b':');
-                    self.path.push(Segment::Member(name));
-                    self.value(member)?;
-                    self.path.pop();
+                if in_canonical_order(members) {
+                    self.members(members.iter())?;
+                } else {
+                    // RFC 8785 §3.2.3: by UTF-16 code units.
+                    let mut sorted: Vec<(&'v String, &'v Value)> = members.iter().collect();
+                    sorted.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+                    self.members(sorted.into_iter())?;
                 }
                 self.out.push(b'}');
             }
@@ -158,14 +152,39 @@ impl<'v> Walk<'v> {
         Ok(())
     }
 
+    /// Writes `name:value` for each member, in the order given.
+    fn members(
+        &mut self,
+        members: impl Iterator<Item = (&'v String, &'v Value)>,
+    ) -> Result<(), FingerprintError> {
+        for (index, (name, member)) in members.enumerate() {
+            if index > 0 {
+                self.out.push(b',');
+            }
+            write_string(&mut self.out, name);
+            self.out.push(b':');
+            self.path.push(Segment::Member(name));
+            self.value(member)?;
+            self.path.pop();
+        }
+        Ok(())
+    }
+
     fn number(&mut self, number: &Number) -> Result<(), FingerprintError> {
         let text = number.as_str();
+        let held = held_exactly(text);
+        if held {
+            if let Some(written) = plain_shortest(text) {
+                self.out.extend_from_slice(written.as_bytes());
+                return Ok(());
+            }
+        }
         let out_of_range = || FingerprintError::NumberOutOfRange(text.to_owned());
         let double: f64 = text.parse().map_err(|_| out_of_range())?;
         if !double.is_finite() {
             return Err(out_of_range());
         }
-        if !held_exactly(text) {
+        if !held {
             let exact = ExactDecimal::parse(text).ok_or_else(out_of_range)?;
             let written = ExactDecimal::parse(&format!("{double:e}")).ok_or_else(out_of_range)?;
             if exact != written {
@@ -216,39 +235,114 @@ fn held_exactly(text: &str) -> bool {
     digits > 0 && digits <= 15 && unsigned.len() <= 16
 }
 
+/// Whether iterating `members` gives RFC 8785's order (§3.2.3, by UTF-16 code units) as it is,
+/// so that no sort is needed. Comparing bytes compares code points, and code points sort as
+/// UTF-16 code units do unless one of the two names holds a character from U+E000 up (UTF-16
+/// puts U+10000 and above, as surrogates, before U+E000-U+FFFF); such characters start with a
+/// byte of at least 0xEE. So: names strictly ascending by bytes, none with such a byte. Checked
+/// rather than assumed from serde_json's map (ordered by bytes unless a dependency turns on
+/// its `preserve_order` feature).
+fn in_canonical_order(members: &serde_json::Map<String, Value>) -> bool {
+    let mut previous: Option<&str> = None;
+    for name in members.keys() {
+        if !name.is_ascii() && name.bytes().any(|byte| byte >= 0xEE) {
+            return false;
+        }
+        if previous.is_some_and(|previous| previous >= name.as_str()) {
+            return false;
+        }
+        previous = Some(name);
+    }
+    true
+}
+
+/// What ECMAScript writes for a number [`held_exactly`] accepts, without going through its
+/// double: the text without its fraction's trailing zeros (and without a fraction of zeros
+/// only), `0` for a zero of either sign. `None` below 1e-6 (more than five zeros after the
+/// point), where ECMAScript writes an exponent.
+///
+/// Why this is the shortest round-trip form: two different decimals of at most 15 significant
+/// digits never round to the same double, so no other decimal as short or shorter reads back as
+/// this one's double, and the shortest form's digits are this decimal's own. From 1e-6 up to
+/// 1e21 ECMAScript writes those digits without an exponent, with a point where the value puts
+/// it and `0.` plus zeros below 1 (ECMA-262 Number::toString); 15 digits stay below 1e21.
+fn plain_shortest(text: &str) -> Option<&str> {
+    let trimmed = if text.contains('.') {
+        let without_zeros = text.trim_end_matches('0');
+        without_zeros.strip_suffix('.').unwrap_or(without_zeros)
+    } else {
+        text
+    };
+    let unsigned = trimmed.strip_prefix('-').unwrap_or(trimmed);
+    if unsigned == "0" {
+        return Some("0");
+    }
+    if let Some(fraction) = unsigned.strip_prefix("0.") {
+        let zeros = fraction.bytes().take_while(|&byte| byte == b'0').count();
+        if zeros > 5 {
+            return None;
+        }
+    }
+    Some(trimmed)
+}
+
 /// Writes `text` as a JSON string the way ECMAScript's `JSON.stringify` does (RFC 8785
 /// §3.2.2.2): `"` and `\` escaped, the control characters below U+0020 as `\b \t \n \f \r` or
-/// `\u00xx` (lowercase hex), everything else as it is.
+/// `\u00xx` (lowercase hex), everything else as it is. Runs without escapes are copied whole.
 fn write_string(out: &mut Vec<u8>, text: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
     let bytes = text.as_bytes();
     let mut plain_from = 0;
-    for (at, &byte) in bytes.iter().enumerate() {
-        let escape: &[u8] = match byte {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            0x08 => b"\\b",
-            0x09 => b"\\t",
-            0x0A => b"\\n",
-            0x0C => b"\\f",
-            0x0D => b"\\r",
-            0x00..=0x1F => &[
+    while let Some(offset) = bytes[plain_from..]
+        .iter()
+        .position(|&byte| ESCAPED[usize::from(byte)])
+    {
+        let at = plain_from + offset;
+        out.extend_from_slice(&bytes[plain_from..at]);
+        write_escape(out, bytes[at]);
+        plain_from = at + 1;
+    }
+    out.extend_from_slice(&bytes[plain_from..]);
+    out.push(b'"');
+}
+
+/// The bytes [`write_string`] escapes: `"`, `\` and those below 0x20.
+const ESCAPED: [bool; 256] = {
+    let mut escaped = [false; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        escaped[byte] = true;
+        byte += 1;
+    }
+    escaped[b'"' as usize] = true;
+    escaped[b'\\' as usize] = true;
+    escaped
+};
+
+/// The escape of one byte that [`ESCAPED`] marks.
+fn write_escape(out: &mut Vec<u8>, byte: u8) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let short = match byte {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        0x08 => b'b',
+        0x09 => b't',
+        0x0A => b'n',
+        0x0C => b'f',
+        0x0D => b'r',
+        _ => {
+            out.extend_from_slice(&[
                 b'\\',
                 b'u',
                 b'0',
                 b'0',
                 HEX[usize::from(byte >> 4)],
                 HEX[usize::from(byte & 0xF)],
-            ],
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[plain_from..at]);
-        out.extend_from_slice(escape);
-        plain_from = at + 1;
-    }
-    out.extend_from_slice(&bytes[plain_from..]);
-    out.push(b'"');
+            ]);
+            return;
+        }
+    };
+    out.extend_from_slice(&[b'\\', short]);
 }
 
 #[cfg(test)]
@@ -328,6 +422,7 @@ mod tests {
             "{\"\u{e000}\":1,\"\u{1f600}\":2,\"\u{ffff}\":3,\"a\":4,\"\":5}",
             r#"{"s":"quote\" backslash\\ slash/ \u0000\u0001\b\t\n\u000b\f\r\u001f\u007f\u2028 é"}"#,
             r#"{"~/":{"a/b":[{"~0":12345678901234567890}]},"x":[[],[{}],null,true,false]}"#,
+            r#"{"d":[12.500,-0.000001,0.0000012,0.00000012,100.0,-0.0,0.000100,999999999999999.9,7]}"#,
         ];
         for case in cases {
             let value = parse(case);

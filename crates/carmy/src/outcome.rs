@@ -9,24 +9,27 @@ use std::sync::Arc;
 /// An execution's identifier: `exec_` followed by 32 lowercase hex digits (a random UUID).
 ///
 /// One is minted for every call, with or without `request_id` (docs/semantics.md §3), and it is the
-/// `execution_id` that a replay repeats.
-#[derive(
-    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
-)]
-#[serde(transparent)]
+/// `execution_id` that a replay repeats. Shared text: a clone costs no allocation (a store keeps
+/// the id of a held execution in several places). Serialised as a JSON string.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, utoipa::ToSchema)]
 #[schema(value_type = String, example = "exec_0f3c9a6b1d2e4f5a8b7c6d5e4f3a2b1c")]
-pub struct ExecutionId(String);
+pub struct ExecutionId(Arc<str>);
 
 impl ExecutionId {
     /// Mints a fresh random execution id.
     pub fn generate() -> Self {
-        Self(format!("exec_{}", uuid::Uuid::new_v4().simple()))
+        let mut text = [0u8; 37];
+        text[..5].copy_from_slice(b"exec_");
+        let id: &str = uuid::Uuid::new_v4().simple().encode_lower(&mut text[5..]);
+        debug_assert_eq!(id.len(), 32);
+        let text = std::str::from_utf8(&text).expect("`exec_` and hex digits are ASCII");
+        Self(text.into())
     }
 
     /// Wraps an id read back from a store. No validation: stores only hand back ids they were
     /// given.
     pub fn from_stored(id: impl Into<String>) -> Self {
-        Self(id.into())
+        Self(id.into().into())
     }
 
     /// An id given by a caller (a URL path, a flag), if it could name an execution: 1 to 64
@@ -44,6 +47,18 @@ impl ExecutionId {
     /// The id as text, e.g. `exec_0f3c…`.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+impl Serialize for ExecutionId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ExecutionId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(Self::from_stored)
     }
 }
 
@@ -287,10 +302,11 @@ impl ExecutionResult {
 
 /// An outcome together with its stored text, serialised once when the outcome is fixed and
 /// passed along: the store writes that text, the replay cache measures it, and the response is
-/// made from it. Immutable, so the text always matches the outcome.
+/// made from it. Immutable, so the text always matches the outcome; both are shared, so a clone
+/// (a store keeping the outcome) costs no allocation.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecordedResult {
-    result: ExecutionResult,
+    result: Arc<ExecutionResult>,
     json: Arc<str>,
     attempt: u32,
 }
@@ -301,7 +317,7 @@ impl RecordedResult {
     pub fn new(result: ExecutionResult) -> Self {
         let json = result.to_record_json().into();
         Self {
-            result,
+            result: Arc::new(result),
             json,
             attempt: 1,
         }
@@ -328,7 +344,7 @@ impl RecordedResult {
 
     /// The outcome, taken out.
     pub fn into_result(self) -> ExecutionResult {
-        self.result
+        Arc::unwrap_or_clone(self.result)
     }
 
     /// The stored form: compact JSON text of the record (no `replayed`).

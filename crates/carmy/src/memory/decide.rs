@@ -6,12 +6,12 @@
 //! `running`: deciding on one needs `force`. History and audit rows live as long as the
 //! process and are not counted against the capacity.
 
-use super::Inner;
+use super::{Held, Inner};
 use crate::decision::{
     AuditAction, AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, Resolution,
     ResolveRequest,
 };
-use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use crate::runtime::{
     Decided, ExecutionLookup, IdempotencyKey, InFlightState, RecordState, StoredRecord,
 };
@@ -32,9 +32,9 @@ impl Inner {
     ) -> Option<ExecutionLookup> {
         let owned = |key: &IdempotencyKey| principal.is_none_or(|p| key.principal == p);
         if let Some(key) = self.by_execution.get(execution_id).filter(|k| owned(k)) {
-            return self.by_key.get(key).map(|record| ExecutionLookup {
-                key: key.clone(),
-                record: record.clone(),
+            return self.by_key.get(key).map(|held| ExecutionLookup {
+                key: IdempotencyKey::clone(key),
+                record: held.record(),
                 released: None,
             });
         }
@@ -81,11 +81,7 @@ impl Inner {
             tool: record.tool.clone(),
             request_id: Some(key.request_id.clone()),
             session_id: key.session_id.clone(),
-            started_at: self
-                .reserved_at
-                .get(&record.execution_id)
-                .copied()
-                .unwrap_or(at),
+            started_at: self.by_key.get(&key).map_or(at, |held| held.reserved_at),
             finished_at: at,
             resolution: Some(Box::new(Resolution {
                 by: request.actor.clone(),
@@ -94,8 +90,8 @@ impl Inner {
             })),
         };
         if let Some(held) = self.by_key.get_mut(&key) {
-            held.state = RecordState::Finished(result.clone());
-            self.recorded_at.insert(result.execution_id.clone(), at);
+            held.outcome = Some(RecordedResult::new(result.clone()));
+            held.recorded_at = Some(at);
         }
         self.audit.push(AuditEntry {
             actor: request.actor.clone(),
@@ -126,7 +122,6 @@ impl Inner {
         };
         self.by_key.remove(&key);
         self.by_execution.remove(&record.execution_id);
-        self.reserved_at.remove(&record.execution_id);
         let released = Released {
             execution_id: record.execution_id.clone(),
             key: key.clone(),
@@ -155,7 +150,7 @@ impl Inner {
     }
 
     pub(super) fn list(&self, query: &ExecutionQuery) -> Vec<ExecutionLookup> {
-        let matches = |key: &IdempotencyKey, record: &StoredRecord| {
+        let matches = |key: &IdempotencyKey, held: &Held| {
             query.principal.as_ref().is_none_or(|p| &key.principal == p)
                 && query
                     .session_id
@@ -167,24 +162,19 @@ impl Inner {
                     .is_none_or(|r| &key.request_id == r)
                 && query
                     .in_flight
-                    .is_none_or(|wanted| record.state == RecordState::InFlight(wanted))
+                    .is_none_or(|wanted| held.in_flight() == Some(wanted))
         };
         let mut found: Vec<(DateTime<Utc>, ExecutionLookup)> = self
             .by_key
             .iter()
-            .filter(|(key, record)| matches(key, record))
-            .map(|(key, record)| {
-                let at = self
-                    .reserved_at
-                    .get(&record.execution_id)
-                    .copied()
-                    .unwrap_or_default();
+            .filter(|(key, held)| matches(key, held))
+            .map(|(key, held)| {
                 let lookup = ExecutionLookup {
-                    key: key.clone(),
-                    record: record.clone(),
+                    key: IdempotencyKey::clone(key),
+                    record: held.record(),
                     released: None,
                 };
-                (at, lookup)
+                (held.reserved_at, lookup)
             })
             .collect();
         found.sort_by(|a, b| (a.0, &a.1.key).cmp(&(b.0, &b.1.key)));
@@ -204,7 +194,7 @@ impl Inner {
         let current = self
             .by_key
             .get(key)
-            .map(|record| record.execution_id.clone());
+            .map(|held| held.record.execution_id.clone());
         let result = recorded.result();
         self.audit.push(AuditEntry {
             actor: "owner".into(),

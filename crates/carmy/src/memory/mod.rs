@@ -18,7 +18,7 @@ use crate::runtime::{
 use crate::ExecutionResult;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// The default number of entries (docs/semantics.md §8, `CARMY_MEMORY_CAPACITY`).
 pub const DEFAULT_MEMORY_CAPACITY: usize = 10_000;
@@ -41,20 +41,55 @@ pub struct InMemoryIdempotencyStore {
     recorded: tokio::sync::broadcast::Sender<ExecutionId>,
 }
 
+/// At most this many identities' room is taken when a store is made (the rest as they come):
+/// a store of the default capacity never grows its tables while it fills, and a very large
+/// capacity does not cost its memory up front.
+const PRESIZED_ENTRIES: usize = 16_384;
+
 #[derive(Default)]
 struct Inner {
-    by_key: HashMap<IdempotencyKey, StoredRecord>,
-    by_execution: HashMap<ExecutionId, IdempotencyKey>,
-    /// When each held execution was reserved (a resolution's `started_at`).
-    reserved_at: HashMap<ExecutionId, DateTime<Utc>>,
-    /// When each finished execution's outcome was recorded (store clock), from which its
-    /// retention counts, as PostgreSQL counts it from the row's `finished_at`. Never earlier than
-    /// the record's own `finished_at`, which the engine fixes before it records.
-    recorded_at: HashMap<ExecutionId, DateTime<Utc>>,
+    /// Each held identity, its key shared with `by_execution` (one copy of its text).
+    by_key: HashMap<Arc<IdempotencyKey>, Held>,
+    by_execution: HashMap<ExecutionId, Arc<IdempotencyKey>>,
     /// Released executions: history, not counted against the capacity.
     released: HashMap<ExecutionId, ExecutionLookup>,
     /// Every decision's audit row, oldest first.
     audit: Vec<AuditEntry>,
+}
+
+/// A held identity's record with the store's own times of it, in one entry so that a reservation
+/// and an outcome each touch one table entry for them.
+struct Held {
+    /// The record as reserved; its `state` stays in flight, the outcome is `outcome`.
+    record: StoredRecord,
+    /// The recorded outcome, kept as the engine handed it (shared, not copied); `None` while in
+    /// flight.
+    outcome: Option<RecordedResult>,
+    /// When the execution was reserved (a resolution's `started_at`).
+    reserved_at: DateTime<Utc>,
+    /// When its outcome was recorded (store clock), from which its retention counts, as
+    /// PostgreSQL counts it from the row's `finished_at`. Never earlier than the record's own
+    /// `finished_at`, which the engine fixes before it records. `None` while in flight.
+    recorded_at: Option<DateTime<Utc>>,
+}
+
+impl Held {
+    /// The record as a store answers it: finished with its outcome once recorded.
+    fn record(&self) -> StoredRecord {
+        let mut record = self.record.clone();
+        if let Some(outcome) = &self.outcome {
+            record.state = RecordState::Finished(outcome.result().clone());
+        }
+        record
+    }
+
+    /// Its in-flight state; `None` once finished.
+    fn in_flight(&self) -> Option<InFlightState> {
+        match (&self.outcome, &self.record.state) {
+            (None, RecordState::InFlight(state)) => Some(*state),
+            _ => None,
+        }
+    }
 }
 
 impl Default for InMemoryIdempotencyStore {
@@ -68,7 +103,11 @@ impl InMemoryIdempotencyStore {
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                by_key: HashMap::with_capacity(capacity.min(PRESIZED_ENTRIES)),
+                by_execution: HashMap::with_capacity(capacity.min(PRESIZED_ENTRIES)),
+                ..Inner::default()
+            }),
             recorded: tokio::sync::broadcast::channel(RECORDED_BACKLOG).0,
         }
     }
@@ -100,33 +139,33 @@ impl InMemoryIdempotencyStore {
         intent: &ExecutionIntent,
     ) -> Result<Reservation, StoreError> {
         let mut inner = self.lock();
-        if let Some(record) = inner.by_key.get(key) {
-            if !inner.expired(record, intent.retention, decide::now_millis()) {
-                return Ok(Existing::for_record(record.clone(), fingerprint).into());
+        if let Some(held) = inner.by_key.get(key) {
+            if !held.expired(intent.retention, decide::now_millis()) {
+                return Ok(Existing::for_record(held.record(), fingerprint).into());
             }
             // Past its retention: the identity is vacant again, and this reservation takes the
             // expired record's slot (docs/semantics.md §12).
-            let expired = record.execution_id.clone();
+            let expired = held.record.execution_id.clone();
             inner.forget(key, &expired);
         } else if inner.by_key.len() >= self.capacity {
             return Err(StoreError::Capacity);
         }
-        inner.by_key.insert(
-            key.clone(),
-            StoredRecord {
-                execution_id: intent.execution_id.clone(),
-                fingerprint: fingerprint.clone(),
-                tool: intent.tool.clone(),
-                state: RecordState::InFlight(InFlightState::Running),
-                parts: intent.parts,
-            },
-        );
-        inner
-            .by_execution
-            .insert(intent.execution_id.clone(), key.clone());
-        inner
-            .reserved_at
-            .insert(intent.execution_id.clone(), decide::now_millis());
+        let record = StoredRecord {
+            execution_id: intent.execution_id.clone(),
+            fingerprint: fingerprint.clone(),
+            tool: intent.tool.clone(),
+            state: RecordState::InFlight(InFlightState::Running),
+            parts: intent.parts,
+        };
+        let held = Held {
+            record,
+            outcome: None,
+            reserved_at: decide::now_millis(),
+            recorded_at: None,
+        };
+        let key = Arc::new(key.clone());
+        inner.by_key.insert(Arc::clone(&key), held);
+        inner.by_execution.insert(intent.execution_id.clone(), key);
         Ok(Reservation::Reserved)
     }
 
@@ -141,26 +180,24 @@ impl InMemoryIdempotencyStore {
         let not_owner = || StoreError::NotOwner {
             execution_id: result.execution_id.clone(),
         };
-        let record = inner.by_key.get_mut(key).ok_or_else(not_owner)?;
+        let held = inner.by_key.get_mut(key).ok_or_else(not_owner)?;
         // No execution here is ever taken over (`take_over`), so only first attempts record.
-        if record.execution_id != result.execution_id
-            || &record.fingerprint != fingerprint
+        if held.record.execution_id != result.execution_id
+            || &held.record.fingerprint != fingerprint
             || recorded.attempt() != 1
         {
             return Err(not_owner());
         }
-        match &record.state {
-            RecordState::InFlight(_) => {
-                record.state = RecordState::Finished(result.clone());
-                inner
-                    .recorded_at
-                    .insert(result.execution_id.clone(), decide::now_millis());
+        match &held.outcome {
+            None => {
+                held.outcome = Some(recorded.clone());
+                held.recorded_at = Some(decide::now_millis());
                 // No waiter is fine.
                 let _ = self.recorded.send(result.execution_id.clone());
                 Ok(())
             }
-            RecordState::Finished(recorded) if recorded == result => Ok(()),
-            RecordState::Finished(_) => Err(not_owner()),
+            Some(outcome) if outcome.result() == result => Ok(()),
+            Some(_) => Err(not_owner()),
         }
     }
 }
@@ -182,8 +219,8 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, ()> {
         let mut inner = self.lock();
-        let unused = inner.by_key.get(key).is_some_and(|record| {
-            record.execution_id == *execution_id && matches!(record.state, RecordState::InFlight(_))
+        let unused = inner.by_key.get(key).is_some_and(|held| {
+            held.record.execution_id == *execution_id && held.in_flight().is_some()
         });
         if unused {
             inner.forget(key, execution_id);
@@ -193,7 +230,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     }
 
     fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
-        let answer = self.lock().by_key.get(key).cloned();
+        let answer = self.lock().by_key.get(key).map(Held::record);
         Box::pin(async move { Ok(answer) })
     }
 

@@ -2,45 +2,40 @@
 //! expired, and one pruning step under the store's lock. Running and interrupted records never
 //! expire.
 
-use super::Inner;
+use super::{Held, Inner};
 use crate::outcome::ExecutionId;
 use crate::retention::{is_expired, Pruned};
-use crate::runtime::{IdempotencyKey, RecordState, StoredRecord};
+use crate::runtime::IdempotencyKey;
 use chrono::{DateTime, Utc};
+use std::sync::Arc;
 use std::time::Duration;
 
-impl Inner {
-    /// Whether `record` no longer holds its identity at `now` under `retention`: it is finished
-    /// and `retention` has passed since its outcome was recorded (the store's clock, as
+impl Held {
+    /// Whether this record no longer holds its identity at `now` under `retention`: it is
+    /// finished and `retention` has passed since its outcome was recorded (the store's clock, as
     /// PostgreSQL's `finished_at` column; never before the `expires_at` answers state, which
     /// count from the record's own `finished_at`).
-    pub(super) fn expired(
-        &self,
-        record: &StoredRecord,
-        retention: Option<Duration>,
-        now: DateTime<Utc>,
-    ) -> bool {
-        match &record.state {
-            RecordState::Finished(result) => {
+    pub(super) fn expired(&self, retention: Option<Duration>, now: DateTime<Utc>) -> bool {
+        match &self.outcome {
+            Some(outcome) => {
+                let result = outcome.result();
                 let recorded = self
                     .recorded_at
-                    .get(&record.execution_id)
-                    .copied()
                     .unwrap_or(result.finished_at)
                     .max(result.finished_at);
                 is_expired(recorded, retention, now)
             }
-            RecordState::InFlight(_) => false,
+            None => false,
         }
     }
+}
 
+impl Inner {
     /// Removes `execution_id`'s hold of `key` (its record and indexes); history and audit rows
     /// stay.
     pub(super) fn forget(&mut self, key: &IdempotencyKey, execution_id: &ExecutionId) {
         self.by_key.remove(key);
         self.by_execution.remove(execution_id);
-        self.reserved_at.remove(execution_id);
-        self.recorded_at.remove(execution_id);
     }
 
     /// One pruning step: at most `batch` of each kind that outlived `retention` at `now`.
@@ -51,12 +46,12 @@ impl Inner {
         now: DateTime<Utc>,
     ) -> Pruned {
         let retention = Some(retention);
-        let records: Vec<(IdempotencyKey, ExecutionId)> = self
+        let records: Vec<(Arc<IdempotencyKey>, ExecutionId)> = self
             .by_key
             .iter()
-            .filter(|(_, record)| self.expired(record, retention, now))
+            .filter(|(_, held)| held.expired(retention, now))
             .take(batch)
-            .map(|(key, record)| (key.clone(), record.execution_id.clone()))
+            .map(|(key, held)| (key.clone(), held.record.execution_id.clone()))
             .collect();
         for (key, execution_id) in &records {
             self.forget(key, execution_id);
