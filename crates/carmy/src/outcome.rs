@@ -41,7 +41,7 @@ impl ExecutionId {
             && text
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        plausible.then(|| Self(text.to_owned()))
+        plausible.then(|| Self(text.into()))
     }
 
     /// The id as text, e.g. `exec_0f3c…`.
