@@ -95,10 +95,13 @@ pub(crate) async fn request_cancel(
     Ok(())
 }
 
-/// One autocommitted `DELETE` of the row, only while it is `running` and held by
-/// `execution_id` (`IdempotencyStore::release`: a reservation whose tool never ran).
+/// One autocommitted `DELETE` of the row, only while it is `running`, held by `execution_id`
+/// and owned by `instance_id` (`IdempotencyStore::release`: a reservation whose tool never
+/// ran). A release that arrives after another replica took the execution over
+/// (docs/semantics.md §12) deletes nothing: the taker's attempt holds it now.
 pub(crate) async fn release_unused(
     pool: &PgPool,
+    instance_id: &str,
     key: &IdempotencyKey,
     execution_id: &ExecutionId,
 ) -> Result<(), Failure> {
@@ -107,6 +110,7 @@ pub(crate) async fn release_unused(
         .bind(&key.session_id)
         .bind(&key.request_id)
         .bind(execution_id.as_str())
+        .bind(instance_id)
         .execute(pool)
         .await?
         .rows_affected();

@@ -216,11 +216,14 @@ pub const COMPLETE_RECHECK_SQL: &str =
     "SELECT execution_id, state, outcome FROM carmy.reservations \
      WHERE principal = $1 AND session_id = $2 AND request_id = $3";
 
-/// Deletes a running reservation held by one execution (`IdempotencyStore::release`).
-/// Binds: `$1` principal, `$2` session id, `$3` request id, `$4` execution id.
+/// Deletes a running reservation held by one execution and owned by this process
+/// (`IdempotencyStore::release`): once another replica took the execution over
+/// (docs/semantics.md §12) its running attempt is no longer this process's to free.
+/// Binds: `$1` principal, `$2` session id, `$3` request id, `$4` execution id, `$5` this
+/// instance.
 pub const RELEASE_RESERVATION_SQL: &str = "DELETE FROM carmy.reservations \
      WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
-       AND execution_id = $4 AND state = 'running'";
+       AND execution_id = $4 AND state = 'running' AND owner_instance = $5";
 
 /// Resolves an execution through the SQL function of migration `V6` (the one implementation,
 /// shared with DBAs). Binds: `$1` execution_id, `$2` status, `$3` data (JSON text), `$4` error
