@@ -1195,10 +1195,10 @@ async fn a_takeover_fences_the_earlier_attempt_and_has_one_winner() {
 
 /// A release from the first attempt's owner (its tool reported no effect, or its reservation
 /// was lost in transit, and the store failed until the link came back) arrives after another
-/// replica took the execution over: the taker's running row stays (docs/semantics.md §8.1:
-/// only the holder releases; §12: the attempt that holds the execution records it).
+/// replica took the execution over: the taker's running row stays. The taker's own release
+/// hands the execution back instead of freeing it (docs/semantics.md §8.3, §12).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_late_release_by_the_first_owner_leaves_a_taken_over_execution_alone() {
+async fn a_release_leaves_a_taken_over_execution_alone_or_hands_it_back() {
     let db = TestDb::migrated().await;
     let pool = db.pool().await;
     let owner = db.store().await;
@@ -1218,11 +1218,24 @@ async fn a_late_release_by_the_first_owner_leaves_a_taken_over_execution_alone()
     assert_eq!(taker.take_over(taken_over).await.unwrap(), Some(2));
     let taken = raw_row(&pool, &k).await.unwrap();
     owner.release(&k, id).await.unwrap();
-    assert_eq!(raw_row(&pool, &k).await, Some(taken));
+    assert_eq!(raw_row(&pool, &k).await.as_ref(), Some(&taken));
     assert_eq!(
         taker.lookup(&k).await.unwrap().unwrap().state,
         RecordState::InFlight(InFlightState::Running)
     );
+    // The taker's own release (its tool did nothing this time) hands the execution back: the
+    // first attempt's effect is still unknown, so it reads interrupted and is taken over next.
+    taker.release(&k, id).await.unwrap();
+    let handed_back = RawRow {
+        owner_instance: None,
+        ..taken
+    };
+    assert_eq!(raw_row(&pool, &k).await, Some(handed_back));
+    assert_eq!(
+        taker.lookup(&k).await.unwrap().unwrap().state,
+        RecordState::InFlight(InFlightState::Interrupted)
+    );
+    assert_eq!(taker.take_over(taken_over).await.unwrap(), Some(3));
     taker.shutdown().await.unwrap();
     pool.close().await;
 }
