@@ -6,6 +6,7 @@ use crate::failure::Failure;
 use crate::sql::{NOTIFY_CANCEL_SQL, RELEASE_RESERVATION_SQL};
 use carmy::runtime::IdempotencyKey;
 use sqlx::postgres::PgPool;
+use sqlx::Row;
 
 use carmy::outcome::ExecutionId;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
@@ -95,23 +96,30 @@ pub(crate) async fn request_cancel(
     Ok(())
 }
 
-/// One autocommitted `DELETE` of the row, only while it is `running` and held by
-/// `execution_id` (`IdempotencyStore::release`: a reservation whose tool never ran).
+/// One autocommitted statement ([`RELEASE_RESERVATION_SQL`]) on the row, only while it is
+/// `running`, held by `execution_id` and owned by `instance_id` (`IdempotencyStore::release`:
+/// a reservation whose tool never ran): a first attempt's row is deleted, a taken-over
+/// attempt's handed back so that it reads interrupted again (docs/semantics.md §12). A release
+/// that arrives after another replica took the execution over changes nothing.
 pub(crate) async fn release_unused(
     pool: &PgPool,
+    instance_id: &str,
     key: &IdempotencyKey,
     execution_id: &ExecutionId,
 ) -> Result<(), Failure> {
-    let deleted = sqlx::query(RELEASE_RESERVATION_SQL)
+    let row = sqlx::query(RELEASE_RESERVATION_SQL)
         .bind(&key.principal)
         .bind(&key.session_id)
         .bind(&key.request_id)
         .bind(execution_id.as_str())
-        .execute(pool)
-        .await?
-        .rows_affected();
-    if deleted > 0 {
+        .bind(instance_id)
+        .fetch_one(pool)
+        .await?;
+    if row.try_get::<i64, _>("deleted")? > 0 {
         tracing::info!(%execution_id, "freed a reservation whose tool never ran");
+    }
+    if row.try_get::<i64, _>("handed_back")? > 0 {
+        tracing::info!(%execution_id, "handed a taken-over execution back: its tool did nothing this time, an earlier attempt's effect is unknown; the next attempt takes it over again");
     }
     Ok(())
 }

@@ -216,11 +216,29 @@ pub const COMPLETE_RECHECK_SQL: &str =
     "SELECT execution_id, state, outcome FROM carmy.reservations \
      WHERE principal = $1 AND session_id = $2 AND request_id = $3";
 
-/// Deletes a running reservation held by one execution (`IdempotencyStore::release`).
-/// Binds: `$1` principal, `$2` session id, `$3` request id, `$4` execution id.
-pub const RELEASE_RESERVATION_SQL: &str = "DELETE FROM carmy.reservations \
-     WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
-       AND execution_id = $4 AND state = 'running'";
+/// Frees a running reservation held by one execution and owned by this process
+/// (`IdempotencyStore::release`: its tool reported that nothing happened). A first attempt's
+/// row is deleted; a taken-over attempt's (`attempt > 1`, docs/semantics.md §12) is handed back
+/// instead (`owner_instance = NULL`, so it reads interrupted again): the earlier attempt's
+/// effect is still unknown, and the next attempt takes it over under the same execution id.
+/// Once another replica took the execution over, its attempt is not this process's to free.
+/// Binds: `$1` principal, `$2` session id, `$3` request id, `$4` execution id, `$5` this
+/// instance. Returns one row: `deleted` and `handed_back` (`bigint` counts, 0 or 1).
+pub const RELEASE_RESERVATION_SQL: &str = "WITH handed_back AS ( \
+         UPDATE carmy.reservations SET owner_instance = NULL \
+         WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
+           AND execution_id = $4 AND state = 'running' AND owner_instance = $5 \
+           AND attempt > 1 \
+         RETURNING 1 \
+     ), deleted AS ( \
+         DELETE FROM carmy.reservations \
+         WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
+           AND execution_id = $4 AND state = 'running' AND owner_instance = $5 \
+           AND attempt = 1 \
+         RETURNING 1 \
+     ) \
+     SELECT (SELECT count(*) FROM deleted) AS deleted, \
+            (SELECT count(*) FROM handed_back) AS handed_back";
 
 /// Resolves an execution through the SQL function of migration `V6` (the one implementation,
 /// shared with DBAs). Binds: `$1` execution_id, `$2` status, `$3` data (JSON text), `$4` error

@@ -52,6 +52,20 @@ fn complete<'a>(
     })
 }
 
+/// The store's `reserve` of `key` with `fingerprint` for `intent`.
+fn reserve<'a>(
+    store: &'a (impl IdempotencyStore + ?Sized),
+    key: &'a IdempotencyKey,
+    fingerprint: &'a Fingerprint,
+    intent: &'a ExecutionIntent,
+) -> StoreFuture<'a, Reservation> {
+    store.reserve(ReserveRequest {
+        key,
+        fingerprint,
+        intent,
+    })
+}
+
 fn intent(tool: &str) -> ExecutionIntent {
     ExecutionIntent {
         execution_id: ExecutionId::generate(),
@@ -1176,6 +1190,53 @@ async fn a_takeover_fences_the_earlier_attempt_and_has_one_winner() {
     for taker in takers {
         taker.shutdown().await.unwrap();
     }
+    pool.close().await;
+}
+
+/// A release from the first attempt's owner (its tool reported no effect, or its reservation
+/// was lost in transit, and the store failed until the link came back) arrives after another
+/// replica took the execution over: the taker's running row stays. The taker's own release
+/// hands the execution back instead of freeing it (docs/semantics.md §8.3, §12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_leaves_a_taken_over_execution_alone_or_hands_it_back() {
+    let db = TestDb::migrated().await;
+    let pool = db.pool().await;
+    let owner = db.store().await;
+    let taker = db.store().await;
+    let k = key("alice", "default", "released-late");
+    let holder = intent("read_orders");
+    let fingerprint = fp('a');
+    let reserved = reserve(&owner, &k, &fingerprint, &holder).await.unwrap();
+    assert_eq!(reserved, Reservation::Reserved);
+    let id = &holder.execution_id;
+    owner.shutdown().await.unwrap();
+    let taken_over = TakeOverRequest {
+        key: &k,
+        fingerprint: &fingerprint,
+        execution_id: id,
+    };
+    assert_eq!(taker.take_over(taken_over).await.unwrap(), Some(2));
+    let taken = raw_row(&pool, &k).await.unwrap();
+    owner.release(&k, id).await.unwrap();
+    assert_eq!(raw_row(&pool, &k).await.as_ref(), Some(&taken));
+    assert_eq!(
+        taker.lookup(&k).await.unwrap().unwrap().state,
+        RecordState::InFlight(InFlightState::Running)
+    );
+    // The taker's own release (its tool did nothing this time) hands the execution back: the
+    // first attempt's effect is still unknown, so it reads interrupted and is taken over next.
+    taker.release(&k, id).await.unwrap();
+    let handed_back = RawRow {
+        owner_instance: None,
+        ..taken
+    };
+    assert_eq!(raw_row(&pool, &k).await, Some(handed_back));
+    assert_eq!(
+        taker.lookup(&k).await.unwrap().unwrap().state,
+        RecordState::InFlight(InFlightState::Interrupted)
+    );
+    assert_eq!(taker.take_over(taken_over).await.unwrap(), Some(3));
+    taker.shutdown().await.unwrap();
     pool.close().await;
 }
 

@@ -133,10 +133,13 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// fails (the caller retries: a retry after a lost acknowledgement is `Ok`).
     fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()>;
 
-    /// Frees a reservation that `execution_id` made but never used (its tool did not start):
-    /// removes the identity's record only if it is still running and held by `execution_id`.
-    /// `Ok` when there is nothing to free. Used after [`StoreError::Indeterminate`] from
-    /// `reserve`.
+    /// Frees a reservation that `execution_id` made but never used (its tool did not start, or
+    /// reported that nothing happened): removes the identity's record only if it is still
+    /// running and held by `execution_id` under this process. An execution this process took
+    /// over ([`IdempotencyStore::take_over`]) is handed back instead, reading interrupted again:
+    /// an earlier attempt's effect is still unknown (docs/semantics.md §8.3, §12). `Ok` when
+    /// there is nothing to free. Used after [`StoreError::Indeterminate`] from `reserve` and
+    /// after a tool's `NotExecuted`.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] or [`StoreError::Indeterminate`] when the store fails (the

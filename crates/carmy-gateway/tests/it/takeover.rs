@@ -31,6 +31,12 @@ url = "{base}/stuck-once-raced"
 on_interrupted = "rerun"
 
 [[tools]]
+name = "rerun_busy"
+url = "{base}/stuck-once-busy"
+on_interrupted = "rerun"
+not_executed_statuses = [429]
+
+[[tools]]
 name = "stays"
 url = "{base}/stuck-once-stays"
 "#
@@ -85,6 +91,15 @@ async fn interrupted(
     .await
 }
 
+/// The idempotency keys of the upstream's requests at `path`, in order of arrival.
+fn keys_at(upstream: &Upstream, path: &str) -> Vec<Option<String>> {
+    upstream
+        .arrivals_at(path)
+        .into_iter()
+        .map(|arrival| arrival.idempotency_key)
+        .collect()
+}
+
 /// The `(action, attempt after)` of every audit row of `execution_id`, and the row's attempt.
 async fn takeover_trace(db: &TestDb, execution_id: &str) -> (Vec<(String, Value)>, i32) {
     let mut connection = db.connect().await;
@@ -130,12 +145,10 @@ async fn a_rerun_tool_is_taken_over_with_the_same_key_and_the_default_stays_unce
     assert_eq!(body["replayed"], false, "{body}");
     assert_eq!(body["status"], "completed", "{body}");
     assert_eq!(body["data"]["key"], id.as_str(), "{body}");
-    let keys: Vec<Option<String>> = upstream
-        .arrivals_at("/stuck-once-rerun")
-        .into_iter()
-        .map(|arrival| arrival.idempotency_key)
-        .collect();
-    assert_eq!(keys, vec![Some(id.clone()), Some(id.clone())]);
+    assert_eq!(
+        keys_at(&upstream, "/stuck-once-rerun"),
+        vec![Some(id.clone()), Some(id.clone())]
+    );
     let (audit, attempt) = takeover_trace(&db, &id).await;
     assert_eq!(audit, vec![("takeover".to_owned(), json!(2))]);
     assert_eq!(attempt, 2);
@@ -194,4 +207,58 @@ async fn of_concurrent_retries_over_two_replicas_one_takes_over() {
     let (audit, attempt) = takeover_trace(&db, &id).await;
     assert_eq!(audit, vec![("takeover".to_owned(), json!(2))]);
     assert_eq!(attempt, 2);
+}
+
+/// The first attempt may have acted upstream under the execution id (its owner died while the
+/// upstream held it); the second attempt, taken over, meets a busy upstream that says nothing
+/// happened. That says nothing of the first attempt: the identity must keep the execution, so
+/// the next attempt sends the same idempotency key again (docs/semantics.md §12) instead of
+/// running as a new execution under a new key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_taken_over_attempt_that_did_nothing_keeps_the_execution_and_its_key() {
+    let db = TestDb::create().await;
+    let upstream = Upstream::start().await;
+    let file = tools(&upstream.base());
+    let (mut a, b) = (replica("busy-a", &db, &file), replica("busy-b", &db, &file));
+    let http = client();
+    let id = interrupted(&upstream, &mut a, &b, "rerun_busy", "/stuck-once-busy").await;
+    let call =
+        json!({"tool": "rerun_busy", "arguments": {"amount": 5}, "request_id": "rerun_busy"});
+    let (status, body) = post(&http, &b, &call).await;
+    assert_eq!(
+        (status, body["code"].clone()),
+        (503, json!("UPSTREAM_UNAVAILABLE")),
+        "{body}"
+    );
+    // The execution is handed back, not freed: it reads interrupted again, attempt 2 of it.
+    let (_, body) = request(
+        &http,
+        &b,
+        Method::GET,
+        "/v1/executions?request_id=rerun_busy",
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (body["execution_id"].as_str(), body["status"].as_str()),
+        (Some(id.as_str()), Some("interrupted")),
+        "{body}"
+    );
+    let (status, body) = post(&http, &b, &call).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        keys_at(&upstream, "/stuck-once-busy"),
+        vec![Some(id.clone()), Some(id.clone()), Some(id.clone())]
+    );
+    assert_eq!(body["execution_id"], id.as_str(), "{body}");
+    let (audit, attempt) = takeover_trace(&db, &id).await;
+    assert_eq!(
+        audit,
+        vec![
+            ("takeover".to_owned(), json!(2)),
+            ("takeover".to_owned(), json!(3))
+        ]
+    );
+    assert_eq!(attempt, 3);
 }

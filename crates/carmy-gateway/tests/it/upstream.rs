@@ -82,6 +82,11 @@ async fn answer(method: Method, uri: Uri, headers: HeaderMap, body: Bytes, nth: 
             tokio::time::sleep(Duration::from_secs(600)).await;
             reply(504, "\"too late\"".to_owned())
         }
+        // The second request of a taken-over call meets a busy upstream (429, "nothing
+        // happened" for tools that list it); later ones fall through to the echo.
+        path if path.starts_with("/stuck-once-busy") && nth == 2 => {
+            reply(429, "\"busy\"".to_owned())
+        }
         _ => {
             let echo = serde_json::json!({
                 "method": method.as_str(),

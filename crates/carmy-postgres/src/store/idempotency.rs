@@ -20,15 +20,15 @@ use tokio::sync::{broadcast, watch};
 /// with this process's instance id as the actor; a waiter registers in `carmy.outcome_waiters`
 /// and waits on the listener ([`crate::wait`]).
 impl IdempotencyStore for PostgresStore {
-    /// One autocommitted `DELETE` of the row, only while it is `running` and held by
-    /// `execution_id`.
+    /// One autocommitted `DELETE` of the row, only while it is `running`, held by
+    /// `execution_id` and owned by this process (not after another replica took it over).
     fn release<'a>(
         &'a self,
         key: &'a IdempotencyKey,
         execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.finish(release_unused(&self.pool, key, execution_id).await)
+            self.finish(release_unused(&self.pool, &self.instance_id, key, execution_id).await)
                 .await
         })
     }
