@@ -67,17 +67,36 @@ impl Lease {
     }
 
     /// Sets `lease_expires_at = now() + ttl` (inserting the row if it is missing).
+    ///
+    /// The statement gets one renewal interval to answer; past it the connection is closed
+    /// rather than handed back, so a link that went silent in the middle of a renewal cannot
+    /// hold the lease's only connection until TCP gives up, and the next renewal opens a new
+    /// one (docs/semantics.md §12).
+    ///
+    /// # Errors
+    /// The statement's error; [`sqlx::Error::Io`] (`TimedOut`) when it got no answer in time.
     pub(crate) async fn renew(&self) -> Result<(), sqlx::Error> {
         let sent = Instant::now();
-        sqlx::query(LEASE_SQL)
+        let ttl = Duration::from_millis(u64::try_from(self.ttl_millis).unwrap_or(0));
+        let mut connection = self.pool.acquire().await?;
+        let statement = sqlx::query(LEASE_SQL)
             .bind(&self.instance_id)
             .bind(self.hostname.as_deref())
             .bind(self.pid)
             .bind(self.ttl_millis)
-            .execute(&self.pool)
-            .await?;
+            .execute(&mut *connection);
+        let Ok(answered) = tokio::time::timeout(renewal_interval(ttl), statement).await else {
+            connection.close_on_drop();
+            return Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the lease renewal got no answer within {} ms; its connection is closed",
+                    renewal_interval(ttl).as_millis()
+                ),
+            )));
+        };
+        answered?;
         self.registered.store(true, Ordering::Release);
-        let ttl = Duration::from_millis(u64::try_from(self.ttl_millis).unwrap_or(0));
         *self
             .held_until
             .lock()

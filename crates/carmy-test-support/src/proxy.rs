@@ -4,7 +4,8 @@
 //! soon as it is accepted (a link that resets); [`CutProxy::freeze`] forwards nothing in either
 //! direction, holding what was sent until [`CutProxy::restore`] (a link that drops packets:
 //! statements hang rather than fail). Restoring relays new connections again and resumes the
-//! frozen ones.
+//! frozen ones; [`CutProxy::restore_new_only`] relays new connections but keeps the frozen ones
+//! silent for good (a failover: the old connections' packets go nowhere).
 
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -17,7 +18,9 @@ pub struct CutProxy {
     /// Its loopback port.
     pub port: u16,
     cut: Arc<watch::Sender<bool>>,
-    frozen: Arc<watch::Sender<bool>>,
+    /// The freeze that new connections follow; [`CutProxy::restore_new_only`] replaces it, so
+    /// the connections made before keep the old one, frozen.
+    frozen: Arc<std::sync::Mutex<Arc<watch::Sender<bool>>>>,
     task: JoinHandle<()>,
 }
 
@@ -32,7 +35,7 @@ impl CutProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
         let port = listener.local_addr().expect("its address").port();
         let cut = Arc::new(watch::Sender::new(false));
-        let frozen = Arc::new(watch::Sender::new(false));
+        let frozen = Arc::new(std::sync::Mutex::new(Arc::new(watch::Sender::new(false))));
         let (shared_cut, shared_frozen) = (Arc::clone(&cut), Arc::clone(&frozen));
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -40,11 +43,15 @@ impl CutProxy {
                     drop(client);
                     continue;
                 }
+                let frozen = shared_frozen
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .subscribe();
                 tokio::spawn(relay(
                     client,
                     upstream.clone(),
                     shared_cut.subscribe(),
-                    shared_frozen.subscribe(),
+                    frozen,
                 ));
             }
         });
@@ -82,13 +89,33 @@ impl CutProxy {
     /// Freezes the link: nothing is forwarded either way (new connections are accepted and
     /// held), nothing is closed.
     pub fn freeze(&self) {
-        self.frozen.send_replace(true);
+        self.current_freeze().send_replace(true);
     }
 
     /// Restores the link: new connections are relayed, frozen ones resume.
     pub fn restore(&self) {
         self.cut.send_replace(false);
-        self.frozen.send_replace(false);
+        self.current_freeze().send_replace(false);
+    }
+
+    /// Relays new connections again while the frozen ones stay silent for good: what a client
+    /// sees after a failover, where only a new connection reaches the server.
+    pub fn restore_new_only(&self) {
+        self.cut.send_replace(false);
+        *self
+            .frozen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Arc::new(watch::Sender::new(false));
+    }
+
+    fn current_freeze(&self) -> Arc<watch::Sender<bool>> {
+        Arc::clone(
+            &self
+                .frozen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 }
 

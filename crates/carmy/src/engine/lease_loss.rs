@@ -56,12 +56,20 @@ impl Engine {
                 let Some(engine) = engine.upgrade() else {
                     return;
                 };
-                let reserved: Vec<ExecutionId> = engine
-                    .running_map()
-                    .iter()
-                    .filter(|(_, running)| running.reserved)
-                    .map(|(execution_id, _)| execution_id.clone())
-                    .collect();
+                // Read again under the running map's lock: a renewal that landed since the
+                // wake-up must not stop an execution started after it.
+                let reserved: Vec<ExecutionId> = {
+                    let running = engine.running_map();
+                    if engine.lease_lapsed() {
+                        running
+                            .iter()
+                            .filter(|(_, running)| running.reserved)
+                            .map(|(execution_id, _)| execution_id.clone())
+                            .collect()
+                    } else {
+                        Vec::new()
+                    }
+                };
                 for execution_id in &reserved {
                     engine.stop_for_lease_loss(execution_id);
                 }
