@@ -44,6 +44,11 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// mimalloc instead of the system allocator: the per-call work is mostly small allocations
+/// (keys, records, JSON), which it serves faster (README "Performance").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();

@@ -2,6 +2,11 @@
 
 use std::process::ExitCode;
 
+/// mimalloc instead of the system allocator: the per-call work is mostly small allocations
+/// (keys, records, JSON), which it serves faster (README "Performance").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     carmy_gateway::main_with_args(std::env::args_os()).await

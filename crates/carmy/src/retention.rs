@@ -30,9 +30,14 @@ pub const DEFAULT_PRUNE_BATCH: usize = 1000;
 /// How often a replica looks for expired records (`CARMY_PRUNE_INTERVAL_MS`).
 pub const DEFAULT_PRUNE_INTERVAL: Duration = Duration::from_secs(60);
 
-/// The pause between two full pruning steps, so that pruning a large backlog leaves the database
-/// to the calls in between.
+/// The shortest pause between two full pruning steps, so that pruning a large backlog leaves
+/// the database to the calls in between.
 pub const PRUNE_PAUSE: Duration = Duration::from_millis(20);
+
+/// The pause after a full pruning step is at least this many times as long as the step took:
+/// a backlog is pruned with the database busy at most a fifth of the time, so the calls beside
+/// it keep their latency (docs/semantics.md §12).
+pub const PRUNE_PACE: u32 = 4;
 
 /// When a record finished at `finished_at` expires under `retention` (`None`: never). Saturates
 /// far in the future instead of overflowing.
@@ -100,7 +105,8 @@ pub enum PruneStep {
 }
 
 /// Prunes `store` every `interval` until `stop` is cancelled: one pass is steps of at most
-/// `batch` rows per kind, [`PRUNE_PAUSE`] apart, until a step deletes less than a full batch or
+/// `batch` rows per kind, each followed by a pause of [`PRUNE_PACE`] times its own length (at
+/// least [`PRUNE_PAUSE`]), until a step deletes less than a full batch or
 /// another replica holds the lock. Counts pruned records in `carmy_prunes_total`; a failing
 /// step is logged and retried at the next interval. The first pass starts at once.
 pub async fn run_pruner(
@@ -114,10 +120,12 @@ pub async fn run_pruner(
     loop {
         let mut pass = Pruned::default();
         loop {
+            let started = std::time::Instant::now();
             let step = tokio::select! {
                 () = stop.cancelled() => return,
                 step = store.prune_expired(retention, batch) => step,
             };
+            let pause = (started.elapsed() * PRUNE_PACE).max(PRUNE_PAUSE);
             match step {
                 Ok(PruneStep::Pruned(pruned)) => {
                     metrics.records_pruned(pruned.records);
@@ -137,7 +145,7 @@ pub async fn run_pruner(
             }
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(PRUNE_PAUSE) => {}
+                () = tokio::time::sleep(pause) => {}
             }
         }
         if pass != Pruned::default() {

@@ -212,15 +212,16 @@ impl Report {
                     (Some(mcp), Some(api)) => {
                         let api_rate = api.calls_per_second.max(f64::MIN_POSITIVE);
                         let value = mcp.calls_per_second / api_rate;
-                        // The SDK's floor: a `ping` over /mcp, no tool call at all.
-                        let floor =
-                            self.run(Scenario::McpPing, c, true)
-                                .map_or_else(String::new, |ping| {
-                                    format!(
-                                        "; an MCP ping alone: {:.2} x",
-                                        ping.calls_per_second / api_rate
-                                    )
-                                });
+                        // The SDK's floor under a replay: a `ping` over /mcp, no tool call.
+                        let ping = (scenario == Scenario::McpReplay)
+                            .then(|| self.run(Scenario::McpPing, c, true))
+                            .flatten();
+                        let floor = ping.map_or_else(String::new, |ping| {
+                            format!(
+                                "; an MCP ping alone: {:.2} x",
+                                ping.calls_per_second / api_rate
+                            )
+                        });
                         Target {
                             name,
                             figure: format!(
@@ -299,8 +300,8 @@ impl Report {
             "new-identity p99 at c={} with pruning <= {PRUNING_P99_RATIO} x without, {} rows{}",
             pruning.with.concurrency,
             pruning.rows,
-            if self.settings.quick {
-                " (--quick: a smaller table than the 1 million of the target)"
+            if pruning.rows < 1_000_000 {
+                " (a smaller table than the 1 million of the target)"
             } else {
                 ""
             }
