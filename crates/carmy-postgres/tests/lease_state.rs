@@ -22,8 +22,14 @@ fn intent() -> ExecutionIntent {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lease_state_lapses_while_cut_off_and_holds_again_after_a_renewal() {
+/// A store with a 900 ms lease reaching its database through a [`CutProxy`], its lease held;
+/// the database, the proxy, the store and the lease state.
+async fn store_behind_a_proxy() -> (
+    TestDb,
+    CutProxy,
+    PostgresStore,
+    tokio::sync::watch::Receiver<LeaseState>,
+) {
     let db = TestDb::migrated().await;
     let proxy = CutProxy::start(&db.url).await;
     let mut options = db.options();
@@ -33,6 +39,12 @@ async fn the_lease_state_lapses_while_cut_off_and_holds_again_after_a_renewal() 
     let store = PostgresStore::connect(options).await.unwrap();
     let mut state = store.lease_state().expect("a store with a lease");
     assert_eq!(*state.borrow_and_update(), LeaseState::Held);
+    (db, proxy, store, state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_state_lapses_while_cut_off_and_holds_again_after_a_renewal() {
+    let (_db, proxy, store, mut state) = store_behind_a_proxy().await;
     let fingerprint = Fingerprint {
         version: "v1".to_owned(),
         digest: "a".repeat(64),
@@ -88,15 +100,7 @@ async fn the_lease_state_lapses_while_cut_off_and_holds_again_after_a_renewal() 
 /// one renewal interval, `Lease::renew`; that window is too narrow to hit from a test.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_connection_gone_silent_is_given_up_and_the_lease_comes_back() {
-    let db = TestDb::migrated().await;
-    let proxy = CutProxy::start(&db.url).await;
-    let mut options = db.options();
-    options.database_url = proxy.url(&db.url);
-    options.lease_ttl = Duration::from_millis(900);
-    options.acquire_timeout = Duration::from_millis(300);
-    let store = PostgresStore::connect(options).await.unwrap();
-    let mut state = store.lease_state().expect("a store with a lease");
-    assert_eq!(*state.borrow_and_update(), LeaseState::Held);
+    let (_db, proxy, store, mut state) = store_behind_a_proxy().await;
 
     proxy.freeze();
     tokio::time::timeout(

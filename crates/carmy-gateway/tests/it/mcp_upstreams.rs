@@ -58,6 +58,31 @@ async fn tool_names(http: &reqwest::Client, gateway: &carmy_test_support::Replic
         .collect()
 }
 
+/// Waits (15 s at most) until `tool` called with `{"text": "after"}` as `request_id` completes
+/// on `gateway`: the upstream behind it serves again.
+async fn serves_again(
+    http: &reqwest::Client,
+    gateway: &carmy_test_support::Replica,
+    what: &str,
+    tool: &str,
+    request_id: &str,
+) {
+    eventually(Duration::from_secs(15), what, || async {
+        let (status, body) = post(
+            http,
+            gateway,
+            &call(tool, json!({"text": "after"}), request_id),
+        )
+        .await;
+        if status == 200 && body["status"] == "completed" {
+            Ok(())
+        } else {
+            Err((status, body))
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stdio_server_is_imported_called_replayed_refreshed_and_restarted() {
     let file = write_tools_file("");
@@ -186,22 +211,12 @@ async fn a_stdio_server_is_imported_called_replayed_refreshed_and_restarted() {
         ),
         "{lost}"
     );
-    eventually(
-        Duration::from_secs(15),
+    serves_again(
+        &http,
+        &gateway,
         "the child restarted and serves",
-        || async {
-            let (status, body) = post(
-                &http,
-                &gateway,
-                &call("py.write", json!({"text": "after"}), "w2"),
-            )
-            .await;
-            if status == 200 && body["status"] == "completed" {
-                Ok(())
-            } else {
-                Err((status, body))
-            }
-        },
+        "py.write",
+        "w2",
     )
     .await;
     assert_eq!(started_pids(&state).len(), 2);
@@ -365,22 +380,12 @@ async fn a_python_sdk_server_killed_mid_call_leaves_the_call_recorded_outcome_un
         "{lost}"
     );
     let _server = start_sdk_server(port, &state).await;
-    eventually(
-        Duration::from_secs(15),
+    serves_again(
+        &http,
+        &gateway,
         "the restarted server takes new calls",
-        || async {
-            let (status, body) = post(
-                &http,
-                &gateway,
-                &call("sdk.note", json!({"text": "after"}), "n2"),
-            )
-            .await;
-            if status == 200 && body["status"] == "completed" {
-                Ok(())
-            } else {
-                Err((status, body))
-            }
-        },
+        "sdk.note",
+        "n2",
     )
     .await;
     let (status, replayed) = post(&http, &gateway, &call("sdk.hang", json!({}), "h1")).await;
