@@ -16,7 +16,8 @@ use carmy::decision::{
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult};
 use carmy::runtime::{
-    Decided, ExecutionLookup, IdempotencyKey, InFlightState, RecordState, StoreError, StoredRecord,
+    CompleteRequest, Decided, ExecutionLookup, IdempotencyKey, InFlightState, RecordState,
+    StoreError, StoredRecord,
 };
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgPool, PgRow};
@@ -59,15 +60,16 @@ pub(crate) async fn resolve(
         .map(serde_json::to_string)
         .transpose()
         .map_err(|e| unavailable_text(&e))?;
+    let decision = &request.decision;
     let query = sqlx::query(RESOLVE_EXECUTION_SQL)
-        .bind(request.execution_id.as_str())
+        .bind(decision.execution_id.as_str())
         .bind(request.status.as_str())
         .bind(data)
         .bind(error)
-        .bind(&request.note)
-        .bind(&request.actor)
-        .bind(request.force)
-        .bind(request.principal.as_deref());
+        .bind(&decision.note)
+        .bind(&decision.actor)
+        .bind(decision.force)
+        .bind(decision.principal.as_deref());
     let outcome = match decide(query, pool).await? {
         Ok(outcome) => outcome,
         Err(refused) => return Ok(Err(refused)),
@@ -134,14 +136,14 @@ fn unavailable_text(error: &dyn std::fmt::Display) -> StoreError {
     StoreError::Unavailable(format!("cannot read a decision's answer: {error}"))
 }
 
-/// Keeps `result`, which arrived after its execution was decided, as a late arrival; the
-/// execution that holds `key` now.
+/// Keeps the outcome of `refused`, a `complete` that arrived after its execution was decided,
+/// as a late arrival; the execution that holds the identity now.
 pub(crate) async fn late_arrival(
     pool: &PgPool,
     instance_id: &str,
-    key: &IdempotencyKey,
-    recorded: &carmy::RecordedResult,
+    refused: CompleteRequest<'_>,
 ) -> Result<Option<ExecutionId>, Failure> {
+    let (key, recorded) = (refused.key, refused.result);
     let result = recorded.result();
     let row = sqlx::query(LATE_ARRIVAL_SQL)
         .bind(&key.principal)

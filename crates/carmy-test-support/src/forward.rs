@@ -55,10 +55,9 @@ macro_rules! forward_recovery {
 
         fn record_late_arrival<'a>(
             &'a self,
-            key: &'a ::carmy::runtime::IdempotencyKey,
-            result: &'a ::carmy::RecordedResult,
+            refused: ::carmy::runtime::CompleteRequest<'a>,
         ) -> ::carmy::runtime::StoreFuture<'a, Option<::carmy::ExecutionId>> {
-            self.$inner.record_late_arrival(key, result)
+            self.$inner.record_late_arrival(refused)
         }
 
         fn audit_trail<'a>(

@@ -224,10 +224,9 @@ impl IdempotencyStore for ReplayCache {
 
     fn record_late_arrival<'a>(
         &'a self,
-        key: &'a IdempotencyKey,
-        result: &'a RecordedResult,
+        refused: CompleteRequest<'a>,
     ) -> StoreFuture<'a, Option<ExecutionId>> {
-        self.inner.record_late_arrival(key, result)
+        self.inner.record_late_arrival(refused)
     }
 
     /// Running records are never cached: the inner store waits and reads.

@@ -40,43 +40,41 @@ fn rfc3339_millis<S: Serializer>(at: &DateTime<Utc>, serializer: S) -> Result<S:
     serializer.serialize_str(&at.to_rfc3339_opts(SecondsFormat::Millis, true))
 }
 
-/// A request to record the outcome that reconciliation found for an uncertain execution.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ResolveRequest {
-    /// The execution to resolve.
+/// What every decision states: which execution, on whose behalf, who decides, why, and
+/// whether it may act on a running one (docs/semantics.md §12). A release needs nothing more
+/// ([`ReleaseRequest`]); a resolution adds the outcome ([`ResolveRequest`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The execution decided on.
     pub execution_id: ExecutionId,
     /// `None` lets the decision act on any principal's execution (an operator); `Some` limits
     /// it to that principal's (the owner): another principal's execution is
     /// [`DecisionRefusal::NotFound`].
     pub principal: Option<String>,
+    /// Why (required, non-empty, at most [`MAX_NOTE_BYTES`]).
+    pub note: String,
+    /// Who decides (recorded as `resolution.by` and in the audit log).
+    pub actor: String,
+    /// Also decide on an execution whose owner still holds its lease (`running`).
+    pub force: bool,
+}
+
+/// A request to record the outcome that reconciliation found for an uncertain execution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolveRequest {
+    /// Which execution, who, why.
+    pub decision: Decision,
     /// The outcome's status.
     pub status: ExecutionStatus,
     /// The outcome's `data` (`null` unless `status` is `completed`).
     pub data: Value,
     /// The outcome's `error`: `None` exactly when `status` is `completed`.
     pub error: Option<ExecutionError>,
-    /// Why (required, non-empty, at most [`MAX_NOTE_BYTES`]).
-    pub note: String,
-    /// Who decides (recorded as `resolution.by` and in the audit log).
-    pub actor: String,
-    /// Also resolve an execution whose owner still holds its lease (`running`).
-    pub force: bool,
 }
 
-/// A request to free an uncertain execution's identity so that the next attempt runs the tool.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReleaseRequest {
-    /// The execution to release.
-    pub execution_id: ExecutionId,
-    /// As [`ResolveRequest::principal`].
-    pub principal: Option<String>,
-    /// Why (required, non-empty, at most [`MAX_NOTE_BYTES`]).
-    pub note: String,
-    /// Who decides.
-    pub actor: String,
-    /// Also release an execution whose owner still holds its lease (`running`).
-    pub force: bool,
-}
+/// A request to free an uncertain execution's identity so that the next attempt runs the tool:
+/// a [`Decision`] and nothing more.
+pub type ReleaseRequest = Decision;
 
 /// A released execution as history keeps it: its identity is free again, the trace stays.
 #[derive(Clone, Debug, PartialEq, Eq)]

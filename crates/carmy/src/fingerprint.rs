@@ -230,36 +230,23 @@ mod tests {
             r#"{"a":1,"n":9007199254740993}"#,
             Some(r#"{"m":1}"#),
         );
-        let differs = |other: FingerprintParts| base.differs(&other);
-        // The same call written differently is the same in every part.
-        assert_eq!(
-            differs(parts(
-                "echo",
-                r#"{"n":9007199254740993,"a":1.0}"#,
-                Some(r#"{"m":1}"#)
-            )),
-            Vec::<&str>::new()
-        );
-        assert_eq!(
-            differs(parts(
-                "echo",
-                r#"{"a":1,"n":9007199254740992}"#,
-                Some(r#"{"m":1}"#)
-            )),
-            ["arguments"]
-        );
-        assert_eq!(
-            differs(parts(
-                "echo",
-                r#"{"a":1,"n":9007199254740993}"#,
-                Some(r#"{"m":2}"#)
-            )),
-            ["metadata"]
-        );
-        assert_eq!(
-            differs(parts("other", r#"{"a":1,"n":9007199254740993}"#, None)),
-            ["tool", "metadata"]
-        );
+        // (tool, arguments, metadata, the parts named as different from `base`)
+        #[rustfmt::skip]
+        let cases: [(&str, &str, Option<&str>, &[&str]); 4] = [
+            // The same call written differently is the same in every part.
+            ("echo", r#"{"n":9007199254740993,"a":1.0}"#, Some(r#"{"m":1}"#), &[]),
+            ("echo", r#"{"a":1,"n":9007199254740992}"#, Some(r#"{"m":1}"#), &["arguments"]),
+            ("echo", r#"{"a":1,"n":9007199254740993}"#, Some(r#"{"m":2}"#), &["metadata"]),
+            ("other", r#"{"a":1,"n":9007199254740993}"#, None, &["tool", "metadata"]),
+        ];
+        for (tool, arguments, metadata, expected) in cases {
+            let other = parts(tool, arguments, metadata);
+            assert_eq!(
+                base.differs(&other),
+                expected,
+                "{tool} {arguments} {metadata:?}"
+            );
+        }
         // An exact number in the metadata does not touch the arguments' digest, and the other
         // way round.
         let exact_meta = parts("echo", "{}", Some(r#"{"n":9007199254740993}"#));

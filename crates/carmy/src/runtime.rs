@@ -14,7 +14,7 @@ mod record;
 use crate::decision::{
     AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, ResolveRequest,
 };
-use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
+use crate::outcome::{ExecutionId, ExecutionResult};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -98,9 +98,9 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 ///         -> StoreFuture<'a, Vec<carmy::decision::AuditEntry>> {
 ///         self.0.audit_trail(execution_id)
 ///     }
-///     fn record_late_arrival<'a>(&'a self, key: &'a IdempotencyKey,
-///         result: &'a RecordedResult) -> StoreFuture<'a, Option<ExecutionId>> {
-///         self.0.record_late_arrival(key, result)
+///     fn record_late_arrival<'a>(&'a self, refused: CompleteRequest<'a>)
+///         -> StoreFuture<'a, Option<ExecutionId>> {
+///         self.0.record_late_arrival(refused)
 ///     }
 ///     fn wait_for_outcome<'a>(&'a self, request: WaitRequest<'a>)
 ///         -> StoreFuture<'a, Option<StoredRecord>> {
@@ -229,14 +229,13 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// ([`AuditAction::LateArrival`](crate::decision::AuditAction), actor = the owner) holding
     /// the outcome, never the record (docs/semantics.md §12: the effect may have happened
     /// twice). Returns the execution that holds `key` now (`None` when vacant). Called after
-    /// `complete` answered [`StoreError::NotOwner`].
+    /// `complete` answered [`StoreError::NotOwner`], with the request it refused.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the store fails (the engine retries).
     fn record_late_arrival<'a>(
         &'a self,
-        key: &'a IdempotencyKey,
-        result: &'a RecordedResult,
+        refused: CompleteRequest<'a>,
     ) -> StoreFuture<'a, Option<ExecutionId>>;
 
     /// Takes over an interrupted execution of a tool whose policy is

@@ -17,8 +17,10 @@ pub mod failure;
 pub mod render;
 
 use crate::config::Config;
-use args::{ExecutionsAction, ExecutionsArgs, ListArgs, ReleaseArgs, ResolveArgs, ShowArgs};
-use carmy::decision::{check_note, check_outcome, ReleaseRequest, ResolveRequest};
+use args::{
+    DecisionArgs, ExecutionsAction, ExecutionsArgs, ListArgs, ReleaseArgs, ResolveArgs, ShowArgs,
+};
+use carmy::decision::{check_note, check_outcome, Decision, ReleaseRequest, ResolveRequest};
 use carmy::identity::validate_identifier;
 use carmy::outcome::{ExecutionError, ExecutionId};
 use carmy_postgres::{ConnectError, Operator, OperatorQuery};
@@ -99,9 +101,10 @@ async fn resolve_execution(url: Option<&str>, resolve: &ResolveArgs) -> Result<S
     let decided = operator
         .resolve(&request)
         .await
-        .map_err(|error| CliFailure::unavailable(&error).naming(&request.execution_id))?;
+        .map_err(|error| CliFailure::unavailable(&error).naming(&request.decision.execution_id))?;
     operator.close().await;
-    let result = decided.map_err(|refusal| CliFailure::refused(&refusal, &request.execution_id))?;
+    let result =
+        decided.map_err(|refusal| CliFailure::refused(&refusal, &request.decision.execution_id))?;
     Ok(if resolve.decision.json {
         // The body of POST /v1/executions/{id}/resolve.
         let retention = resolve.decision.retention.duration();
@@ -282,23 +285,24 @@ fn resolve_request(resolve: &ResolveArgs) -> Result<ResolveRequest, CliFailure> 
         ))
     })?;
     Ok(ResolveRequest {
-        execution_id,
-        principal: None,
+        decision: decision(execution_id, &resolve.decision)?,
         status,
         data,
         error,
-        note: note(&resolve.decision.note)?,
-        actor: actor(resolve.decision.actor.as_deref())?,
-        force: resolve.decision.force,
     })
 }
 
 fn release_request(release: &ReleaseArgs) -> Result<ReleaseRequest, CliFailure> {
-    Ok(ReleaseRequest {
-        execution_id: execution_id(&release.execution_id)?,
+    decision(execution_id(&release.execution_id)?, &release.decision)
+}
+
+/// An operator's decision from the command line: it may act on any principal's execution.
+fn decision(execution_id: ExecutionId, args: &DecisionArgs) -> Result<Decision, CliFailure> {
+    Ok(Decision {
+        execution_id,
         principal: None,
-        note: note(&release.decision.note)?,
-        actor: actor(release.decision.actor.as_deref())?,
-        force: release.decision.force,
+        note: note(&args.note)?,
+        actor: actor(args.actor.as_deref())?,
+        force: args.force,
     })
 }

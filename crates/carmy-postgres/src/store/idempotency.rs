@@ -7,7 +7,7 @@ use crate::cancel::{release_unused, request_cancel};
 use crate::decide;
 use crate::wait;
 use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
-use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
+use carmy::outcome::{ExecutionId, ExecutionResult};
 use carmy::retention::PruneStep;
 use carmy::runtime::{
     CompleteRequest, Decided, ExecutionLookup, IdempotencyKey, IdempotencyStore, LeaseState,
@@ -103,11 +103,10 @@ impl IdempotencyStore for PostgresStore {
 
     fn record_late_arrival<'a>(
         &'a self,
-        key: &'a IdempotencyKey,
-        result: &'a RecordedResult,
+        refused: CompleteRequest<'a>,
     ) -> StoreFuture<'a, Option<ExecutionId>> {
         Box::pin(async move {
-            let kept = decide::late_arrival(&self.pool, &self.instance_id, key, result).await;
+            let kept = decide::late_arrival(&self.pool, &self.instance_id, refused).await;
             self.finish(kept).await
         })
     }

@@ -7,31 +7,33 @@
 
 use super::{complete, fp, intent, key, reserve, result_for};
 use crate::decision::{
-    AuditAction, DecisionRefusal, ExecutionQuery, ReleaseRequest, ResolveRequest,
+    AuditAction, Decision, DecisionRefusal, ExecutionQuery, ReleaseRequest, ResolveRequest,
 };
 use crate::outcome::{ExecutionId, ExecutionStatus};
 use crate::runtime::{
-    ExecutionIntent, Existing, IdempotencyStore, InFlightState, RecordState, Reservation,
-    StoreError, WaitRequest,
+    CompleteRequest, ExecutionIntent, Existing, IdempotencyStore, InFlightState, RecordState,
+    Reservation, StoreError, WaitRequest,
 };
 use serde_json::json;
 use std::sync::Arc;
 
 fn resolve_request(execution_id: &ExecutionId, force: bool) -> ResolveRequest {
     ResolveRequest {
-        execution_id: execution_id.clone(),
-        principal: None,
+        decision: Decision {
+            execution_id: execution_id.clone(),
+            principal: None,
+            note: "order 17 exists".into(),
+            actor: "operator:ops".into(),
+            force,
+        },
         status: ExecutionStatus::Completed,
         data: json!({"order_id": 17, "big": 123_456_789_012_345_678_u64}),
         error: None,
-        note: "order 17 exists".into(),
-        actor: "operator:ops".into(),
-        force,
     }
 }
 
 fn release_request(execution_id: &ExecutionId, force: bool) -> ReleaseRequest {
-    ReleaseRequest {
+    Decision {
         execution_id: execution_id.clone(),
         principal: None,
         note: "no order found".into(),
@@ -181,7 +183,7 @@ pub async fn decisions_are_scoped_to_the_principal(store: Arc<dyn IdempotencySto
         Reservation::Reserved
     );
     let mut as_bob = resolve_request(&owner.execution_id, true);
-    as_bob.principal = Some("bob".into());
+    as_bob.decision.principal = Some("bob".into());
     assert_eq!(
         store.resolve_execution(&as_bob).await.unwrap(),
         Err(DecisionRefusal::NotFound)
@@ -198,7 +200,7 @@ pub async fn decisions_are_scoped_to_the_principal(store: Arc<dyn IdempotencySto
         Err(DecisionRefusal::NotFound)
     );
     let mut as_alice = resolve_request(&owner.execution_id, true);
-    as_alice.principal = Some("alice".into());
+    as_alice.decision.principal = Some("alice".into());
     assert!(store.resolve_execution(&as_alice).await.unwrap().is_ok());
 }
 
@@ -431,7 +433,12 @@ pub async fn late_arrivals_are_kept_beside_the_record(store: Arc<dyn Idempotency
         complete(&*store, &k, &f, &late).await,
         Err(StoreError::NotOwner { .. })
     ));
-    let current = store.record_late_arrival(&k, &late).await.unwrap();
+    let refused = CompleteRequest {
+        key: &k,
+        fingerprint: &f,
+        result: &late,
+    };
+    let current = store.record_late_arrival(refused).await.unwrap();
     assert_eq!(current, Some(next.execution_id.clone()));
     let trail = store.audit_trail(&owner.execution_id).await.unwrap();
     let actions: Vec<AuditAction> = trail.iter().map(|entry| entry.action).collect();

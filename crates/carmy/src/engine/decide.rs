@@ -4,8 +4,8 @@
 use super::{Engine, Refusal};
 use crate::auth::Caller;
 use crate::decision::{
-    check_note, check_outcome, AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest,
-    Released, ResolveRequest,
+    check_note, check_outcome, AuditEntry, Decision, DecisionRefusal, ExecutionQuery, Released,
+    ResolveRequest,
 };
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
 use crate::runtime::{ExecutionLookup, InFlightState};
@@ -70,14 +70,10 @@ impl Engine {
         check_outcome(resolve.status, &resolve.data, resolve.error.as_ref())
             .map_err(Refusal::Invalid)?;
         let request = ResolveRequest {
-            execution_id: execution_id.clone(),
-            principal: caller.scope(),
+            decision: decision(caller, execution_id, resolve.note, resolve.force),
             status: resolve.status,
             data: resolve.data,
             error: resolve.error,
-            note: resolve.note,
-            actor: caller.actor(),
-            force: resolve.force,
         };
         let result = self
             .store
@@ -85,7 +81,7 @@ impl Engine {
             .await?
             .map_err(|refusal| refused(refusal, execution_id))?;
         self.metrics.resolved(crate::metrics::Resolution::Resolve);
-        tracing::info!(%execution_id, actor = %request.actor, status = result.status.as_str(), "execution resolved");
+        tracing::info!(%execution_id, actor = %request.decision.actor, status = result.status.as_str(), "execution resolved");
         Ok(result)
     }
 
@@ -101,13 +97,7 @@ impl Engine {
         release: Release,
     ) -> Result<Released, Refusal> {
         check_note(&release.note).map_err(Refusal::Invalid)?;
-        let request = ReleaseRequest {
-            execution_id: execution_id.clone(),
-            principal: caller.scope(),
-            note: release.note,
-            actor: caller.actor(),
-            force: release.force,
-        };
+        let request = decision(caller, execution_id, release.note, release.force);
         let released = self
             .store
             .release_execution(&request)
@@ -152,5 +142,17 @@ impl Engine {
     ) -> Result<Vec<AuditEntry>, Refusal> {
         self.find(principal, execution_id).await?;
         Ok(self.store.audit_trail(execution_id).await?)
+    }
+}
+
+/// `caller`'s decision on `execution_id`: an operator's acts on any principal's execution, an
+/// owner's only on its own (docs/semantics.md §12).
+fn decision(caller: &Caller, execution_id: &ExecutionId, note: String, force: bool) -> Decision {
+    Decision {
+        execution_id: execution_id.clone(),
+        principal: caller.scope(),
+        note,
+        actor: caller.actor(),
+        force,
     }
 }

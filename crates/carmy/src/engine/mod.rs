@@ -31,6 +31,7 @@ use crate::runtime::{
     LeaseState, Reservation, ReserveRequest, StoreError, StoredRecord,
 };
 use crate::tool::{OnInterrupted, Tool, ToolRegistryError};
+use run::Run;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -315,7 +316,13 @@ impl Engine {
             let registered = self.runnable_tool(&call)?;
             let tool = Arc::clone(&registered.tool);
             return self
-                .start_execution(tool, call, ExecutionId::generate(), None, 1)
+                .start_execution(Run {
+                    tool,
+                    call,
+                    execution_id: ExecutionId::generate(),
+                    key: None,
+                    attempt: 1,
+                })
                 .await;
         };
         let registered = match self.runnable_tool(&call) {
@@ -369,8 +376,14 @@ impl Engine {
         }
         fault::point(fault::AFTER_RESERVE);
         let tool = Arc::clone(&registered.tool);
-        self.start_execution(tool, call, intent.execution_id, Some(key), 1)
-            .await
+        self.start_execution(Run {
+            tool,
+            call,
+            execution_id: intent.execution_id,
+            key: Some(key),
+            attempt: 1,
+        })
+        .await
     }
 
     /// Waits for running executions up to the drain period, then cancels the rest (recorded

@@ -38,14 +38,14 @@ impl Engine {
     /// caller which execution holds the identity now.
     async fn late_arrival(
         &self,
-        key: &IdempotencyKey,
-        result: &RecordedResult,
+        refused: CompleteRequest<'_>,
         recorded: Option<oneshot::Sender<Delivery>>,
     ) {
+        let result = refused.result;
         let execution_id = result.result().execution_id.clone();
         let mut backoff = self.backoff();
         let current = loop {
-            match self.store.record_late_arrival(key, result).await {
+            match self.store.record_late_arrival(refused).await {
                 Ok(current) => break current,
                 Err(error) => {
                     tracing::warn!(%execution_id, %error, "keeping a late arrival failed; retrying");
@@ -119,14 +119,12 @@ impl Engine {
         let mut backoff = self.backoff();
         loop {
             let recording = std::time::Instant::now();
-            let completed = self
-                .store
-                .complete(CompleteRequest {
-                    key,
-                    fingerprint,
-                    result: &result,
-                })
-                .await;
+            let request = CompleteRequest {
+                key,
+                fingerprint,
+                result: &result,
+            };
+            let completed = self.store.complete(request).await;
             self.metrics.complete_took(recording.elapsed());
             match completed {
                 Ok(()) => {
@@ -140,7 +138,7 @@ impl Engine {
                     return;
                 }
                 Err(StoreError::NotOwner { .. }) => {
-                    self.late_arrival(key, &result, recorded.take()).await;
+                    self.late_arrival(request, recorded.take()).await;
                     return;
                 }
                 Err(error) => {

@@ -25,24 +25,39 @@ type Ending = (ExecutionStatus, Value, Option<ExecutionError>);
 /// was protected) or why there is none.
 pub(super) type Delivery = Result<RecordedResult, Refusal>;
 
+/// One run of a tool, as [`Engine::start_execution`] takes it.
+pub(super) struct Run {
+    /// The tool to run.
+    pub tool: Arc<dyn Tool>,
+    /// The call it runs for.
+    pub call: ValidatedCall,
+    /// The execution the run belongs to.
+    pub execution_id: ExecutionId,
+    /// The reserved identity, when the call is protected; `None` for an unprotected run.
+    pub key: Option<IdempotencyKey>,
+    /// Which attempt of the execution this is: 1, or later after a takeover
+    /// (docs/semantics.md §12).
+    pub attempt: u32,
+}
+
 impl Engine {
-    /// Runs `tool` for `call` as `execution_id` in a task of its own (so a caller that goes away
-    /// does not stop it), tracked for the drain and for cancellation. With `key` (a reserved
-    /// identity) the outcome is recorded, as made by `attempt` (1, or later after a takeover,
-    /// docs/semantics.md §12), before it is answered; without, it is answered as is.
+    /// Runs `run.tool` for `run.call` in a task of its own (so a caller that goes away does not
+    /// stop it), tracked for the drain and for cancellation. With a reserved identity
+    /// (`run.key`) the outcome is recorded, as made by `run.attempt`, before it is answered;
+    /// without, it is answered as is.
     ///
     /// # Errors
     /// [`Refusal::RecordingPending`] when the outcome could not be recorded at the first
     /// attempt (the task keeps trying); [`Refusal::Lost`] when an unprotected run's task ended
     /// without an outcome.
-    pub(super) async fn start_execution(
-        self: &Arc<Self>,
-        tool: Arc<dyn Tool>,
-        call: ValidatedCall,
-        execution_id: ExecutionId,
-        key: Option<IdempotencyKey>,
-        attempt: u32,
-    ) -> Result<Answer, Refusal> {
+    pub(super) async fn start_execution(self: &Arc<Self>, run: Run) -> Result<Answer, Refusal> {
+        let Run {
+            tool,
+            call,
+            execution_id,
+            key,
+            attempt,
+        } = run;
         let context = ToolContext {
             principal: call.principal().to_owned(),
             session_id: call.session_id().to_owned(),

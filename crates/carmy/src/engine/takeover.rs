@@ -3,6 +3,7 @@
 //! again under the same execution id (so an upstream sees the same idempotency key), as the
 //! execution's next attempt; at most one attempt takes over.
 
+use super::run::Run;
 use super::{Answer, Engine, Refusal};
 use crate::call::ValidatedCall;
 use crate::outcome::ExecutionId;
@@ -56,7 +57,13 @@ impl Engine {
             "took over an interrupted execution (on_interrupted = rerun)"
         );
         self.metrics.taken_over(tool.name());
-        self.start_execution(tool, call, execution_id, Some(key), attempt)
-            .await
+        self.start_execution(Run {
+            tool,
+            call,
+            execution_id,
+            key: Some(key),
+            attempt,
+        })
+        .await
     }
 }

@@ -79,25 +79,35 @@ pub(crate) struct ExecutionAnswer {
     expires_at: Option<String>,
 }
 
-/// 401 `UNAUTHORIZED`: missing, unknown or repeated `Authorization` (docs/semantics.md §6).
-#[derive(ToResponse)]
-#[allow(dead_code)] // describes the response only
-#[response(
-    description = "`UNAUTHORIZED`: a missing, unknown or repeated `Authorization` header",
-    content_type = "application/problem+json",
-    headers(("WWW-Authenticate" = String, description = "Always `Bearer`"))
-)]
-pub(crate) struct Unauthorized(Problem);
+/// Declares a `application/problem+json` response of the API description with one header:
+/// `name`, its description, then `"Header-Name": Type = "what the header says"`.
+macro_rules! problem_response {
+    ($(#[doc = $doc:tt])* $name:ident, $description:tt, $header:tt: $ty:ty = $header_doc:tt) => {
+        $(#[doc = $doc])*
+        #[derive(ToResponse)]
+        #[allow(dead_code)] // describes the response only
+        #[response(
+            description = $description,
+            content_type = "application/problem+json",
+            headers(($header = $ty, description = $header_doc))
+        )]
+        pub(crate) struct $name(Problem);
+    };
+}
 
-/// 503: the store (or an upstream the tool needed) is unavailable; nothing was recorded.
-#[derive(ToResponse)]
-#[allow(dead_code)] // describes the response only
-#[response(
-    description = "`STORE_UNAVAILABLE` (nothing ran), `EXECUTION_UNCERTAIN` with `state: running` (the tool ran and its outcome is not recorded yet; retry the same call later), or a tool's own code such as `UPSTREAM_UNAVAILABLE` (the tool had no effect; nothing was recorded; retry the same call)",
-    content_type = "application/problem+json",
-    headers(("Retry-After" = u64, description = "Seconds to wait before retrying, when the tool asked for a pause"))
-)]
-pub(crate) struct Unavailable(Problem);
+problem_response!(
+    /// 401 `UNAUTHORIZED`: missing, unknown or repeated `Authorization` (docs/semantics.md §6).
+    Unauthorized,
+    "`UNAUTHORIZED`: a missing, unknown or repeated `Authorization` header",
+    "WWW-Authenticate": String = "Always `Bearer`"
+);
+
+problem_response!(
+    /// 503: the store (or an upstream the tool needed) is unavailable; nothing was recorded.
+    Unavailable,
+    "`STORE_UNAVAILABLE` (nothing ran), `EXECUTION_UNCERTAIN` with `state: running` (the tool ran and its outcome is not recorded yet; retry the same call later), or a tool's own code such as `UPSTREAM_UNAVAILABLE` (the tool had no effect; nothing was recorded; retry the same call)",
+    "Retry-After": u64 = "Seconds to wait before retrying, when the tool asked for a pause"
+);
 
 /// One of each [`ApiError`] variant: the source of the `code` enum. A variant added to
 /// [`ApiError`] breaks the build of [`listed`] until it is added here too.

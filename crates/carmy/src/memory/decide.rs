@@ -8,8 +8,8 @@
 
 use super::{Held, Inner};
 use crate::decision::{
-    AuditAction, AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, Resolution,
-    ResolveRequest,
+    AuditAction, AuditEntry, Decision, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released,
+    Resolution, ResolveRequest,
 };
 use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use crate::runtime::{
@@ -21,6 +21,15 @@ use serde_json::{json, Value};
 /// The current time at the millisecond precision records are kept with.
 pub(super) fn now_millis() -> DateTime<Utc> {
     Utc::now().trunc_subsecs(3)
+}
+
+/// An in-flight record a decision may act on.
+struct Decidable {
+    key: IdempotencyKey,
+    record: StoredRecord,
+    state: InFlightState,
+    /// The decision's who, when (now) and why.
+    resolution: Resolution,
 }
 
 impl Inner {
@@ -44,15 +53,11 @@ impl Inner {
             .cloned()
     }
 
-    /// The held, in-flight record a decision may act on, with its identity and state.
-    fn decidable(
-        &self,
-        principal: Option<&str>,
-        execution_id: &ExecutionId,
-        force: bool,
-    ) -> Result<(IdempotencyKey, StoredRecord, InFlightState), DecisionRefusal> {
+    /// The held, in-flight record `decision` may act on, with its identity and state, and
+    /// the decision's resolution (who, now, why).
+    fn decidable(&self, decision: &Decision) -> Result<Decidable, DecisionRefusal> {
         let found = self
-            .find(principal, execution_id)
+            .find(decision.principal.as_deref(), &decision.execution_id)
             .ok_or(DecisionRefusal::NotFound)?;
         if found.released.is_some() {
             return Err(DecisionRefusal::AlreadyDecided);
@@ -60,19 +65,29 @@ impl Inner {
         let RecordState::InFlight(state) = found.record.state else {
             return Err(DecisionRefusal::AlreadyDecided);
         };
-        if state == InFlightState::Running && !force {
+        if state == InFlightState::Running && !decision.force {
             return Err(DecisionRefusal::StillRunning);
         }
-        Ok((found.key, found.record, state))
+        Ok(Decidable {
+            key: found.key,
+            record: found.record,
+            state,
+            resolution: Resolution {
+                by: decision.actor.clone(),
+                at: now_millis(),
+                note: decision.note.clone(),
+            },
+        })
     }
 
     pub(super) fn resolve(&mut self, request: &ResolveRequest) -> Decided<ExecutionResult> {
-        let (key, record, state) = self.decidable(
-            request.principal.as_deref(),
-            &request.execution_id,
-            request.force,
-        )?;
-        let at = now_millis();
+        let Decidable {
+            key,
+            record,
+            state,
+            resolution,
+        } = self.decidable(&request.decision)?;
+        let at = resolution.at;
         let result = ExecutionResult {
             execution_id: record.execution_id.clone(),
             status: request.status,
@@ -83,43 +98,33 @@ impl Inner {
             session_id: key.session_id.clone(),
             started_at: self.by_key.get(&key).map_or(at, |held| held.reserved_at),
             finished_at: at,
-            resolution: Some(Box::new(Resolution {
-                by: request.actor.clone(),
-                at,
-                note: request.note.clone(),
-            })),
+            resolution: Some(Box::new(resolution.clone())),
         };
         if let Some(held) = self.by_key.get_mut(&key) {
             held.outcome = Some(RecordedResult::new(result.clone()));
             held.recorded_at = Some(at);
         }
-        self.audit.push(AuditEntry {
-            actor: request.actor.clone(),
-            at,
-            execution_id: record.execution_id,
-            action: AuditAction::Resolve,
-            before: before(state),
-            after: json!({
-                "state": request.status.as_str(),
-                "outcome": serde_json::to_value(&result).unwrap_or(Value::Null),
-            }),
-            note: Some(request.note.clone()),
+        let after = json!({
+            "state": request.status.as_str(),
+            "outcome": serde_json::to_value(&result).unwrap_or(Value::Null),
         });
+        self.audit_decision(
+            record.execution_id,
+            &resolution,
+            AuditAction::Resolve,
+            state,
+            after,
+        );
         Ok(result)
     }
 
     pub(super) fn release(&mut self, request: &ReleaseRequest) -> Decided<Released> {
-        let (key, record, state) = self.decidable(
-            request.principal.as_deref(),
-            &request.execution_id,
-            request.force,
-        )?;
-        let at = now_millis();
-        let resolution = Resolution {
-            by: request.actor.clone(),
-            at,
-            note: request.note.clone(),
-        };
+        let Decidable {
+            key,
+            record,
+            state,
+            resolution,
+        } = self.decidable(request)?;
         self.by_key.remove(&key);
         self.by_execution.remove(&record.execution_id);
         let released = Released {
@@ -129,24 +134,44 @@ impl Inner {
             state_at_release: state,
             resolution: resolution.clone(),
         };
+        let after = json!({"state": "released"});
+        let execution_id = record.execution_id.clone();
+        self.audit_decision(
+            execution_id,
+            &resolution,
+            AuditAction::Release,
+            state,
+            after,
+        );
         self.released.insert(
             record.execution_id.clone(),
             ExecutionLookup {
                 key,
-                record: record.clone(),
+                record,
                 released: Some(resolution),
             },
         );
-        self.audit.push(AuditEntry {
-            actor: request.actor.clone(),
-            at,
-            execution_id: record.execution_id,
-            action: AuditAction::Release,
-            before: before(state),
-            after: json!({"state": "released"}),
-            note: Some(request.note.clone()),
-        });
         Ok(released)
+    }
+
+    /// The audit row of a decision (`resolution`) on `execution_id`, which was `state` before.
+    fn audit_decision(
+        &mut self,
+        execution_id: ExecutionId,
+        resolution: &Resolution,
+        action: AuditAction,
+        state: InFlightState,
+        after: Value,
+    ) {
+        self.audit.push(AuditEntry {
+            actor: resolution.by.clone(),
+            at: resolution.at,
+            execution_id,
+            action,
+            before: before(state),
+            after,
+            note: Some(resolution.note.clone()),
+        });
     }
 
     pub(super) fn list(&self, query: &ExecutionQuery) -> Vec<ExecutionLookup> {

@@ -253,7 +253,7 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     ) -> StoreFuture<'a, Decided<ExecutionResult>> {
         let answer = self.lock().resolve(request);
         if answer.is_ok() {
-            let _ = self.recorded.send(request.execution_id.clone());
+            let _ = self.recorded.send(request.decision.execution_id.clone());
         }
         Box::pin(async move { Ok(answer) })
     }
@@ -287,10 +287,9 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
 
     fn record_late_arrival<'a>(
         &'a self,
-        key: &'a IdempotencyKey,
-        result: &'a RecordedResult,
+        refused: CompleteRequest<'a>,
     ) -> StoreFuture<'a, Option<ExecutionId>> {
-        let answer = self.lock().late_arrival(key, result);
+        let answer = self.lock().late_arrival(refused.key, refused.result);
         Box::pin(async move { Ok(answer) })
     }
 
