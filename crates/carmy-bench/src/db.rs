@@ -160,6 +160,15 @@ impl BenchDb {
         }
     }
 
+    /// WAL flushes of the whole server so far (`pg_stat_wal.wal_sync`).
+    pub async fn wal_syncs(&self) -> Result<i64, String> {
+        let mut conn = self.connect().await?;
+        sqlx::query_scalar("SELECT wal_sync FROM pg_stat_wal")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|error| format!("cannot read pg_stat_wal: {error}"))
+    }
+
     /// Inserts completed reservations `first ..= last` of principal `anonymous` (random-looking
     /// request and execution ids, an echo-sized outcome), in chunks of 500,000 rows, each one
     /// `INSERT … SELECT generate_series` statement; then `VACUUM ANALYZE` and a `CHECKPOINT`

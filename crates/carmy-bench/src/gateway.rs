@@ -142,21 +142,35 @@ impl Gateway {
 
     /// `GET /readyz` answers 200.
     fn ready(&self) -> bool {
-        let Ok(mut stream) = TcpStream::connect_timeout(&self.address, Duration::from_secs(1))
-        else {
-            return false;
-        };
+        self.get("/readyz").is_ok()
+    }
+
+    /// The body of `GET path` when it answers 200 (one connection, at most 5 s to read).
+    ///
+    /// # Errors
+    /// When the gateway cannot be reached or answers another status.
+    pub fn get(&self, path: &str) -> Result<String, String> {
+        let mut stream = TcpStream::connect_timeout(&self.address, Duration::from_secs(1))
+            .map_err(|error| format!("cannot reach the gateway: {error}"))?;
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
         let request = format!(
-            "GET /readyz HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+            "GET {path} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
             self.address
         );
-        if stream.write_all(request.as_bytes()).is_err() {
-            return false;
-        }
+        stream
+            .write_all(request.as_bytes())
+            .map_err(|error| format!("cannot send GET {path}: {error}"))?;
         let mut answer = String::new();
         let _ = stream.read_to_string(&mut answer);
-        answer.starts_with("HTTP/1.1 200")
+        if !answer.starts_with("HTTP/1.1 200") {
+            return Err(format!(
+                "GET {path}: {}",
+                answer.lines().next().unwrap_or("no answer")
+            ));
+        }
+        Ok(answer
+            .split_once("\r\n\r\n")
+            .map_or(String::new(), |(_, body)| body.to_owned()))
     }
 
     /// The process id, while it runs.

@@ -146,6 +146,10 @@ pub struct RunResult {
     /// PostgreSQL commits per new identity (`pg_stat_database.xact_commit` of the database over
     /// new rows in `carmy.reservations`, warm-up included), for new-identity runs.
     pub commits_per_call: Option<f64>,
+    /// Mean latency of the successes (ms).
+    pub mean_ms: Option<f64>,
+    /// Where a new identity's time went (warm-up included), for new-identity runs.
+    pub phases: Option<crate::phases::Phases>,
 }
 
 impl RunResult {
@@ -390,6 +394,10 @@ pub async fn run(
         cpu,
         group_commit: true,
         commits_per_call: None,
+        mean_ms: (!latencies.is_empty()).then(|| {
+            latencies.iter().map(|&us| f64::from(us)).sum::<f64>() / latencies.len() as f64 / 1000.0
+        }),
+        phases: None,
     }
 }
 

@@ -31,6 +31,7 @@ mod gateway;
 mod load;
 mod measure;
 mod pgbench;
+mod phases;
 mod pruning;
 mod report;
 mod upstream;

@@ -7,6 +7,7 @@ use crate::db::{BenchDb, ServerInfo};
 use crate::gateway::{self, Gateway};
 use crate::load::{self, RunResult, Scenario};
 use crate::pgbench::{self, PgbenchResult};
+use crate::phases::{self, Phases};
 use crate::pruning::{self, Pruning};
 use crate::report::{self, Flatness, RoundTrips};
 use crate::{db, gateway_env, wire};
@@ -54,7 +55,8 @@ pub async fn main_gateway(
 
     let run_tag = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     eprintln!("pgbench new_identity.sql, {pgbench_seconds} s");
-    let pgbench_new = pgbench::run(
+    let wal_before = database.wal_syncs().await?;
+    let mut pgbench_new = pgbench::run(
         pgbench_binary,
         &database.url,
         "new_identity.sql",
@@ -63,8 +65,10 @@ pub async fn main_gateway(
         &[("run", run_tag.clone()), ("n", "0".to_owned())],
     )
     .await?;
+    pgbench_new.count_wal_syncs(database.wal_syncs().await? - wal_before);
     eprintln!("pgbench new_identity.sql with one client, {pgbench_seconds} s");
-    let pgbench_new_c1 = pgbench::run(
+    let wal_before = database.wal_syncs().await?;
+    let mut pgbench_new_c1 = pgbench::run(
         pgbench_binary,
         &database.url,
         "new_identity.sql",
@@ -73,6 +77,7 @@ pub async fn main_gateway(
         &[("run", format!("{run_tag}-c1")), ("n", "0".to_owned())],
     )
     .await?;
+    pgbench_new_c1.count_wal_syncs(database.wal_syncs().await? - wal_before);
 
     let mut runs = Vec::new();
     for &concurrency in &args.concurrency {
@@ -191,6 +196,7 @@ pub async fn measure_new_identities(
 ) -> Result<RunResult, String> {
     let rows_before = database.reservations().await?;
     let commits_before = database.commits().await?;
+    let phases_before = read_phases(gateway, database).await?;
     let mut result = measure_http(
         args,
         Scenario::NewIdentity,
@@ -201,10 +207,18 @@ pub async fn measure_new_identities(
     .await;
     let commits = database.commits().await? - commits_before;
     let rows = database.reservations().await? - rows_before;
+    let phases_after = read_phases(gateway, database).await?;
+    result.phases = Phases::between(&phases_before, &phases_after, rows);
     result.rows_before = Some(rows_before);
     // The two counts and the settle readings commit too: at most a handful, against thousands.
     result.commits_per_call = (rows > 0).then(|| commits as f64 / rows as f64);
     Ok(result)
+}
+
+/// The gateway's store timings and the server's WAL flushes now.
+async fn read_phases(gateway: &Gateway, database: &BenchDb) -> Result<phases::Reading, String> {
+    let metrics = gateway.get("/metrics")?;
+    Ok(phases::Reading::of(&metrics, database.wal_syncs().await?))
 }
 
 /// New identities at c=1 and at the target concurrency with group commit off

@@ -66,6 +66,17 @@ pub struct PgbenchResult {
     pub p99_ms: Option<f64>,
     /// Where the CPUs went while it ran.
     pub cpu: Option<cpu::Split>,
+    /// PostgreSQL WAL flushes per transaction (`pg_stat_wal.wal_sync` over the run), where
+    /// counted.
+    pub wal_syncs_per_transaction: Option<f64>,
+}
+
+impl PgbenchResult {
+    /// Counts `wal_syncs` flushes over the run's transactions.
+    pub fn count_wal_syncs(&mut self, wal_syncs: i64) {
+        self.wal_syncs_per_transaction =
+            (self.transactions > 0).then(|| wal_syncs as f64 / self.transactions as f64);
+    }
 }
 
 /// Runs `pgbench -n -M prepared -c clients -j <CPUs> -T seconds -f script` with `defines`
@@ -141,6 +152,7 @@ pub async fn run(
         p50_ms: ms(0.50),
         p99_ms: ms(0.99),
         cpu,
+        wal_syncs_per_transaction: None,
     })
 }
 

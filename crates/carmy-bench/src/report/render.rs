@@ -14,6 +14,7 @@ impl Report {
         let mut out = String::new();
         self.render_settings(&mut out);
         self.render_table(&mut out);
+        self.render_phases(&mut out);
         self.render_notes(&mut out);
         self.render_memory_and_round_trips(&mut out);
         self.render_targets(&mut out);
@@ -113,6 +114,68 @@ impl Report {
         }
         self.render_flatness_rows(out);
         self.render_upstream_rows(out);
+    }
+
+    /// Where a new identity's time goes at each concurrency (`crate::phases`), beside pgbench's
+    /// WAL flushes per two-statement transaction.
+    fn render_phases(&self, out: &mut String) {
+        let runs: Vec<_> = self
+            .runs
+            .iter()
+            .filter(|run| run.scenario == Scenario::NewIdentity)
+            .filter_map(|run| Some((run, run.phases.as_ref()?, run.mean_ms?)))
+            .collect();
+        if runs.is_empty() {
+            return;
+        }
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "where a new identity's time goes (means; the rest is HTTP, the engine and the tool)"
+        );
+        let _ = writeln!(
+            out,
+            "{:<34} {:>4} {:>9} {:>8} {:>11} {:>12} {:>8} {:>8} {:>12} {:>6}",
+            "scenario",
+            "c",
+            "calls/s",
+            "mean ms",
+            "reserve ms",
+            "complete ms",
+            "rest ms",
+            "commits",
+            "WAL flushes",
+            "idle %"
+        );
+        for (run, phases, mean) in runs {
+            let _ = writeln!(
+                out,
+                "{:<34} {:>4} {:>9.0} {:>8.3} {:>11.3} {:>12.3} {:>8.3} {:>8} {:>12.2} {:>6}",
+                run.label(),
+                run.concurrency,
+                run.calls_per_second,
+                mean,
+                phases.reserve_ms,
+                phases.complete_ms,
+                mean - phases.reserve_ms - phases.complete_ms,
+                run.commits_per_call
+                    .map_or("-".to_owned(), |commits| format!("{commits:.2}")),
+                phases.wal_syncs_per_call,
+                run.cpu
+                    .as_ref()
+                    .map_or("-".to_owned(), |cpu| format!("{:.0}", cpu.idle)),
+            );
+        }
+        for ceiling in [&self.pgbench_new_identity, &self.pgbench_new_identity_c1] {
+            if let Some(flushes) = ceiling.wal_syncs_per_transaction {
+                let _ = writeln!(
+                    out,
+                    "pgbench {} at c={}: {flushes:.2} WAL flushes per transaction (2 commits)",
+                    ceiling.script.trim_end_matches(".sql"),
+                    ceiling.clients
+                );
+            }
+        }
     }
 
     /// The table's flatness steps (with `--large`): new identities on the small and the large
