@@ -63,7 +63,9 @@ pub struct ExecutionIntent {
 pub struct ReserveRequest<'a> {
     /// The identity to reserve.
     pub key: &'a IdempotencyKey,
-    /// The call's fingerprint: a record of another one is a conflict.
+    /// The call's fingerprint, compared with the holding record's before anything else: a
+    /// record of another fingerprint answers [`Existing::Conflict`] whatever its state
+    /// (docs/semantics.md §3).
     pub fingerprint: &'a Fingerprint,
     /// The execution, tool, parts and retention to reserve it with.
     pub intent: &'a ExecutionIntent,
@@ -91,7 +93,8 @@ pub struct TakeOverRequest<'a> {
     pub key: &'a IdempotencyKey,
     /// The fingerprint of the attempt taking over; it must be the record's.
     pub fingerprint: &'a Fingerprint,
-    /// The interrupted execution.
+    /// The interrupted execution: it keeps its id, so the new attempt is recorded under it
+    /// and an upstream sees the same key again (docs/semantics.md §10).
     pub execution_id: &'a ExecutionId,
 }
 
