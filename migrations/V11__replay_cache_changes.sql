@@ -4,7 +4,7 @@
 -- 1. A replica's replay cache keeps finished records in memory. A finished row that is
 --    updated or deleted (by a DBA's SQL, or replaced by a new reservation once expired) is
 --    announced on channel carmy_changed, so that every replica drops its copy at once instead
---    of replaying it until the cache's time to live. Rows without an outcome (running ones:
+--    of replaying it until the cache's time to live; a TRUNCATE drops every copy. Rows without an outcome (running ones:
 --    complete, takeover, decisions, releases) are never cached and never announced, so the
 --    hot path pays one NULL test per updated row and no NOTIFY. The retention pruner
 --    (carmy.prune_expired, replaced below with one change: it sets carmy.pruning while it
@@ -22,9 +22,13 @@ CREATE FUNCTION carmy.notify_record_changed() RETURNS trigger
     LANGUAGE plpgsql
 AS $$
 DECLARE
-    -- A JSON array of strings: unambiguous whatever the identity holds.
-    payload text := json_build_array(OLD.principal, OLD.session_id, OLD.request_id)::text;
+    -- Empty: every record may have changed (a TRUNCATE), drop every copy.
+    payload text := '';
 BEGIN
+    IF TG_OP <> 'TRUNCATE' THEN
+        -- A JSON array of strings: unambiguous whatever the identity holds.
+        payload := json_build_array(OLD.principal, OLD.session_id, OLD.request_id)::text;
+    END IF;
     -- NOTIFY refuses a payload of 8000 bytes or more (only a hand-written identity can be that
     -- long): the empty payload then tells every replica to drop all its copies.
     IF octet_length(payload) >= 8000 THEN
@@ -36,12 +40,12 @@ END
 $$;
 
 COMMENT ON FUNCTION carmy.notify_record_changed() IS
-    'Trigger of carmy.reservations (reservations_finished_changed): a finished row was updated '
-    'or deleted, so replicas drop their cached copy of it (docs/semantics.md §8.4, §12). '
-    'Notifies channel carmy_changed with the row''s identity before the change as a JSON array '
-    '["<principal>", "<session_id>", "<request_id>"], or an empty payload (drop every copy) when '
-    'that would not fit in a notification. Delivered when the transaction commits, once per '
-    'identity.';
+    'Trigger of carmy.reservations (reservations_finished_changed, reservations_truncated): a '
+    'finished row was updated or deleted, or the table truncated, so replicas drop their cached '
+    'copies (docs/semantics.md §8.4, §12). Notifies channel carmy_changed with the row''s '
+    'identity before the change as a JSON array ["<principal>", "<session_id>", "<request_id>"], '
+    'or an empty payload (drop every copy) after a TRUNCATE or when the identity would not fit '
+    'in a notification. Delivered when the transaction commits, once per payload.';
 
 CREATE TRIGGER reservations_finished_changed
     AFTER UPDATE OR DELETE ON carmy.reservations
@@ -55,6 +59,15 @@ COMMENT ON TRIGGER reservations_finished_changed ON carmy.reservations IS
     'carmy_changed (carmy.notify_record_changed), so replicas'' replay caches drop their copy. '
     'Rows without an outcome (running) are never cached: not announced. Skipped while the '
     'transaction-local setting carmy.pruning is on (carmy.prune_expired deleting expired rows).';
+
+CREATE TRIGGER reservations_truncated
+    AFTER TRUNCATE ON carmy.reservations
+    FOR EACH STATEMENT
+    EXECUTE FUNCTION carmy.notify_record_changed();
+
+COMMENT ON TRIGGER reservations_truncated ON carmy.reservations IS
+    'Announces a TRUNCATE on channel carmy_changed with an empty payload '
+    '(carmy.notify_record_changed): replicas drop every cached copy.';
 
 -- ---------------------------------------------------------------------------------------------
 -- The pruner, as in V9 except that its deletion of records is not announced.

@@ -3,7 +3,8 @@
 //!
 //! - a DBA's `DELETE` or `UPDATE` of a finished row notifies `carmy_changed` with the row's
 //!   identity; recording an outcome (an update of a running row) and pruning do not, and a
-//!   DBA's own change after a pruning step in the same transaction is announced again;
+//!   DBA's own change after a pruning step in the same transaction is announced again; a
+//!   `TRUNCATE` is announced with an empty payload (every copy);
 //! - the store forwards those as [`RecordChange::Changed`], and reports
 //!   [`RecordChange::Unknown`] when its listener's session was cut and started again, then
 //!   still forwards changes.
@@ -123,14 +124,18 @@ async fn changed_finished_rows_are_announced_and_pruning_and_recording_are_not()
     )
     .await;
     assert_eq!(next_payload(&mut listener).await, r#"["p", "s", "fresh"]"#);
-    run(&pool, "NOTIFY carmy_changed, 'end of test'").await;
-    assert_eq!(next_payload(&mut listener).await, "end of test");
     let left: Vec<String> =
         sqlx::query_scalar("SELECT request_id FROM carmy.reservations ORDER BY 1")
             .fetch_all(&pool)
             .await
             .unwrap();
     assert_eq!(left, vec!["kept-2".to_owned()]);
+
+    // A TRUNCATE announces that anything may have changed: the empty payload.
+    run(&pool, "TRUNCATE carmy.reservations").await;
+    assert_eq!(next_payload(&mut listener).await, "");
+    run(&pool, "NOTIFY carmy_changed, 'end of test'").await;
+    assert_eq!(next_payload(&mut listener).await, "end of test");
     store.shutdown().await.unwrap();
     pool.close().await;
 }
