@@ -1,10 +1,12 @@
 //! Cancel requests between replicas over PostgreSQL `LISTEN`/`NOTIFY` on [`CANCEL_CHANNEL`]:
-//! one dedicated listening connection per store forwards each request to a broadcast channel.
-//! Also the freeing of reservations whose tool never ran ([`release_unused`]).
+//! one dedicated listening connection per store forwards each request to a broadcast channel,
+//! and likewise recorded outcomes and decisions (for waiters) and changed finished records
+//! ([`CHANGED_CHANNEL`], for replay caches). Also the freeing of reservations whose tool never
+//! ran ([`release_unused`]).
 
 use crate::failure::Failure;
 use crate::sql::{NOTIFY_CANCEL_SQL, RELEASE_RESERVATION_SQL};
-use carmy::runtime::IdempotencyKey;
+use carmy::runtime::{IdempotencyKey, RecordChange};
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
@@ -25,6 +27,24 @@ pub const RECORDED_CHANNEL: &str = "carmy_recorded";
 /// decision (migration `V6`); the payload is the execution id.
 pub const DECIDED_CHANNEL: &str = "carmy_decided";
 
+/// The channel on which a trigger announces that a finished record was updated or deleted
+/// (migration `V11`, not by the pruner); the payload is the identity before the change as a
+/// JSON array `["<principal>", "<session_id>", "<request_id>"]`, or empty when any record may
+/// have changed.
+pub const CHANGED_CHANNEL: &str = "carmy_changed";
+
+/// Where the listener forwards what it hears; no receiver is fine (nothing here waits for it).
+#[derive(Clone)]
+pub(crate) struct Heard {
+    /// Cancel requests ([`CANCEL_CHANNEL`]).
+    pub cancels: broadcast::Sender<ExecutionId>,
+    /// Recorded outcomes and decisions ([`RECORDED_CHANNEL`], [`DECIDED_CHANNEL`]).
+    pub recorded: broadcast::Sender<ExecutionId>,
+    /// Changed finished records ([`CHANGED_CHANNEL`]); [`RecordChange::Unknown`] each time a
+    /// listening session starts, since announcements may have been missed before it.
+    pub changes: broadcast::Sender<RecordChange>,
+}
+
 /// How many cancel requests a slow subscriber may fall behind before it misses some.
 pub(crate) const CANCEL_BACKLOG: usize = 256;
 
@@ -37,16 +57,19 @@ const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 /// record).
 ///
 /// The same connection listens on [`RECORDED_CHANNEL`] and [`DECIDED_CHANNEL`], forwarding
-/// their payloads to `recorded` (for calls that wait for an outcome).
+/// their payloads to `heard.recorded` (for calls that wait for an outcome), and on
+/// [`CHANGED_CHANNEL`], forwarding to `heard.changes` (for replay caches). Each session that
+/// starts listening (the first, and every one after a failure) sends
+/// [`RecordChange::Unknown`] first: changes announced while disconnected are lost, so caches
+/// drop every copy.
 pub(crate) async fn listen_for_cancels(
     connect: PgConnectOptions,
-    cancels: broadcast::Sender<ExecutionId>,
-    recorded: broadcast::Sender<ExecutionId>,
+    heard: Heard,
     mut stopped: watch::Receiver<bool>,
 ) {
     let listen = async {
         loop {
-            let Err(error) = forward_cancels(&connect, &cancels, &recorded).await;
+            let Err(error) = forward_cancels(&connect, &heard).await;
             tracing::warn!(%error, "cancel listener failed; reconnecting");
             tokio::time::sleep(RECONNECT_AFTER).await;
         }
@@ -60,25 +83,53 @@ pub(crate) async fn listen_for_cancels(
 /// One listening session: returns only with the error that ended it.
 async fn forward_cancels(
     connect: &PgConnectOptions,
-    cancels: &broadcast::Sender<ExecutionId>,
-    recorded: &broadcast::Sender<ExecutionId>,
+    heard: &Heard,
 ) -> Result<std::convert::Infallible, sqlx::Error> {
     let connection = PgPoolOptions::new()
         .max_connections(1)
         .connect_lazy_with(connect.clone());
     let mut listener = PgListener::connect_with(&connection).await?;
     listener
-        .listen_all([CANCEL_CHANNEL, RECORDED_CHANNEL, DECIDED_CHANNEL])
+        .listen_all([
+            CANCEL_CHANNEL,
+            RECORDED_CHANNEL,
+            DECIDED_CHANNEL,
+            CHANGED_CHANNEL,
+        ])
         .await?;
+    // Listening from here on; whatever changed before is unknown.
+    let _ = heard.changes.send(RecordChange::Unknown);
     loop {
-        let notification = listener.recv().await?;
-        let execution_id = ExecutionId::from_stored(notification.payload());
-        // No receiver is fine: then nothing here runs or waits for that execution.
-        let _ = if notification.channel() == CANCEL_CHANNEL {
-            cancels.send(execution_id)
-        } else {
-            recorded.send(execution_id)
+        // PgListener reconnects by itself after a broken connection (recv then returns the
+        // next notification of a new session): treat that as a new session too.
+        let Some(notification) = listener.try_recv().await? else {
+            tracing::warn!("listener reconnected; dropping every cached record");
+            let _ = heard.changes.send(RecordChange::Unknown);
+            continue;
         };
+        let channel = notification.channel();
+        // No receiver is fine: then nothing here runs, waits for or caches that execution.
+        if channel == CHANGED_CHANNEL {
+            let _ = heard.changes.send(changed(notification.payload()));
+            continue;
+        }
+        let execution_id = ExecutionId::from_stored(notification.payload());
+        let _ = if channel == CANCEL_CHANNEL {
+            heard.cancels.send(execution_id)
+        } else {
+            heard.recorded.send(execution_id)
+        };
+    }
+}
+
+/// The change a [`CHANGED_CHANNEL`] payload announces: the identity it names, or
+/// [`RecordChange::Unknown`] for an empty payload (or one this build cannot read).
+fn changed(payload: &str) -> RecordChange {
+    match serde_json::from_str::<[String; 3]>(payload) {
+        Ok([principal, session_id, request_id]) => {
+            RecordChange::Changed(IdempotencyKey::new(principal, session_id, request_id))
+        }
+        Err(_) => RecordChange::Unknown,
     }
 }
 

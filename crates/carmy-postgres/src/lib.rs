@@ -69,7 +69,7 @@ pub mod sql;
 mod store;
 mod wait;
 
-pub use cancel::{CANCEL_CHANNEL, DECIDED_CHANNEL, RECORDED_CHANNEL};
+pub use cancel::{CANCEL_CHANNEL, CHANGED_CHANNEL, DECIDED_CHANNEL, RECORDED_CHANNEL};
 pub use migrate::{
     latest_migration_version, migrate, MigrateError, MIGRATION_LOCK_KEY, MIGRATION_TABLE,
     RETIRED_MIGRATIONS,

@@ -220,8 +220,8 @@ pub const COMPLETE_RECHECK_SQL: &str =
 /// (`IdempotencyStore::release`: its tool reported that nothing happened). A first attempt's
 /// row is deleted; a taken-over attempt's (`attempt > 1`, docs/semantics.md §12) is handed back
 /// instead (`owner_instance = NULL`, so it reads interrupted again): the earlier attempt's
-/// effect is still unknown, and the next attempt takes it over under the same execution id.
-/// Once another replica took the execution over, its attempt is not this process's to free.
+/// effect is still unknown, and the next attempt takes it over under the same execution id;
+/// an audit row (action `hand_back`, actor this instance) says so. Once another replica took the execution over, its attempt is not this process's to free.
 /// Binds: `$1` principal, `$2` session id, `$3` request id, `$4` execution id, `$5` this
 /// instance. Returns one row: `deleted` and `handed_back` (`bigint` counts, 0 or 1).
 pub const RELEASE_RESERVATION_SQL: &str = "WITH handed_back AS ( \
@@ -229,6 +229,17 @@ pub const RELEASE_RESERVATION_SQL: &str = "WITH handed_back AS ( \
          WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
            AND execution_id = $4 AND state = 'running' AND owner_instance = $5 \
            AND attempt > 1 \
+         RETURNING execution_id, attempt \
+     ), logged AS ( \
+         INSERT INTO carmy.audit_log (actor, execution_id, action, before, after, note) \
+         SELECT $5, h.execution_id, 'hand_back', \
+                jsonb_build_object('state', 'running', 'owner_instance', $5::text, \
+                                   'attempt', h.attempt), \
+                jsonb_build_object('state', 'interrupted', 'owner_instance', NULL, \
+                                   'attempt', h.attempt), \
+                'this attempt''s tool did nothing; an earlier attempt''s effect is unknown, so the \
+execution reads interrupted again and the next attempt takes it over' \
+         FROM handed_back h \
          RETURNING 1 \
      ), deleted AS ( \
          DELETE FROM carmy.reservations \

@@ -4,7 +4,7 @@
 //! `failure`, row decoding in `decode` and the hot-path connections in `hot`.
 
 use crate::batch::{Batcher, Limits, Unanswered};
-use crate::cancel::{listen_for_cancels, CANCEL_BACKLOG};
+use crate::cancel::{listen_for_cancels, Heard, CANCEL_BACKLOG};
 use crate::decide;
 use crate::decode::{decode_key, decode_record};
 use crate::diagnosis::{explain_connect, Diagnosis};
@@ -82,6 +82,9 @@ pub struct PostgresStore {
     cancels: broadcast::Sender<ExecutionId>,
     /// Executions whose outcome was recorded or decided, heard by the listener (for waiters).
     recorded: broadcast::Sender<ExecutionId>,
+    /// Finished records changed behind this process's back, heard by the listener (for replay
+    /// caches).
+    changes: broadcast::Sender<carmy::runtime::RecordChange>,
     /// Connections for `reserve` and `complete` (see [`crate::hot`]).
     hot: bb8::Pool<HotManager>,
     /// Group commit of `reserve` and of `complete` (`batch`); `None` when
@@ -184,12 +187,13 @@ impl PostgresStore {
         });
         let (cancels, _) = broadcast::channel(CANCEL_BACKLOG);
         let (recorded, _) = broadcast::channel(CANCEL_BACKLOG);
-        tokio::spawn(listen_for_cancels(
-            connect,
-            cancels.clone(),
-            recorded.clone(),
-            stop.subscribe(),
-        ));
+        let (changes, _) = broadcast::channel(CANCEL_BACKLOG);
+        let heard = Heard {
+            cancels: cancels.clone(),
+            recorded: recorded.clone(),
+            changes: changes.clone(),
+        };
+        tokio::spawn(listen_for_cancels(connect, heard, stop.subscribe()));
         Ok(Self {
             pool,
             instance_id: options.instance_id,
@@ -199,6 +203,7 @@ impl PostgresStore {
             renewer: Mutex::new(Some(renewer)),
             cancels,
             recorded,
+            changes,
             hot,
             batches,
         })

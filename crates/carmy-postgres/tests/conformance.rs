@@ -60,6 +60,16 @@ impl IdempotencyStore for OwnedStore {
         self.store.cancel_requests()
     }
 
+    fn record_changes(
+        &self,
+    ) -> Option<tokio::sync::broadcast::Receiver<carmy::runtime::RecordChange>> {
+        self.store.record_changes()
+    }
+
+    fn drop_cached(&self, change: &carmy::runtime::RecordChange) {
+        self.store.drop_cached(change);
+    }
+
     fn shutdown(&self) -> StoreFuture<'_, ()> {
         IdempotencyStore::shutdown(&self.store)
     }

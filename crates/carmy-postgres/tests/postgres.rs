@@ -4,6 +4,7 @@
 //! role that may create databases. Every test creates its own database `carmy_test_<uuid>` and
 //! drops it when done (best effort, also when the test panics).
 
+use carmy::decision::AuditAction;
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{
     ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
@@ -17,7 +18,7 @@ use carmy_postgres::{
     PostgresStoreOptions,
 };
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use serde_json::{json, Value};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Row};
 use std::sync::Arc;
@@ -208,10 +209,11 @@ async fn migrate_twice_is_a_noop() {
             (7, "outcome_waiters"),
             (8, "late_arrivals"),
             (9, "retention"),
-            (10, "recovery_columns")
+            (10, "recovery_columns"),
+            (11, "replay_cache_changes")
         ]
     );
-    assert_eq!(latest_migration_version(), 10);
+    assert_eq!(latest_migration_version(), 11);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -273,7 +275,7 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     pool.close().await;
 }
 
@@ -436,6 +438,7 @@ async fn schema_is_documented_and_constrained() {
         ("explain_undecided", "v"),
         ("in_flight_state", "s"),
         ("notify_outcome_waiters", "v"),
+        ("notify_record_changed", "v"),
         ("outcome_is_record", "i"),
         ("prune_expired", "v"),
         ("record_expired", "s"),
@@ -1236,6 +1239,40 @@ async fn a_release_leaves_a_taken_over_execution_alone_or_hands_it_back() {
         RecordState::InFlight(InFlightState::Interrupted)
     );
     assert_eq!(taker.take_over(taken_over).await.unwrap(), Some(3));
+    // The hand-back is audited between the two takeovers, by the taker's instance.
+    let trail: Vec<_> = taker
+        .audit_trail(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| (entry.action, entry.actor, entry.before, entry.after))
+        .collect();
+    let me = taker.instance_id().to_owned();
+    let running =
+        |attempt: u32| json!({"state": "running", "owner_instance": me, "attempt": attempt});
+    assert_eq!(
+        trail,
+        vec![
+            (
+                AuditAction::Takeover,
+                me.clone(),
+                json!({"state": "interrupted", "owner_instance": owner.instance_id(), "attempt": 1}),
+                running(2)
+            ),
+            (
+                AuditAction::HandBack,
+                me.clone(),
+                running(2),
+                json!({"state": "interrupted", "owner_instance": null, "attempt": 2})
+            ),
+            (
+                AuditAction::Takeover,
+                me.clone(),
+                json!({"state": "interrupted", "owner_instance": null, "attempt": 2}),
+                running(3)
+            ),
+        ]
+    );
     taker.shutdown().await.unwrap();
     pool.close().await;
 }

@@ -77,9 +77,10 @@ macro_rules! forward_recovery {
     };
 }
 
-/// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the five methods that
+/// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the seven methods that
 /// wrappers in tests forward unchanged besides the recovery ones (`find_execution`,
-/// `check_ready`, `request_cancel`, `cancel_requests`, `shutdown`), each to the field `$inner`.
+/// `check_ready`, `request_cancel`, `cancel_requests`, `record_changes`, `drop_cached`,
+/// `shutdown`), each to the field `$inner`.
 /// Example: `carmy_test_support::forward_plumbing!(inner);`.
 #[macro_export]
 macro_rules! forward_plumbing {
@@ -107,6 +108,16 @@ macro_rules! forward_plumbing {
             &self,
         ) -> Option<::tokio::sync::broadcast::Receiver<::carmy::ExecutionId>> {
             self.$inner.cancel_requests()
+        }
+
+        fn record_changes(
+            &self,
+        ) -> Option<::tokio::sync::broadcast::Receiver<::carmy::runtime::RecordChange>> {
+            self.$inner.record_changes()
+        }
+
+        fn drop_cached(&self, change: &::carmy::runtime::RecordChange) {
+            self.$inner.drop_cached(change);
         }
 
         fn shutdown(&self) -> ::carmy::runtime::StoreFuture<'_, ()> {

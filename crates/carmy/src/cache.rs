@@ -6,10 +6,16 @@
 //! that is vacant, running or interrupted always goes to the store, and the fingerprint is compared
 //! on every cached answer exactly as the store would (docs/semantics.md §3).
 //!
-//! An operator who deletes or rewrites a finished row with SQL sees the change on a replica
-//! after the entry expires (the time to live), at once with the cache disabled, or as soon as
-//! the replica reads the row by id or in a listing: a read that differs from the cached copy
-//! drops the copy (docs/semantics.md §12).
+//! An operator who deletes or rewrites a finished row with SQL is seen by every replica at once:
+//! the store announces the change ([`IdempotencyStore::record_changes`]; PostgreSQL: a trigger
+//! notifies `carmy_changed` with the row's identity) and the engine, from `App::serve` on, hands
+//! it to [`IdempotencyStore::drop_cached`], which drops the copy; the next attempt reads the
+//! row. When announcements may have been missed (the store's listener reconnected, or this
+//! replica fell behind) the whole cache is dropped. A copy read from the store while a change
+//! arrives is not kept. A read by id or in a listing that differs from the cached copy drops
+//! the copy too. The time to live bounds what is left: a change the store could not announce
+//! (a record deleted by `carmy.prune_expired` with a shorter retention than this replica's,
+//! docs/semantics.md §12).
 
 use crate::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use crate::fingerprint::Fingerprint;
@@ -17,10 +23,11 @@ use crate::outcome::{ExecutionId, RecordedResult};
 use crate::retention::PruneStep;
 use crate::runtime::{
     CompleteRequest, Decided, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey,
-    IdempotencyStore, RecordState, Reservation, ReserveRequest, StoreFuture, StoredRecord,
-    TakeOverRequest, WaitRequest,
+    IdempotencyStore, RecordChange, RecordState, Reservation, ReserveRequest, StoreFuture,
+    StoredRecord, TakeOverRequest, WaitRequest,
 };
 use crate::ExecutionResult;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +50,9 @@ struct CachedRecord {
 pub struct ReplayCache {
     inner: Arc<dyn IdempotencyStore>,
     records: moka::sync::Cache<IdempotencyKey, Arc<CachedRecord>>,
+    /// How many changes were heard ([`IdempotencyStore::drop_cached`]): a copy read from the
+    /// store before one arrived may be stale and is not kept.
+    changes: AtomicU64,
 }
 
 impl ReplayCache {
@@ -54,6 +64,7 @@ impl ReplayCache {
                 .max_capacity(entries)
                 .time_to_live(ttl)
                 .build(),
+            changes: AtomicU64::new(0),
         }
     }
 
@@ -67,15 +78,34 @@ impl ReplayCache {
         self.len() == 0
     }
 
-    fn remember(&self, key: &IdempotencyKey, fingerprint: &Fingerprint, result: &RecordedResult) {
-        if result.record_json().len() <= MAX_CACHED_RECORD_BYTES {
-            self.records.insert(
-                key.clone(),
-                Arc::new(CachedRecord {
-                    fingerprint: fingerprint.clone(),
-                    result: result.clone(),
-                }),
-            );
+    /// The count of changes heard so far, taken before a read of the store (see
+    /// [`ReplayCache::remember`]).
+    fn changes_seen(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
+    }
+
+    /// Caches a finished record read or written when [`ReplayCache::changes_seen`] was `seen`.
+    /// If a change was heard since, the copy may be older than the change: it is dropped again
+    /// (inserted first and checked after, so a change heard in between drops it either way).
+    fn remember(
+        &self,
+        seen: u64,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        result: &RecordedResult,
+    ) {
+        if result.record_json().len() > MAX_CACHED_RECORD_BYTES {
+            return;
+        }
+        self.records.insert(
+            key.clone(),
+            Arc::new(CachedRecord {
+                fingerprint: fingerprint.clone(),
+                result: result.clone(),
+            }),
+        );
+        if self.changes_seen() != seen {
+            self.records.invalidate(key);
         }
     }
 
@@ -143,9 +173,11 @@ impl IdempotencyStore for ReplayCache {
             {
                 return Ok(answer);
             }
+            let seen = self.changes_seen();
             let reservation = self.inner.reserve(request).await?;
             if let Reservation::Existing(Existing::Replay(result)) = &reservation {
                 self.remember(
+                    seen,
                     request.key,
                     request.fingerprint,
                     &RecordedResult::new(result.clone()),
@@ -157,8 +189,9 @@ impl IdempotencyStore for ReplayCache {
 
     fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
         Box::pin(async move {
+            let seen = self.changes_seen();
             self.inner.complete(request).await?;
-            self.remember(request.key, request.fingerprint, request.result);
+            self.remember(seen, request.key, request.fingerprint, request.result);
             Ok(())
         })
     }
@@ -288,7 +321,108 @@ impl IdempotencyStore for ReplayCache {
         self.inner.lease_state()
     }
 
+    fn record_changes(&self) -> Option<tokio::sync::broadcast::Receiver<RecordChange>> {
+        self.inner.record_changes()
+    }
+
+    /// Drops the changed identity's copy ([`RecordChange::Unknown`]: every copy), then forwards.
+    fn drop_cached(&self, change: &RecordChange) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        match change {
+            RecordChange::Changed(key) => self.records.invalidate(key),
+            RecordChange::Unknown => self.records.invalidate_all(),
+        }
+        self.inner.drop_cached(change);
+    }
+
     fn shutdown(&self) -> StoreFuture<'_, ()> {
         self.inner.shutdown()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::InMemoryIdempotencyStore;
+    use crate::outcome::ExecutionStatus;
+
+    fn finished(request_id: &str) -> RecordedResult {
+        let now = chrono::Utc::now();
+        RecordedResult::new(ExecutionResult {
+            execution_id: ExecutionId::generate(),
+            status: ExecutionStatus::Completed,
+            data: serde_json::json!({"n": 1}),
+            error: None,
+            tool: "echo".into(),
+            request_id: Some(request_id.into()),
+            session_id: "s".into(),
+            started_at: now,
+            finished_at: now,
+            resolution: None,
+        })
+    }
+
+    fn cache() -> ReplayCache {
+        let store = Arc::new(InMemoryIdempotencyStore::default());
+        ReplayCache::new(store, 100, Duration::from_secs(600))
+    }
+
+    fn fp() -> Fingerprint {
+        Fingerprint {
+            version: "v1".into(),
+            digest: "a".repeat(64),
+        }
+    }
+
+    fn cached_id(cache: &ReplayCache, key: &IdempotencyKey) -> Option<ExecutionId> {
+        cache.cached(key).map(|record| record.execution_id)
+    }
+
+    /// A change heard for one identity drops that copy only; an unknown change drops all.
+    #[test]
+    fn a_heard_change_drops_the_copies_it_names() {
+        let cache = cache();
+        let (a, b) = (
+            IdempotencyKey::new("p", "s", "a"),
+            IdempotencyKey::new("p", "s", "b"),
+        );
+        let (ra, rb) = (finished("a"), finished("b"));
+        cache.remember(cache.changes_seen(), &a, &fp(), &ra);
+        cache.remember(cache.changes_seen(), &b, &fp(), &rb);
+        assert_eq!(
+            cached_id(&cache, &a),
+            Some(ra.result().execution_id.clone())
+        );
+
+        cache.drop_cached(&RecordChange::Changed(a.clone()));
+        assert_eq!(cached_id(&cache, &a), None);
+        assert_eq!(
+            cached_id(&cache, &b),
+            Some(rb.result().execution_id.clone())
+        );
+
+        cache.remember(cache.changes_seen(), &a, &fp(), &ra);
+        cache.drop_cached(&RecordChange::Unknown);
+        assert_eq!((cached_id(&cache, &a), cached_id(&cache, &b)), (None, None));
+    }
+
+    /// A copy read from the store before a change was heard may predate the change: it is not
+    /// kept, whichever identity the change named; one read after it is.
+    #[test]
+    fn a_copy_read_before_a_change_was_heard_is_not_kept() {
+        let cache = cache();
+        let a = IdempotencyKey::new("p", "s", "a");
+        let record = finished("a");
+        let seen = cache.changes_seen();
+        cache.drop_cached(&RecordChange::Changed(IdempotencyKey::new(
+            "p", "s", "other",
+        )));
+        cache.remember(seen, &a, &fp(), &record);
+        assert_eq!(cached_id(&cache, &a), None);
+        cache.remember(cache.changes_seen(), &a, &fp(), &record);
+        assert_eq!(
+            cached_id(&cache, &a),
+            Some(record.result().execution_id.clone())
+        );
     }
 }

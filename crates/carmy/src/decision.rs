@@ -120,6 +120,9 @@ pub enum AuditAction {
     Takeover,
     /// An owner's outcome arrived after a decision (kept for rows written by later builds).
     LateArrival,
+    /// A taken-over attempt whose tool did nothing handed the execution back: it reads
+    /// interrupted again.
+    HandBack,
 }
 
 impl AuditAction {
@@ -131,6 +134,7 @@ impl AuditAction {
             Self::Cancel => "cancel",
             Self::Takeover => "takeover",
             Self::LateArrival => "late_arrival",
+            Self::HandBack => "hand_back",
         }
     }
 
@@ -142,6 +146,7 @@ impl AuditAction {
             "cancel" => Self::Cancel,
             "takeover" => Self::Takeover,
             "late_arrival" => Self::LateArrival,
+            "hand_back" => Self::HandBack,
             _ => return None,
         })
     }

@@ -22,8 +22,8 @@ pub use crate::fingerprint::FINGERPRINT_VERSION;
 pub use error::StoreError;
 pub use record::{
     CompleteRequest, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, InFlightState,
-    LeaseState, RecordState, Reservation, ReserveRequest, StoredRecord, TakeOverRequest,
-    WaitRequest, DEFAULT_SESSION,
+    LeaseState, RecordChange, RecordState, Reservation, ReserveRequest, StoredRecord,
+    TakeOverRequest, WaitRequest, DEFAULT_SESSION,
 };
 
 /// The boxed future every store method returns; `'a` borrows the store and the arguments.
@@ -49,9 +49,9 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 ///   running or interrupted one;
 /// - hold no transaction or connection between `reserve` and `complete`.
 ///
-/// Cancel delivery, the lease state and shutdown have no default bodies, so a wrapper store cannot
-/// drop them by
-/// accident; one that forwards only the record methods does not compile:
+/// Cancel delivery, the lease state, changes made behind the store's back and shutdown have no
+/// default bodies, so a wrapper store cannot drop them by accident; one that forwards only the
+/// record methods does not compile:
 ///
 /// ```compile_fail
 /// use carmy::fingerprint::Fingerprint;
@@ -110,7 +110,8 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 ///         -> StoreFuture<'_, carmy::retention::PruneStep> {
 ///         self.0.prune_expired(retention, batch)
 ///     }
-///     // request_cancel, cancel_requests, lease_state and shutdown not forwarded: error E0046.
+///     // request_cancel, cancel_requests, lease_state, record_changes, drop_cached and shutdown
+///     // not forwarded: error E0046.
 /// }
 /// ```
 pub trait IdempotencyStore: Send + Sync + 'static {
@@ -306,6 +307,19 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// `cancelled`, effect unknown), since the other replicas already report them interrupted.
     /// `None` for a store without leases (process-local); a wrapper forwards it.
     fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<LeaseState>>;
+
+    /// Finished records updated or deleted behind this process's back (docs/semantics.md §8.4,
+    /// §12: an operator's SQL, or another process replacing an expired record), as the store
+    /// hears of them: [`RecordChange::Changed`] per identity, [`RecordChange::Unknown`] when
+    /// announcements may have been missed. The engine hands each to
+    /// [`IdempotencyStore::drop_cached`] from `App::serve` on. `None` for a store nothing else
+    /// changes (process-local: every change goes through it); a wrapper forwards it.
+    fn record_changes(&self) -> Option<tokio::sync::broadcast::Receiver<RecordChange>>;
+
+    /// Drops what this store (or a wrapper) caches of `change`'s records, so that the next
+    /// reservation or lookup reads the store. A store that caches nothing does nothing; a
+    /// wrapper drops its own copies and forwards it.
+    fn drop_cached(&self, change: &RecordChange);
 
     /// Ends what the store holds for this process (a lease, listeners), after the engine
     /// drained: executions this process still held read as interrupted at once instead of

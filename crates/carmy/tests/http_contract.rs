@@ -117,6 +117,16 @@ impl IdempotencyStore for FaultyStore {
         self.inner.cancel_requests()
     }
 
+    fn record_changes(
+        &self,
+    ) -> Option<tokio::sync::broadcast::Receiver<carmy::runtime::RecordChange>> {
+        self.inner.record_changes()
+    }
+
+    fn drop_cached(&self, change: &carmy::runtime::RecordChange) {
+        self.inner.drop_cached(change);
+    }
+
     fn shutdown(&self) -> StoreFuture<'_, ()> {
         self.shutdowns.fetch_add(1, Ordering::SeqCst);
         self.inner.shutdown()

@@ -150,6 +150,16 @@ impl IdempotencyStore for Counting {
         self.inner.cancel_requests()
     }
 
+    fn record_changes(
+        &self,
+    ) -> Option<tokio::sync::broadcast::Receiver<carmy::runtime::RecordChange>> {
+        self.inner.record_changes()
+    }
+
+    fn drop_cached(&self, change: &carmy::runtime::RecordChange) {
+        self.inner.drop_cached(change);
+    }
+
     fn shutdown(&self) -> carmy::runtime::StoreFuture<'_, ()> {
         self.inner.shutdown()
     }

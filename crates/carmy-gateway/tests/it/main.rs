@@ -28,6 +28,7 @@ mod readme_tools;
 mod record_damaged;
 mod recovery_http;
 mod recovery_replicas;
+mod replay_cache_replicas;
 mod round_trips;
 mod security;
 mod shutdown_and_cancel;

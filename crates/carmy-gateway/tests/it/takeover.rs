@@ -257,6 +257,7 @@ async fn a_taken_over_attempt_that_did_nothing_keeps_the_execution_and_its_key()
         audit,
         vec![
             ("takeover".to_owned(), json!(2)),
+            ("hand_back".to_owned(), json!(2)),
             ("takeover".to_owned(), json!(3))
         ]
     );

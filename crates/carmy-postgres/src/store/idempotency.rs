@@ -11,7 +11,8 @@ use carmy::outcome::{ExecutionId, ExecutionResult};
 use carmy::retention::PruneStep;
 use carmy::runtime::{
     CompleteRequest, Decided, ExecutionLookup, IdempotencyKey, IdempotencyStore, LeaseState,
-    Reservation, ReserveRequest, StoreFuture, StoredRecord, TakeOverRequest, WaitRequest,
+    RecordChange, Reservation, ReserveRequest, StoreFuture, StoredRecord, TakeOverRequest,
+    WaitRequest,
 };
 use carmy::wait::until_decided;
 use tokio::sync::{broadcast, watch};
@@ -168,6 +169,16 @@ impl IdempotencyStore for PostgresStore {
     fn lease_state(&self) -> Option<watch::Receiver<LeaseState>> {
         Some(self.lease.state())
     }
+
+    /// Finished records updated or deleted by others (an operator's SQL; a trigger notifies
+    /// [`crate::cancel::CHANGED_CHANNEL`], migration `V11`), and [`RecordChange::Unknown`]
+    /// each time the listener starts a session (announcements may have been missed).
+    fn record_changes(&self) -> Option<broadcast::Receiver<RecordChange>> {
+        Some(self.changes.subscribe())
+    }
+
+    /// Nothing is cached here: every read goes to the database.
+    fn drop_cached(&self, _change: &RecordChange) {}
 
     /// One call of `carmy.prune_expired` ([`crate::sql::PRUNE_SQL`]) under its advisory lock.
     fn prune_expired(

@@ -10,6 +10,7 @@
 
 pub mod answer;
 mod cancel;
+mod changes;
 pub mod decide;
 pub mod hints;
 mod lease_loss;

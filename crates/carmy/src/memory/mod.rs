@@ -337,6 +337,16 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         None
     }
 
+    /// Nothing changes behind this store's back: every change to its records goes through it.
+    fn record_changes(
+        &self,
+    ) -> Option<tokio::sync::broadcast::Receiver<crate::runtime::RecordChange>> {
+        None
+    }
+
+    /// Nothing is cached here: the records are the store.
+    fn drop_cached(&self, _change: &crate::runtime::RecordChange) {}
+
     /// Nothing is held outside this process.
     fn shutdown(&self) -> StoreFuture<'_, ()> {
         Box::pin(async { Ok(()) })

@@ -142,6 +142,19 @@ pub enum LeaseState {
     Lapsed,
 }
 
+/// A change to finished records made behind this process's back (an operator's SQL, docs/semantics.md
+/// §8.4 and §12), as a store shared between processes reports it through
+/// [`super::IdempotencyStore::record_changes`]; a replay cache drops its copies
+/// ([`super::IdempotencyStore::drop_cached`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordChange {
+    /// The finished record of this identity was updated or deleted.
+    Changed(IdempotencyKey),
+    /// Any record may have changed (announcements may have been missed, e.g. while the store's
+    /// listener reconnected): drop every copy.
+    Unknown,
+}
+
 /// The state of a stored reservation.
 #[allow(clippy::large_enum_variant)] // records are built once per call; boxing buys nothing
 #[derive(Clone, Debug, PartialEq)]
