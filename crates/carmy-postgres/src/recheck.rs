@@ -4,7 +4,8 @@
 use crate::failure::Failure;
 use crate::sql::COMPLETE_RECHECK_SQL;
 use carmy::outcome::ExecutionResult;
-use carmy::runtime::IdempotencyKey;
+use carmy::outcome::RecordedResult;
+use carmy::runtime::{IdempotencyKey, StoreError};
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
@@ -31,4 +32,23 @@ pub(crate) async fn already_recorded(
     Ok(execution_id == result.execution_id.as_str()
         && state != "running"
         && stored.as_deref() == Some(outcome))
+}
+
+/// After `complete`'s update matched `updated` rows: `Ok` when it matched one, or when the
+/// row already holds exactly this outcome (a retry after a lost acknowledgement); otherwise
+/// [`StoreError::NotOwner`] (another execution holds the identity, or it was decided).
+pub(crate) async fn after_update(
+    pool: &PgPool,
+    key: &IdempotencyKey,
+    recorded: &RecordedResult,
+    updated: u64,
+) -> Result<(), Failure> {
+    let result = recorded.result();
+    if updated == 1 || already_recorded(pool, key, result, recorded.record_json()).await? {
+        return Ok(());
+    }
+    Err(StoreError::NotOwner {
+        execution_id: result.execution_id.clone(),
+    }
+    .into())
 }

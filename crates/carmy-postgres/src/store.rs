@@ -17,7 +17,7 @@ use crate::hot::{hot_pool, run_error, HotManager};
 use crate::lease::{lease_pool, renewal_interval, Lease};
 use crate::options::{pool_options, ConnectError, PostgresStoreOptions};
 use crate::ready::check_ready;
-use crate::recheck::already_recorded;
+use crate::recheck::after_update;
 use crate::sql::{COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, RESERVE_SQL};
 use carmy::fingerprint::{Fingerprint, FingerprintParts};
 use carmy::outcome::{ExecutionId, RecordedResult};
@@ -399,7 +399,7 @@ impl PostgresStore {
                 Ok(CompleteAnswer::Alone) | Err(Unanswered::NotSent) => None,
             };
             if let Some(updated) = updated {
-                return self.recheck(key, recorded, updated).await;
+                return after_update(&self.pool, key, recorded, updated).await;
             }
         }
         let query = sqlx::query(COMPLETE_SQL)
@@ -419,26 +419,7 @@ impl PostgresStore {
             hot.used(&done);
             done?.rows_affected()
         };
-        self.recheck(key, recorded, updated).await
-    }
-
-    /// After `complete`'s update matched `updated` rows: `Ok` when it matched one, or when the
-    /// row already holds exactly this outcome (a retry after a lost acknowledgement).
-    async fn recheck(
-        &self,
-        key: &IdempotencyKey,
-        recorded: &RecordedResult,
-        updated: u64,
-    ) -> Result<(), Failure> {
-        let result = recorded.result();
-        if updated == 1 || already_recorded(&self.pool, key, result, recorded.record_json()).await?
-        {
-            return Ok(());
-        }
-        Err(StoreError::NotOwner {
-            execution_id: result.execution_id.clone(),
-        }
-        .into())
+        after_update(&self.pool, key, recorded, updated).await
     }
 
     async fn lookup_impl(&self, key: &IdempotencyKey) -> Result<Option<StoredRecord>, Failure> {
