@@ -49,6 +49,16 @@ pub struct Args {
     #[arg(long)]
     pub pruning_rows: Option<u64>,
 
+    /// Pairs of measurements (without pruning, then with) in the pruning comparison, on one
+    /// preloaded table; the target is judged on the pair with the median ratio.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub pruning_rounds: u64,
+
+    /// Run only this part: `pruning`, the pruning comparison alone (its target is printed and
+    /// `pruning.json` written to the out dir), to iterate on that target in minutes.
+    #[arg(long, value_enum)]
+    pub only: Option<Only>,
+
     /// Exit with status 1 when a target fails (by default the program only reports).
     #[arg(long)]
     pub strict: bool,
@@ -100,6 +110,13 @@ pub struct Args {
     /// Keep the benchmark's database instead of dropping it at the end.
     #[arg(long)]
     pub keep_database: bool,
+}
+
+/// The parts `--only` runs alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Only {
+    /// The pruning comparison.
+    Pruning,
 }
 
 impl Args {

@@ -73,6 +73,19 @@ async fn main() -> ExitCode {
         Err(error) => return fail(&error),
     };
     eprintln!("database {} created", database.name);
+    if args.only == Some(cli::Only::Pruning) {
+        let outcome = pruning_only(&args, &gateway_binary, &database).await;
+        if args.keep_database {
+            eprintln!("database {} kept (--keep-database)", database.name);
+        } else if let Err(error) = database.drop_db().await {
+            eprintln!("warning: {error}");
+        }
+        return match outcome {
+            Ok(failed) if failed && args.strict => ExitCode::FAILURE,
+            Ok(_) => ExitCode::SUCCESS,
+            Err(error) => fail(&error),
+        };
+    }
     let outcome = run(
         &args,
         &gateway_binary,
@@ -105,6 +118,32 @@ async fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// `--only pruning`: the pruning comparison alone, on a database a gateway migrated first;
+/// prints its target and writes `pruning.json`. True when the target failed.
+async fn pruning_only(
+    args: &Args,
+    gateway_binary: &Path,
+    database: &BenchDb,
+) -> Result<bool, String> {
+    let has_cache = gateway::has_setting(gateway_binary, "CARMY_REPLAY_CACHE_ENTRIES");
+    let mut env = gateway_env(args, has_cache);
+    env.push(("CARMY_RETENTION", "0".to_owned()));
+    // The gateway migrates the database as it starts.
+    gateway::Gateway::start(gateway_binary, "migrate", &database.url, &env)?.stop();
+    let pruning = measure::pruning(args, gateway_binary, database, has_cache).await?;
+    let target = report::pruning_target(pruning.as_ref());
+    println!("{}", target.line());
+    let out_dir = args.out_dir();
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|error| format!("cannot create {}: {error}", out_dir.display()))?;
+    let path = out_dir.join("pruning.json");
+    let json = serde_json::to_string_pretty(&pruning).map_err(|error| error.to_string())?;
+    std::fs::write(&path, json + "\n")
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(target.status == report::Status::Fail)
 }
 
 fn fail(error: &str) -> ExitCode {

@@ -149,6 +149,7 @@ pub async fn pruning(
     }
     let runs = pruning::measure(
         args.pruning_rows(),
+        usize::try_from(args.pruning_rounds).unwrap_or(1),
         gateway_binary,
         database,
         &gateway_env(args, has_cache),

@@ -3,6 +3,8 @@
 mod render;
 mod targets;
 
+pub use targets::pruning_target;
+
 use crate::db::ServerInfo;
 use crate::load::{RunResult, Scenario};
 use crate::pgbench::PgbenchResult;

@@ -319,14 +319,20 @@ note: in some windows other processes took more than {NOISY_OTHER_PERCENT:.0}%  
     fn render_targets(&self, out: &mut String) {
         let _ = writeln!(out, "\ntargets:");
         for target in &self.targets {
-            let _ = writeln!(
-                out,
-                "  {}  {:<72} {}",
-                target.status.label(),
-                target.name,
-                target.figure
-            );
+            let _ = writeln!(out, "{}", target.line());
         }
+    }
+}
+
+impl super::Target {
+    /// The target's line in the printed report: status, name, figure.
+    pub fn line(&self) -> String {
+        format!(
+            "  {}  {:<72} {}",
+            self.status.label(),
+            self.name,
+            self.figure
+        )
     }
 }
 

@@ -12,7 +12,7 @@ impl Report {
         targets.extend(self.group_commit_targets());
         targets.extend(self.mcp_targets());
         targets.push(self.flatness_target());
-        targets.push(self.pruning_target());
+        targets.push(pruning_target(self.pruning.as_ref()));
         targets.push(self.memory_target());
         targets.push(self.round_trip_target());
         targets.push(self.upstream_target());
@@ -285,58 +285,6 @@ impl Report {
         }
     }
 
-    /// New-identity p99 with pruning running against without, on the preloaded table.
-    fn pruning_target(&self) -> Target {
-        let Some(pruning) = &self.pruning else {
-            return Target {
-                name: format!("new-identity p99 with pruning <= {PRUNING_P99_RATIO} x without"),
-                figure: "not measured (the gateway has no CARMY_RETENTION)".to_owned(),
-                value: None,
-                bound: PRUNING_P99_RATIO,
-                status: Status::Skip,
-            };
-        };
-        let name = format!(
-            "new-identity p99 at c={} with pruning <= {PRUNING_P99_RATIO} x without, {} rows{}",
-            pruning.with.concurrency,
-            pruning.rows,
-            if pruning.rows < 1_000_000 {
-                " (a smaller table than the 1 million of the target)"
-            } else {
-                ""
-            }
-        );
-        let without = pruning.without.p99_ms;
-        let with = pruning.with.p99_ms.unwrap_or(f64::INFINITY);
-        match without {
-            Some(without) => {
-                let value = with / without;
-                let pruned = pruning.pruned_during;
-                Target {
-                    name,
-                    figure: format!(
-                        "p99 {without:.2} ms -> {with:.2} ms = {value:.2} x; {pruned} rows pruned meanwhile"
-                    ),
-                    value: Some(value),
-                    bound: PRUNING_P99_RATIO,
-                    status: Status::of(
-                        value <= PRUNING_P99_RATIO
-                            && pruned > 0
-                            && pruning.with.error_count() == 0
-                            && pruning.without.error_count() == 0,
-                    ),
-                }
-            }
-            None => Target {
-                name,
-                figure: "no successful call without pruning".to_owned(),
-                value: None,
-                bound: PRUNING_P99_RATIO,
-                status: Status::Fail,
-            },
-        }
-    }
-
     /// The in-memory store's reserve+complete pairs per second.
     fn memory_target(&self) -> Target {
         let rate = self.memory_store.pairs_per_second;
@@ -388,5 +336,64 @@ impl Report {
                 status: Status::Skip,
             },
         }
+    }
+}
+
+/// New-identity p99 with pruning running against without, on the preloaded table.
+pub fn pruning_target(pruning: Option<&crate::pruning::Pruning>) -> Target {
+    let Some(pruning) = pruning else {
+        return Target {
+            name: format!("new-identity p99 with pruning <= {PRUNING_P99_RATIO} x without"),
+            figure: "not measured (the gateway has no CARMY_RETENTION)".to_owned(),
+            value: None,
+            bound: PRUNING_P99_RATIO,
+            status: Status::Skip,
+        };
+    };
+    let name = format!(
+        "new-identity p99 at c={} with pruning <= {PRUNING_P99_RATIO} x without, {} rows{}",
+        pruning.with.concurrency,
+        pruning.rows,
+        if pruning.rows < 1_000_000 {
+            " (a smaller table than the 1 million of the target)"
+        } else {
+            ""
+        }
+    );
+    let without = pruning.without.p99_ms;
+    let with = pruning.with.p99_ms.unwrap_or(f64::INFINITY);
+    match without {
+        Some(without) => {
+            let value = with / without;
+            let pruned = pruning.pruned_during;
+            let rate = pruning.pruned_per_second;
+            let calls = pruning.with.calls_per_second;
+            let rounds = match pruning.rounds.len() {
+                0 | 1 => String::new(),
+                count => format!(", the median of {count} rounds"),
+            };
+            Target {
+                name,
+                figure: format!(
+                    "p99 {without:.2} ms -> {with:.2} ms = {value:.2} x; {pruned} rows pruned \
+                     meanwhile ({rate:.0}/s at {calls:.0} calls/s){rounds}"
+                ),
+                value: Some(value),
+                bound: PRUNING_P99_RATIO,
+                status: Status::of(
+                    value <= PRUNING_P99_RATIO
+                        && pruned > 0
+                        && pruning.with.error_count() == 0
+                        && pruning.without.error_count() == 0,
+                ),
+            }
+        }
+        None => Target {
+            name,
+            figure: "no successful call without pruning".to_owned(),
+            value: None,
+            bound: PRUNING_P99_RATIO,
+            status: Status::Fail,
+        },
     }
 }

@@ -59,6 +59,7 @@ macro_rules! store_conformance_tests {
             late_arrivals_are_kept_beside_the_record,
             expired_records_run_as_new,
             pruning_removes_only_expired_records,
+            the_pruner_deletes_a_backlog_in_one_pass,
         );
     };
     (@cases $factory:path; $($case:ident),+ $(,)?) => {

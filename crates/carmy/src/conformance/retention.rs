@@ -159,3 +159,61 @@ pub async fn pruning_removes_only_expired_records(store: Arc<dyn IdempotencyStor
         Some(RecordState::Finished(_))
     ));
 }
+
+/// The pruner ([`crate::retention::run_pruner`]) deletes a backlog of several full batches in
+/// one pass (steps with a pause between them, never waiting for the next interval), counts
+/// every record it pruned, and leaves a running record alone.
+pub async fn the_pruner_deletes_a_backlog_in_one_pass(store: Arc<dyn IdempotencyStore>) {
+    use crate::retention::run_pruner;
+    // Small batches, so that a backlog of several is quick to write on every store.
+    const BATCH: usize = 50;
+    let args = json!({"a": 1});
+    let f = fp(&args);
+    let backlog = 2 * BATCH + 7;
+    let expiring: Vec<IdempotencyKey> = (0..backlog)
+        .map(|i| key("p", "s", &format!("backlog-{i}")))
+        .collect();
+    for k in &expiring {
+        finished(&*store, k, &args).await;
+    }
+    let running = key("p", "s", "running");
+    assert_eq!(
+        reserve(&*store, &running, &f, &short_intent()).await,
+        Reservation::Reserved
+    );
+    outlive_retention().await;
+
+    let metrics = crate::metrics::Metrics::default();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let pruner = tokio::spawn(run_pruner(
+        Arc::clone(&store),
+        SHORT,
+        // One pass only: the next one would start in an hour.
+        Duration::from_secs(3600),
+        BATCH,
+        metrics.clone(),
+        stop.clone(),
+    ));
+    let counted = format!("carmy_prunes_total {backlog}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !metrics.encode().lines().any(|line| line == counted) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the pruner did not prune {backlog} records in one pass within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    pruner.await.expect("the pruner stops when cancelled");
+    for k in [&expiring[0], &expiring[backlog / 2], &expiring[backlog - 1]] {
+        assert_eq!(store.lookup(k).await.expect("lookup"), None, "{k:?} pruned");
+    }
+    assert!(matches!(
+        store
+            .lookup(&running)
+            .await
+            .expect("lookup")
+            .map(|r| r.state),
+        Some(RecordState::InFlight(_))
+    ));
+}
