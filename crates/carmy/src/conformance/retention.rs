@@ -111,22 +111,32 @@ pub async fn expired_records_run_as_new(store: Arc<dyn IdempotencyStore>) {
     );
 }
 
+/// Finishes each of `expiring` with `args`, reserves a running record beside them, and waits
+/// until the finished ones are past the short retention; the running record's key.
+async fn expired_beside_a_running_one(
+    store: &dyn IdempotencyStore,
+    expiring: &[IdempotencyKey],
+    args: &serde_json::Value,
+) -> IdempotencyKey {
+    for k in expiring {
+        finished(store, k, args).await;
+    }
+    let running = key("p", "s", "running");
+    assert_eq!(
+        reserve(store, &running, &fp(args), &short_intent()).await,
+        Reservation::Reserved
+    );
+    outlive_retention().await;
+    running
+}
+
 /// Pruning deletes exactly the finished records past the retention, at most a batch per step,
 /// and never a running one or one still within its retention.
 pub async fn pruning_removes_only_expired_records(store: Arc<dyn IdempotencyStore>) {
     let args = json!({"a": 1});
-    let f = fp(&args);
     let expiring: Vec<IdempotencyKey> =
         (0..3).map(|i| key("p", "s", &format!("old-{i}"))).collect();
-    for k in &expiring {
-        finished(&*store, k, &args).await;
-    }
-    let running = key("p", "s", "running");
-    assert_eq!(
-        reserve(&*store, &running, &f, &short_intent()).await,
-        Reservation::Reserved
-    );
-    outlive_retention().await;
+    let running = expired_beside_a_running_one(&*store, &expiring, &args).await;
     let fresh = key("p", "s", "fresh");
     finished(&*store, &fresh, &args).await;
 
@@ -168,20 +178,11 @@ pub async fn the_pruner_deletes_a_backlog_in_one_pass(store: Arc<dyn Idempotency
     // Small batches, so that a backlog of several is quick to write on every store.
     const BATCH: usize = 50;
     let args = json!({"a": 1});
-    let f = fp(&args);
     let backlog = 2 * BATCH + 7;
     let expiring: Vec<IdempotencyKey> = (0..backlog)
         .map(|i| key("p", "s", &format!("backlog-{i}")))
         .collect();
-    for k in &expiring {
-        finished(&*store, k, &args).await;
-    }
-    let running = key("p", "s", "running");
-    assert_eq!(
-        reserve(&*store, &running, &f, &short_intent()).await,
-        Reservation::Reserved
-    );
-    outlive_retention().await;
+    let running = expired_beside_a_running_one(&*store, &expiring, &args).await;
 
     let metrics = crate::metrics::Metrics::default();
     let stop = tokio_util::sync::CancellationToken::new();
