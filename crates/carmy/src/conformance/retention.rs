@@ -130,6 +130,26 @@ async fn expired_beside_a_running_one(
     running
 }
 
+/// Each of `pruned` is gone, and `running` is still in flight.
+async fn assert_pruned_beside_running<'k>(
+    store: &dyn IdempotencyStore,
+    pruned: impl IntoIterator<Item = &'k IdempotencyKey>,
+    running: &IdempotencyKey,
+) {
+    for k in pruned {
+        assert_eq!(store.lookup(k).await.expect("lookup"), None, "{k:?} pruned");
+    }
+    let state = store
+        .lookup(running)
+        .await
+        .expect("lookup")
+        .map(|r| r.state);
+    assert!(
+        matches!(state, Some(RecordState::InFlight(_))),
+        "the running record stays: {state:?}"
+    );
+}
+
 /// Pruning deletes exactly the finished records past the retention, at most a batch per step,
 /// and never a running one or one still within its retention.
 pub async fn pruning_removes_only_expired_records(store: Arc<dyn IdempotencyStore>) {
@@ -153,17 +173,7 @@ pub async fn pruning_removes_only_expired_records(store: Arc<dyn IdempotencyStor
     assert_eq!(step(2).await, records(2), "a step deletes at most a batch");
     assert_eq!(step(2).await, records(1));
     assert_eq!(step(2).await, records(0));
-    for k in &expiring {
-        assert_eq!(store.lookup(k).await.expect("lookup"), None, "{k:?} pruned");
-    }
-    assert!(matches!(
-        store
-            .lookup(&running)
-            .await
-            .expect("lookup")
-            .map(|r| r.state),
-        Some(RecordState::InFlight(_))
-    ));
+    assert_pruned_beside_running(&*store, &expiring, &running).await;
     assert!(matches!(
         store.lookup(&fresh).await.expect("lookup").map(|r| r.state),
         Some(RecordState::Finished(_))
@@ -206,15 +216,6 @@ pub async fn the_pruner_deletes_a_backlog_in_one_pass(store: Arc<dyn Idempotency
     }
     stop.cancel();
     pruner.await.expect("the pruner stops when cancelled");
-    for k in [&expiring[0], &expiring[backlog / 2], &expiring[backlog - 1]] {
-        assert_eq!(store.lookup(k).await.expect("lookup"), None, "{k:?} pruned");
-    }
-    assert!(matches!(
-        store
-            .lookup(&running)
-            .await
-            .expect("lookup")
-            .map(|r| r.state),
-        Some(RecordState::InFlight(_))
-    ));
+    let sample = [&expiring[0], &expiring[backlog / 2], &expiring[backlog - 1]];
+    assert_pruned_beside_running(&*store, sample, &running).await;
 }
