@@ -126,43 +126,10 @@ impl IdempotencyStore for Counting {
     ) -> carmy::runtime::StoreFuture<'a, Option<carmy::runtime::StoredRecord>> {
         self.inner.lookup(key)
     }
-    fn find_execution<'a>(
-        &'a self,
-        principal: &'a str,
-        execution_id: &'a ExecutionId,
-    ) -> carmy::runtime::StoreFuture<'a, Option<carmy::runtime::ExecutionLookup>> {
-        self.inner.find_execution(principal, execution_id)
-    }
-    fn check_ready(&self) -> carmy::runtime::StoreFuture<'_, ()> {
-        self.inner.check_ready()
-    }
 
     carmy_test_support::forward_recovery!(inner);
 
-    fn request_cancel<'a>(
-        &'a self,
-        execution_id: &'a ExecutionId,
-    ) -> carmy::runtime::StoreFuture<'a, ()> {
-        self.inner.request_cancel(execution_id)
-    }
-
-    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
-        self.inner.cancel_requests()
-    }
-
-    fn record_changes(
-        &self,
-    ) -> Option<tokio::sync::broadcast::Receiver<carmy::runtime::RecordChange>> {
-        self.inner.record_changes()
-    }
-
-    fn drop_cached(&self, change: &carmy::runtime::RecordChange) {
-        self.inner.drop_cached(change);
-    }
-
-    fn shutdown(&self) -> carmy::runtime::StoreFuture<'_, ()> {
-        self.inner.shutdown()
-    }
+    carmy_test_support::forward_plumbing!(inner);
 }
 
 #[tokio::test]

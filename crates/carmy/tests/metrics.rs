@@ -8,8 +8,8 @@ use axum::http::{Request, StatusCode};
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::outcome::ExecutionId;
 use carmy::runtime::{
-    CompleteRequest, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
-    Reservation, ReserveRequest, StoreError, StoreFuture, StoredRecord,
+    CompleteRequest, Existing, IdempotencyKey, IdempotencyStore, InFlightState, Reservation,
+    ReserveRequest, StoreError, StoreFuture, StoredRecord,
 };
 use carmy::tool::{FnTool, ToolError};
 use carmy_test_support::eventually;
@@ -66,39 +66,7 @@ impl IdempotencyStore for ScriptedStore {
 
     carmy_test_support::forward_recovery!(inner);
 
-    fn find_execution<'a>(
-        &'a self,
-        principal: &'a str,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Option<ExecutionLookup>> {
-        self.inner.find_execution(principal, execution_id)
-    }
-
-    fn check_ready(&self) -> StoreFuture<'_, ()> {
-        self.inner.check_ready()
-    }
-
-    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
-        self.inner.request_cancel(execution_id)
-    }
-
-    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
-        self.inner.cancel_requests()
-    }
-
-    fn record_changes(
-        &self,
-    ) -> Option<tokio::sync::broadcast::Receiver<carmy::runtime::RecordChange>> {
-        self.inner.record_changes()
-    }
-
-    fn drop_cached(&self, change: &carmy::runtime::RecordChange) {
-        self.inner.drop_cached(change);
-    }
-
-    fn shutdown(&self) -> StoreFuture<'_, ()> {
-        self.inner.shutdown()
-    }
+    carmy_test_support::forward_plumbing!(inner);
 }
 
 /// The app, and the gate that the `wait` tool holds on (one permit lets one call finish).
