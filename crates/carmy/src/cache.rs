@@ -2,9 +2,10 @@
 //!
 //! A finished record never changes (docs/semantics.md §4), so a replica may answer replays and
 //! conflicts for it without a database round trip, until its retention ends (§12): a cached
-//! record past its `expires_at` is dropped and the reservation goes to the store. Only finished records are cached: an identity
-//! that is vacant, running or interrupted always goes to the store, and the fingerprint is compared
-//! on every cached answer exactly as the store would (docs/semantics.md §3).
+//! record past its `expires_at` is dropped and the reservation goes to the store. Only finished
+//! records are cached: an identity that is vacant, running or interrupted always goes to the
+//! store, and the fingerprint is compared on every cached answer exactly as the store would
+//! (docs/semantics.md §3).
 //!
 //! An operator who deletes or rewrites a finished row with SQL is seen by every replica at once:
 //! the store announces the change ([`IdempotencyStore::record_changes`]; PostgreSQL: a trigger
