@@ -10,8 +10,8 @@ use carmy::fingerprint::Fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult};
 use carmy::runtime::{
-    CompleteRequest, ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation,
-    ReserveRequest, StoreError, DEFAULT_SESSION,
+    Claim, ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation, StoreError,
+    DEFAULT_SESSION,
 };
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -85,11 +85,13 @@ pub async fn run_pairs(
 ) -> Result<(), StoreError> {
     for input in inputs {
         match store
-            .reserve(ReserveRequest {
-                key: &input.key,
-                fingerprint,
-                intent: &input.intent,
-            })
+            .reserve(
+                Claim {
+                    key: &input.key,
+                    fingerprint,
+                },
+                &input.intent,
+            )
             .await?
         {
             Reservation::Reserved => {}
@@ -100,11 +102,13 @@ pub async fn run_pairs(
             }
         }
         store
-            .complete(CompleteRequest {
-                key: &input.key,
-                fingerprint,
-                result: &input.result,
-            })
+            .complete(
+                Claim {
+                    key: &input.key,
+                    fingerprint,
+                },
+                &input.result,
+            )
             .await?;
     }
     Ok(())

@@ -16,8 +16,7 @@ use carmy::decision::{
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult};
 use carmy::runtime::{
-    CompleteRequest, Decided, ExecutionLookup, IdempotencyKey, InFlightState, RecordState,
-    StoreError, StoredRecord,
+    Decided, ExecutionLookup, IdempotencyKey, InFlightState, RecordState, StoreError, StoredRecord,
 };
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgPool, PgRow};
@@ -141,9 +140,9 @@ fn unavailable_text(error: &dyn std::fmt::Display) -> StoreError {
 pub(crate) async fn late_arrival(
     pool: &PgPool,
     instance_id: &str,
-    refused: CompleteRequest<'_>,
+    key: &IdempotencyKey,
+    recorded: &carmy::outcome::RecordedResult,
 ) -> Result<Option<ExecutionId>, Failure> {
-    let (key, recorded) = (refused.key, refused.result);
     let result = recorded.result();
     let row = sqlx::query(LATE_ARRIVAL_SQL)
         .bind(&key.principal)

@@ -22,7 +22,7 @@ use crate::sql::{COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, RESERVE_SQL};
 use carmy::fingerprint::{Fingerprint, FingerprintParts};
 use carmy::outcome::{ExecutionId, RecordedResult};
 use carmy::runtime::{
-    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, Reservation, StoreError,
+    Claim, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, Reservation, StoreError,
     StoredRecord,
 };
 use sqlx::postgres::PgPool;
@@ -246,8 +246,7 @@ impl PostgresStore {
 
     async fn reserve_impl(
         &self,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
+        Claim { key, fingerprint }: Claim<'_>,
         intent: &ExecutionIntent,
     ) -> Result<Reservation, Failure> {
         // Never reserve without a lease row: others would read the reservation as interrupted.
@@ -371,8 +370,7 @@ impl PostgresStore {
 
     async fn complete_impl(
         &self,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
+        Claim { key, fingerprint }: Claim<'_>,
         recorded: &RecordedResult,
     ) -> Result<(), Failure> {
         let outcome = recorded.record_json();

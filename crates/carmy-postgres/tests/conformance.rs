@@ -1,11 +1,7 @@
 //! The core crate's store conformance suite (`carmy::conformance`), run against
 //! `PostgresStore`: every check gets a fresh, migrated database of its own, dropped with the store.
 
-use carmy::outcome::ExecutionId;
-use carmy::runtime::{
-    CompleteRequest, ExecutionLookup, IdempotencyKey, IdempotencyStore, Reservation,
-    ReserveRequest, StoreFuture, StoredRecord,
-};
+use carmy::runtime::{IdempotencyStore, StoreFuture};
 use carmy_postgres::PostgresStore;
 use carmy_test_support::TestDb;
 use std::sync::Arc;
@@ -18,58 +14,14 @@ struct OwnedStore {
 }
 
 impl IdempotencyStore for OwnedStore {
-    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
-        self.store.reserve(request)
-    }
+    carmy::forward_store!(store =>
+        reserve, complete, release, lookup, find_execution, check_ready, resolve_execution,
+        release_execution, list_executions, audit_trail, record_late_arrival, take_over,
+        wait_for_outcome, prune_expired, lease_state, request_cancel, cancel_requests,
+        record_changes, drop_cached,
+    );
 
-    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
-        self.store.complete(request)
-    }
-
-    fn release<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, ()> {
-        self.store.release(key, execution_id)
-    }
-
-    fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
-        self.store.lookup(key)
-    }
-
-    fn find_execution<'a>(
-        &'a self,
-        principal: &'a str,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Option<ExecutionLookup>> {
-        self.store.find_execution(principal, execution_id)
-    }
-
-    fn check_ready(&self) -> StoreFuture<'_, ()> {
-        self.store.check_ready()
-    }
-
-    carmy_test_support::forward_recovery!(store);
-
-    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
-        self.store.request_cancel(execution_id)
-    }
-
-    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
-        self.store.cancel_requests()
-    }
-
-    fn record_changes(
-        &self,
-    ) -> Option<tokio::sync::broadcast::Receiver<carmy::runtime::RecordChange>> {
-        self.store.record_changes()
-    }
-
-    fn drop_cached(&self, change: &carmy::runtime::RecordChange) {
-        self.store.drop_cached(change);
-    }
-
+    /// `PostgresStore` has an inherent `shutdown` of its own; this is the trait's.
     fn shutdown(&self) -> StoreFuture<'_, ()> {
         IdempotencyStore::shutdown(&self.store)
     }

@@ -7,8 +7,8 @@
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
 use carmy::runtime::{
-    CompleteRequest, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
-    Reservation, ReserveRequest, StoreError,
+    Claim, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, Reservation,
+    StoreError,
 };
 use carmy_postgres::{PostgresStore, PostgresStoreOptions};
 use carmy_test_support::TestDb;
@@ -166,20 +166,24 @@ async fn run_all(store: &Arc<PostgresStore>, attempts: &[Attempt]) -> Vec<Reserv
             tokio::spawn(async move {
                 start.wait().await;
                 let answer = store
-                    .reserve(ReserveRequest {
-                        key: &attempt.key,
-                        fingerprint: &attempt.fingerprint,
-                        intent: &attempt.intent,
-                    })
+                    .reserve(
+                        Claim {
+                            key: &attempt.key,
+                            fingerprint: &attempt.fingerprint,
+                        },
+                        &attempt.intent,
+                    )
                     .await
                     .unwrap();
                 if answer == Reservation::Reserved {
                     store
-                        .complete(CompleteRequest {
-                            key: &attempt.key,
-                            fingerprint: &attempt.fingerprint,
-                            result: &attempt.outcome().into(),
-                        })
+                        .complete(
+                            Claim {
+                                key: &attempt.key,
+                                fingerprint: &attempt.fingerprint,
+                            },
+                            &attempt.outcome().into(),
+                        )
                         .await
                         .unwrap();
                 }
@@ -288,11 +292,13 @@ async fn a_row_the_server_refuses_fails_only_its_own_call() {
             tokio::spawn(async move {
                 start.wait().await;
                 store
-                    .reserve(ReserveRequest {
-                        key: &attempt.key,
-                        fingerprint: &attempt.fingerprint,
-                        intent: &attempt.intent,
-                    })
+                    .reserve(
+                        Claim {
+                            key: &attempt.key,
+                            fingerprint: &attempt.fingerprint,
+                        },
+                        &attempt.intent,
+                    )
                     .await
             })
         })

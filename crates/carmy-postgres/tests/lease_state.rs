@@ -6,8 +6,7 @@
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::ExecutionId;
 use carmy::runtime::{
-    ExecutionIntent, IdempotencyKey, IdempotencyStore, LeaseState, Reservation, ReserveRequest,
-    StoreError,
+    Claim, ExecutionIntent, IdempotencyKey, IdempotencyStore, LeaseState, Reservation, StoreError,
 };
 use carmy_postgres::PostgresStore;
 use carmy_test_support::{CutProxy, TestDb};
@@ -59,11 +58,13 @@ async fn the_lease_state_lapses_while_cut_off_and_holds_again_after_a_renewal() 
     .expect("the lease lapses while cut off")
     .unwrap();
     let refused = store
-        .reserve(ReserveRequest {
-            key: &IdempotencyKey::new("p", "s", "cut"),
-            fingerprint: &fingerprint,
-            intent: &intent(),
-        })
+        .reserve(
+            Claim {
+                key: &IdempotencyKey::new("p", "s", "cut"),
+                fingerprint: &fingerprint,
+            },
+            &intent(),
+        )
         .await;
     assert!(
         matches!(&refused, Err(StoreError::Unavailable(text)) if text.contains("lease lapsed")),
@@ -80,11 +81,13 @@ async fn the_lease_state_lapses_while_cut_off_and_holds_again_after_a_renewal() 
     .unwrap();
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &IdempotencyKey::new("p", "s", "back"),
-                fingerprint: &fingerprint,
-                intent: &intent(),
-            })
+            .reserve(
+                Claim {
+                    key: &IdempotencyKey::new("p", "s", "back"),
+                    fingerprint: &fingerprint
+                },
+                &intent()
+            )
             .await
             .unwrap(),
         Reservation::Reserved

@@ -10,8 +10,8 @@ use carmy::outcome::{
     ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
 };
 use carmy::runtime::{
-    CompleteRequest, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
-    RecordState, Reservation, ReserveRequest, StoreError, StoreFuture, TakeOverRequest,
+    Claim, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
+    Reservation, StoreError, StoreFuture,
 };
 use carmy_postgres::{
     latest_migration_version, migrate, ConnectError, MigrateError, OptionsError, PostgresStore,
@@ -46,11 +46,7 @@ fn complete<'a>(
     fingerprint: &'a Fingerprint,
     result: &'a RecordedResult,
 ) -> StoreFuture<'a, ()> {
-    store.complete(CompleteRequest {
-        key,
-        fingerprint,
-        result,
-    })
+    store.complete(Claim { key, fingerprint }, result)
 }
 
 /// The store's `reserve` of `key` with `fingerprint` for `intent`.
@@ -60,11 +56,7 @@ fn reserve<'a>(
     fingerprint: &'a Fingerprint,
     intent: &'a ExecutionIntent,
 ) -> StoreFuture<'a, Reservation> {
-    store.reserve(ReserveRequest {
-        key,
-        fingerprint,
-        intent,
-    })
+    store.reserve(Claim { key, fingerprint }, intent)
 }
 
 fn intent(tool: &str) -> ExecutionIntent {
@@ -513,11 +505,13 @@ async fn reserve_complete_replay() {
     assert_eq!(store.lookup(&k).await.unwrap(), None);
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &first
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &first
+            )
             .await
             .unwrap(),
         Reservation::Reserved
@@ -542,11 +536,13 @@ async fn reserve_complete_replay() {
     // A retry while it runs is uncertain and names the running execution.
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &intent("create_order")
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &intent("create_order")
+            )
             .await
             .unwrap(),
         Reservation::Existing(Existing::Uncertain {
@@ -575,11 +571,13 @@ async fn reserve_complete_replay() {
     let retry = intent("create_order");
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &retry
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &retry
+            )
             .await
             .unwrap(),
         Reservation::Existing(Existing::Replay(done.clone()))
@@ -587,11 +585,13 @@ async fn reserve_complete_replay() {
     let other = db.store().await;
     assert_eq!(
         other
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &retry
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &retry
+            )
             .await
             .unwrap(),
         Reservation::Existing(Existing::Replay(done.clone()))
@@ -625,11 +625,13 @@ async fn identity_parts_and_principals_are_separate() {
     for k in &keys {
         assert_eq!(
             store
-                .reserve(ReserveRequest {
-                    key: k,
-                    fingerprint: &fp('a'),
-                    intent: &intent("echo")
-                })
+                .reserve(
+                    Claim {
+                        key: k,
+                        fingerprint: &fp('a')
+                    },
+                    &intent("echo")
+                )
                 .await
                 .unwrap(),
             Reservation::Reserved,
@@ -649,11 +651,13 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
     let holder = intent("create_order");
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &holder
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &holder
+            )
             .await
             .unwrap(),
         Reservation::Reserved
@@ -667,11 +671,13 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
     ] {
         assert_eq!(
             store
-                .reserve(ReserveRequest {
-                    key: &k,
-                    fingerprint: &other,
-                    intent: &intent("create_order")
-                })
+                .reserve(
+                    Claim {
+                        key: &k,
+                        fingerprint: &other
+                    },
+                    &intent("create_order")
+                )
                 .await
                 .unwrap(),
             Reservation::Existing(Existing::Conflict {
@@ -692,11 +698,13 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
         let holder = intent("create_order");
         assert_eq!(
             store
-                .reserve(ReserveRequest {
-                    key: &k,
-                    fingerprint: &fp('a'),
-                    intent: &holder
-                })
+                .reserve(
+                    Claim {
+                        key: &k,
+                        fingerprint: &fp('a')
+                    },
+                    &holder
+                )
                 .await
                 .unwrap(),
             Reservation::Reserved
@@ -707,11 +715,13 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
             .unwrap();
         assert_eq!(
             store
-                .reserve(ReserveRequest {
-                    key: &k,
-                    fingerprint: &fp('b'),
-                    intent: &intent("create_order")
-                })
+                .reserve(
+                    Claim {
+                        key: &k,
+                        fingerprint: &fp('b')
+                    },
+                    &intent("create_order")
+                )
                 .await
                 .unwrap(),
             Reservation::Existing(Existing::Conflict {
@@ -722,11 +732,13 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
         );
         assert_eq!(
             store
-                .reserve(ReserveRequest {
-                    key: &k,
-                    fingerprint: &fp('a'),
-                    intent: &intent("create_order")
-                })
+                .reserve(
+                    Claim {
+                        key: &k,
+                        fingerprint: &fp('a')
+                    },
+                    &intent("create_order")
+                )
                 .await
                 .unwrap(),
             Reservation::Existing(Existing::Replay(outcome.clone())),
@@ -761,11 +773,13 @@ async fn fifty_concurrent_reserves_across_two_stores_reserve_once() {
                 let attempt = intent("create_order");
                 start.wait().await;
                 let reservation = store
-                    .reserve(ReserveRequest {
-                        key: &k,
-                        fingerprint: &fp('a'),
-                        intent: &attempt,
-                    })
+                    .reserve(
+                        Claim {
+                            key: &k,
+                            fingerprint: &fp('a'),
+                        },
+                        &attempt,
+                    )
                     .await
                     .unwrap();
                 if reservation == Reservation::Reserved {
@@ -845,11 +859,13 @@ async fn a_lapsed_lease_reads_as_interrupted() {
     let holder = intent("create_order");
     assert_eq!(
         owner
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &holder
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &holder
+            )
             .await
             .unwrap(),
         Reservation::Reserved
@@ -861,11 +877,13 @@ async fn a_lapsed_lease_reads_as_interrupted() {
     });
     assert_eq!(
         observer
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &intent("create_order")
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &intent("create_order")
+            )
             .await
             .unwrap(),
         running
@@ -899,11 +917,13 @@ async fn a_lapsed_lease_reads_as_interrupted() {
     });
     assert_eq!(
         observer
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &intent("create_order")
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &intent("create_order")
+            )
             .await
             .unwrap(),
         interrupted
@@ -914,11 +934,13 @@ async fn a_lapsed_lease_reads_as_interrupted() {
     );
     assert_eq!(
         observer
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('b'),
-                intent: &intent("create_order")
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('b')
+                },
+                &intent("create_order")
+            )
             .await
             .unwrap(),
         Reservation::Existing(Existing::Conflict {
@@ -961,11 +983,13 @@ async fn shutdown_or_a_missing_instance_row_reads_as_interrupted() {
     let holder = intent("sleep");
     assert_eq!(
         owner
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &holder
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &holder
+            )
             .await
             .unwrap(),
         Reservation::Reserved
@@ -974,11 +998,13 @@ async fn shutdown_or_a_missing_instance_row_reads_as_interrupted() {
     owner.shutdown().await.unwrap();
     assert_eq!(
         observer
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &intent("sleep")
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &intent("sleep")
+            )
             .await
             .unwrap(),
         Reservation::Existing(Existing::Uncertain {
@@ -992,11 +1018,13 @@ async fn shutdown_or_a_missing_instance_row_reads_as_interrupted() {
     let k2 = key("alice", "default", "expired");
     let holder2 = intent("sleep");
     assert_eq!(
-        live.reserve(ReserveRequest {
-            key: &k2,
-            fingerprint: &fp('a'),
-            intent: &holder2
-        })
+        live.reserve(
+            Claim {
+                key: &k2,
+                fingerprint: &fp('a')
+            },
+            &holder2
+        )
         .await
         .unwrap(),
         Reservation::Reserved
@@ -1029,11 +1057,13 @@ async fn complete_by_another_execution_is_not_owner_and_changes_nothing() {
     let holder = intent("create_order");
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &holder
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &holder
+            )
             .await
             .unwrap(),
         Reservation::Reserved
@@ -1092,21 +1122,25 @@ async fn a_takeover_fences_the_earlier_attempt_and_has_one_winner() {
 
     // A live owner's execution is not taken over; nor one with another fingerprint.
     owner
-        .reserve(ReserveRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            intent: &holder,
-        })
+        .reserve(
+            Claim {
+                key: &k,
+                fingerprint: &fp('a'),
+            },
+            &holder,
+        )
         .await
         .unwrap();
     let id = &holder.execution_id;
     assert_eq!(
         takers[0]
-            .take_over(TakeOverRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                execution_id: id
-            })
+            .take_over(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                id
+            )
             .await
             .unwrap(),
         None
@@ -1114,11 +1148,13 @@ async fn a_takeover_fences_the_earlier_attempt_and_has_one_winner() {
     owner.shutdown().await.unwrap();
     assert_eq!(
         takers[0]
-            .take_over(TakeOverRequest {
-                key: &k,
-                fingerprint: &fp('b'),
-                execution_id: id
-            })
+            .take_over(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('b')
+                },
+                id
+            )
             .await
             .unwrap(),
         None
@@ -1127,11 +1163,13 @@ async fn a_takeover_fences_the_earlier_attempt_and_has_one_winner() {
     // Ten concurrent takeovers from two stores: exactly one wins, attempt 2.
     let fingerprint = fp('a');
     let attempts = futures::future::join_all((0..10).map(|n| {
-        takers[n % 2].take_over(TakeOverRequest {
-            key: &k,
-            fingerprint: &fingerprint,
-            execution_id: id,
-        })
+        takers[n % 2].take_over(
+            Claim {
+                key: &k,
+                fingerprint: &fingerprint,
+            },
+            id,
+        )
     }))
     .await;
     let won: Vec<u32> = attempts.into_iter().filter_map(|a| a.unwrap()).collect();
@@ -1154,11 +1192,13 @@ async fn a_takeover_fences_the_earlier_attempt_and_has_one_winner() {
     let before = raw_row(&pool, &k).await.unwrap();
     assert!(matches!(
         takers[0]
-            .complete(CompleteRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                result: &late.clone().into()
-            })
+            .complete(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &late.clone().into()
+            )
             .await,
         Err(StoreError::NotOwner { .. })
     ));
@@ -1166,11 +1206,13 @@ async fn a_takeover_fences_the_earlier_attempt_and_has_one_winner() {
     let second = result(&k, &holder, ExecutionStatus::Completed, order(2));
     let recorded = carmy::RecordedResult::new(second.clone()).with_attempt(2);
     takers[0]
-        .complete(CompleteRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            result: &recorded,
-        })
+        .complete(
+            Claim {
+                key: &k,
+                fingerprint: &fp('a'),
+            },
+            &recorded,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -1180,11 +1222,13 @@ async fn a_takeover_fences_the_earlier_attempt_and_has_one_winner() {
     // A finished execution is never taken over.
     assert_eq!(
         takers[1]
-            .take_over(TakeOverRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                execution_id: id
-            })
+            .take_over(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                id
+            )
             .await
             .unwrap(),
         None
@@ -1213,12 +1257,11 @@ async fn a_release_leaves_a_taken_over_execution_alone_or_hands_it_back() {
     assert_eq!(reserved, Reservation::Reserved);
     let id = &holder.execution_id;
     owner.shutdown().await.unwrap();
-    let taken_over = TakeOverRequest {
+    let claim = Claim {
         key: &k,
         fingerprint: &fingerprint,
-        execution_id: id,
     };
-    assert_eq!(taker.take_over(taken_over).await.unwrap(), Some(2));
+    assert_eq!(taker.take_over(claim, id).await.unwrap(), Some(2));
     let taken = raw_row(&pool, &k).await.unwrap();
     owner.release(&k, id).await.unwrap();
     assert_eq!(raw_row(&pool, &k).await.as_ref(), Some(&taken));
@@ -1238,7 +1281,7 @@ async fn a_release_leaves_a_taken_over_execution_alone_or_hands_it_back() {
         taker.lookup(&k).await.unwrap().unwrap().state,
         RecordState::InFlight(InFlightState::Interrupted)
     );
-    assert_eq!(taker.take_over(taken_over).await.unwrap(), Some(3));
+    assert_eq!(taker.take_over(claim, id).await.unwrap(), Some(3));
     // The hand-back is audited between the two takeovers, by the taker's instance.
     let trail: Vec<_> = taker
         .audit_trail(id)
@@ -1286,11 +1329,13 @@ async fn repeated_complete_with_the_same_outcome_is_ok() {
     let holder = intent("create_order");
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &holder
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &holder
+            )
             .await
             .unwrap(),
         Reservation::Reserved
@@ -1307,11 +1352,13 @@ async fn repeated_complete_with_the_same_outcome_is_ok() {
         .unwrap();
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &intent("create_order")
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &intent("create_order")
+            )
             .await
             .unwrap(),
         Reservation::Existing(Existing::Replay(done))
@@ -1329,11 +1376,13 @@ async fn outcomes_round_trip_exactly() {
     let holder = intent("echo");
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &holder
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a')
+                },
+                &holder
+            )
             .await
             .unwrap(),
         Reservation::Reserved
@@ -1363,11 +1412,13 @@ async fn outcomes_round_trip_exactly() {
     // Another store (another pool) replays it identically.
     let other = db.store().await;
     let Reservation::Existing(Existing::Replay(replayed)) = other
-        .reserve(ReserveRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            intent: &intent("echo"),
-        })
+        .reserve(
+            Claim {
+                key: &k,
+                fingerprint: &fp('a'),
+            },
+            &intent("echo"),
+        )
         .await
         .unwrap()
     else {
@@ -1420,11 +1471,13 @@ async fn a_damaged_outcome_is_refused_by_the_schema_and_reported_as_damaged() {
     let k = key("alice", "default", "damaged");
     let holder = intent("echo");
     store
-        .reserve(ReserveRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            intent: &holder,
-        })
+        .reserve(
+            Claim {
+                key: &k,
+                fingerprint: &fp('a'),
+            },
+            &holder,
+        )
         .await
         .unwrap();
     let done = result(&k, &holder, ExecutionStatus::Completed, order(1));
@@ -1489,11 +1542,13 @@ async fn a_damaged_outcome_is_refused_by_the_schema_and_reported_as_damaged() {
     );
     assert_damaged(
         store
-            .reserve(ReserveRequest {
-                key: &k,
-                fingerprint: &fp('a'),
-                intent: &intent("echo"),
-            })
+            .reserve(
+                Claim {
+                    key: &k,
+                    fingerprint: &fp('a'),
+                },
+                &intent("echo"),
+            )
             .await,
         &holder.execution_id,
     );
@@ -1522,11 +1577,13 @@ async fn find_execution_sees_only_the_principals_own_records() {
     let k = key("alice", "s1", "find-me");
     let holder = intent("create_order");
     store
-        .reserve(ReserveRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            intent: &holder,
-        })
+        .reserve(
+            Claim {
+                key: &k,
+                fingerprint: &fp('a'),
+            },
+            &holder,
+        )
         .await
         .unwrap();
 
@@ -1590,11 +1647,13 @@ async fn check_ready_after_migrate_and_not_before() {
     );
     assert_unavailable(
         store
-            .reserve(ReserveRequest {
-                key: &key("alice", "default", "early"),
-                fingerprint: &fp('a'),
-                intent: &intent("echo"),
-            })
+            .reserve(
+                Claim {
+                    key: &key("alice", "default", "early"),
+                    fingerprint: &fp('a'),
+                },
+                &intent("echo"),
+            )
             .await,
     );
 
@@ -1612,11 +1671,13 @@ async fn check_ready_after_migrate_and_not_before() {
     assert_eq!(registered, 1);
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &key("alice", "default", "later"),
-                fingerprint: &fp('a'),
-                intent: &intent("echo")
-            })
+            .reserve(
+                Claim {
+                    key: &key("alice", "default", "later"),
+                    fingerprint: &fp('a')
+                },
+                &intent("echo")
+            )
             .await
             .unwrap(),
         Reservation::Reserved
@@ -1679,11 +1740,13 @@ async fn an_exhausted_pool_fails_after_the_acquire_timeout() {
         let store = Arc::clone(&store);
         tokio::spawn(async move {
             store
-                .reserve(ReserveRequest {
-                    key: &key("alice", "default", "holder"),
-                    fingerprint: &fp('a'),
-                    intent: &intent("echo"),
-                })
+                .reserve(
+                    Claim {
+                        key: &key("alice", "default", "holder"),
+                        fingerprint: &fp('a'),
+                    },
+                    &intent("echo"),
+                )
                 .await
         })
     };
@@ -1692,11 +1755,13 @@ async fn an_exhausted_pool_fails_after_the_acquire_timeout() {
 
     let started = Instant::now();
     let outcome = store
-        .reserve(ReserveRequest {
-            key: &key("alice", "default", "starved"),
-            fingerprint: &fp('a'),
-            intent: &intent("echo"),
-        })
+        .reserve(
+            Claim {
+                key: &key("alice", "default", "starved"),
+                fingerprint: &fp('a'),
+            },
+            &intent("echo"),
+        )
         .await;
     let waited = started.elapsed();
     assert_unavailable(outcome);
@@ -1743,11 +1808,13 @@ async fn readiness_tells_an_unreachable_database_from_missing_migrations() {
     );
     let reason = assert_unavailable(
         store
-            .reserve(ReserveRequest {
-                key: &key("alice", "default", "down"),
-                fingerprint: &fp('a'),
-                intent: &intent("echo"),
-            })
+            .reserve(
+                Claim {
+                    key: &key("alice", "default", "down"),
+                    fingerprint: &fp('a'),
+                },
+                &intent("echo"),
+            )
             .await,
     );
     assert!(
@@ -1820,11 +1887,13 @@ async fn sslmode_require_encrypts_migrations_and_the_store() {
     let intent = intent("echo");
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &key,
-                fingerprint: &fp('a'),
-                intent: &intent
-            })
+            .reserve(
+                Claim {
+                    key: &key,
+                    fingerprint: &fp('a')
+                },
+                &intent
+            )
             .await
             .unwrap(),
         Reservation::Reserved
@@ -1872,11 +1941,13 @@ async fn sslmode_disable_stays_in_plain_text() {
     store.check_ready().await.unwrap();
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &key("alice", "default", "plain"),
-                fingerprint: &fp('a'),
-                intent: &intent("echo")
-            })
+            .reserve(
+                Claim {
+                    key: &key("alice", "default", "plain"),
+                    fingerprint: &fp('a')
+                },
+                &intent("echo")
+            )
             .await
             .unwrap(),
         Reservation::Reserved
@@ -1915,11 +1986,13 @@ async fn sslmode_verify_full_trusts_the_root_certificate_and_checks_the_host_nam
         assert!(uses_tls(store.pool()).await, "{host}");
         assert_eq!(
             store
-                .reserve(ReserveRequest {
-                    key: &key("alice", "default", host),
-                    fingerprint: &fp('a'),
-                    intent: &intent("echo")
-                })
+                .reserve(
+                    Claim {
+                        key: &key("alice", "default", host),
+                        fingerprint: &fp('a')
+                    },
+                    &intent("echo")
+                )
                 .await
                 .unwrap(),
             Reservation::Reserved,
@@ -1987,11 +2060,13 @@ async fn a_replica_without_a_lease_refuses_to_reserve_until_it_holds_one_again()
     let store = PostgresStore::connect(options).await.unwrap();
     let before = key("p", "s", "before");
     let reserved = store
-        .reserve(ReserveRequest {
-            key: &before,
-            fingerprint: &fp('a'),
-            intent: &intent("echo"),
-        })
+        .reserve(
+            Claim {
+                key: &before,
+                fingerprint: &fp('a'),
+            },
+            &intent("echo"),
+        )
         .await;
     assert_eq!(reserved.unwrap(), Reservation::Reserved);
 
@@ -2011,11 +2086,13 @@ async fn a_replica_without_a_lease_refuses_to_reserve_until_it_holds_one_again()
             let attempt = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let key = key("p", "s", &format!("cut-{attempt}"));
             match store
-                .reserve(ReserveRequest {
-                    key: &key,
-                    fingerprint: &fp('a'),
-                    intent: &intent("echo"),
-                })
+                .reserve(
+                    Claim {
+                        key: &key,
+                        fingerprint: &fp('a'),
+                    },
+                    &intent("echo"),
+                )
                 .await
             {
                 Err(StoreError::Unavailable(reason)) => reason.contains("lease"),
@@ -2034,11 +2111,13 @@ async fn a_replica_without_a_lease_refuses_to_reserve_until_it_holds_one_again()
             let key = key("p", "s", &format!("back-{attempt}"));
             matches!(
                 store
-                    .reserve(ReserveRequest {
-                        key: &key,
-                        fingerprint: &fp('a'),
-                        intent: &intent("echo")
-                    })
+                    .reserve(
+                        Claim {
+                            key: &key,
+                            fingerprint: &fp('a')
+                        },
+                        &intent("echo")
+                    )
                     .await,
                 Ok(Reservation::Reserved)
             )
@@ -2058,11 +2137,13 @@ async fn a_cached_copy_that_differs_from_the_row_read_is_dropped() {
     let k = key("alice", "s", "cached");
     let first = intent("echo");
     let reserved = cached
-        .reserve(ReserveRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            intent: &first,
-        })
+        .reserve(
+            Claim {
+                key: &k,
+                fingerprint: &fp('a'),
+            },
+            &first,
+        )
         .await
         .unwrap();
     assert_eq!(reserved, Reservation::Reserved);
@@ -2090,11 +2171,13 @@ async fn a_cached_copy_that_differs_from_the_row_read_is_dropped() {
         ..intent("echo")
     };
     let replay = cached
-        .reserve(ReserveRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            intent: &forever,
-        })
+        .reserve(
+            Claim {
+                key: &k,
+                fingerprint: &fp('a'),
+            },
+            &forever,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -2108,11 +2191,13 @@ async fn a_cached_copy_that_differs_from_the_row_read_is_dropped() {
         RecordState::Finished(changed.clone())
     );
     let replay = cached
-        .reserve(ReserveRequest {
-            key: &k,
-            fingerprint: &fp('a'),
-            intent: &intent("echo"),
-        })
+        .reserve(
+            Claim {
+                key: &k,
+                fingerprint: &fp('a'),
+            },
+            &intent("echo"),
+        )
         .await
         .unwrap();
     assert_eq!(

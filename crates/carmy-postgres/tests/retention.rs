@@ -12,9 +12,7 @@
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::ExecutionId;
 use carmy::retention::{PruneStep, Pruned};
-use carmy::runtime::{
-    ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation, ReserveRequest,
-};
+use carmy::runtime::{Claim, ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation};
 use carmy_test_support::TestDb;
 use proptest::prelude::*;
 use sqlx::PgPool;
@@ -350,11 +348,13 @@ async fn an_expired_row_is_replaced_by_exactly_one_reservation() {
                 retention: Some(RETENTION),
             };
             let reserved = store
-                .reserve(ReserveRequest {
-                    key: &key("reused"),
-                    fingerprint: &fp(),
-                    intent: &intent,
-                })
+                .reserve(
+                    Claim {
+                        key: &key("reused"),
+                        fingerprint: &fp(),
+                    },
+                    &intent,
+                )
                 .await
                 .unwrap();
             (intent.execution_id, reserved)

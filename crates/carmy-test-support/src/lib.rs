@@ -15,7 +15,6 @@
 
 pub mod cluster;
 pub mod db;
-mod forward;
 pub mod http;
 pub mod in_process;
 pub mod poll;

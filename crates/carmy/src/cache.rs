@@ -18,16 +18,14 @@
 //! (a record deleted by `carmy.prune_expired` with a shorter retention than this replica's,
 //! docs/semantics.md §12).
 
-use crate::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
+use crate::decision::ExecutionQuery;
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
 use crate::retention::PruneStep;
 use crate::runtime::{
-    CompleteRequest, Decided, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey,
-    IdempotencyStore, RecordChange, RecordState, Reservation, ReserveRequest, StoreFuture,
-    StoredRecord, TakeOverRequest, WaitRequest,
+    Claim, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
+    RecordChange, RecordState, Reservation, StoreFuture, StoredRecord,
 };
-use crate::ExecutionResult;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -167,20 +165,31 @@ impl ReplayCache {
 }
 
 impl IdempotencyStore for ReplayCache {
-    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
+    // Passed on unchanged: `release`, the decisions, `take_over`, `wait_for_outcome` and late
+    // arrivals act only on records without an outcome, which are never cached; the audit trail,
+    // readiness, cancel delivery, the lease and shutdown are the inner store's own.
+    crate::forward_store!(inner =>
+        release, resolve_execution, release_execution, take_over, wait_for_outcome,
+        record_late_arrival, audit_trail, check_ready, request_cancel, cancel_requests,
+        lease_state, record_changes, shutdown,
+    );
+
+    fn reserve<'a>(
+        &'a self,
+        claim: Claim<'a>,
+        intent: &'a ExecutionIntent,
+    ) -> StoreFuture<'a, Reservation> {
         Box::pin(async move {
-            if let Some(answer) =
-                self.cached_reservation(request.key, request.fingerprint, request.intent)
-            {
+            if let Some(answer) = self.cached_reservation(claim.key, claim.fingerprint, intent) {
                 return Ok(answer);
             }
             let seen = self.changes_seen();
-            let reservation = self.inner.reserve(request).await?;
+            let reservation = self.inner.reserve(claim, intent).await?;
             if let Reservation::Existing(Existing::Replay(result)) = &reservation {
                 self.remember(
                     seen,
-                    request.key,
-                    request.fingerprint,
+                    claim.key,
+                    claim.fingerprint,
                     &RecordedResult::new(result.clone()),
                 );
             }
@@ -188,22 +197,13 @@ impl IdempotencyStore for ReplayCache {
         })
     }
 
-    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
+    fn complete<'a>(&'a self, claim: Claim<'a>, result: &'a RecordedResult) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let seen = self.changes_seen();
-            self.inner.complete(request).await?;
-            self.remember(seen, request.key, request.fingerprint, request.result);
+            self.inner.complete(claim, result).await?;
+            self.remember(seen, claim.key, claim.fingerprint, result);
             Ok(())
         })
-    }
-
-    fn release<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, ()> {
-        // Only running records are released, and those are never cached.
-        self.inner.release(key, execution_id)
     }
 
     fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
@@ -230,47 +230,6 @@ impl IdempotencyStore for ReplayCache {
         })
     }
 
-    fn check_ready(&self) -> StoreFuture<'_, ()> {
-        self.inner.check_ready()
-    }
-
-    /// Decisions act only on records without an outcome, which are never cached: nothing to
-    /// drop here.
-    fn resolve_execution<'a>(
-        &'a self,
-        request: &'a ResolveRequest,
-    ) -> StoreFuture<'a, Decided<ExecutionResult>> {
-        self.inner.resolve_execution(request)
-    }
-
-    fn release_execution<'a>(
-        &'a self,
-        request: &'a ReleaseRequest,
-    ) -> StoreFuture<'a, Decided<Released>> {
-        // Only records without an outcome are released, and those are never cached.
-        self.inner.release_execution(request)
-    }
-
-    /// Only records without an outcome are taken over, and those are never cached.
-    fn take_over<'a>(&'a self, request: TakeOverRequest<'a>) -> StoreFuture<'a, Option<u32>> {
-        self.inner.take_over(request)
-    }
-
-    fn record_late_arrival<'a>(
-        &'a self,
-        refused: CompleteRequest<'a>,
-    ) -> StoreFuture<'a, Option<ExecutionId>> {
-        self.inner.record_late_arrival(refused)
-    }
-
-    /// Running records are never cached: the inner store waits and reads.
-    fn wait_for_outcome<'a>(
-        &'a self,
-        request: WaitRequest<'a>,
-    ) -> StoreFuture<'a, Option<StoredRecord>> {
-        self.inner.wait_for_outcome(request)
-    }
-
     /// Read from the store; cached copies that differ from what was read are dropped.
     fn list_executions<'a>(
         &'a self,
@@ -283,13 +242,6 @@ impl IdempotencyStore for ReplayCache {
             }
             Ok(found)
         })
-    }
-
-    fn audit_trail<'a>(
-        &'a self,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Vec<AuditEntry>> {
-        self.inner.audit_trail(execution_id)
     }
 
     /// After the step, drops this replica's cached copies past `retention` too. A reservation
@@ -310,22 +262,6 @@ impl IdempotencyStore for ReplayCache {
         })
     }
 
-    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
-        self.inner.request_cancel(execution_id)
-    }
-
-    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
-        self.inner.cancel_requests()
-    }
-
-    fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<crate::runtime::LeaseState>> {
-        self.inner.lease_state()
-    }
-
-    fn record_changes(&self) -> Option<tokio::sync::broadcast::Receiver<RecordChange>> {
-        self.inner.record_changes()
-    }
-
     /// Drops the changed identity's copy ([`RecordChange::Unknown`]: every copy), then forwards.
     fn drop_cached(&self, change: &RecordChange) {
         self.changes.fetch_add(1, Ordering::SeqCst);
@@ -335,17 +271,13 @@ impl IdempotencyStore for ReplayCache {
         }
         self.inner.drop_cached(change);
     }
-
-    fn shutdown(&self) -> StoreFuture<'_, ()> {
-        self.inner.shutdown()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::memory::InMemoryIdempotencyStore;
-    use crate::outcome::ExecutionStatus;
+    use crate::outcome::{ExecutionResult, ExecutionStatus};
 
     fn finished(request_id: &str) -> RecordedResult {
         let now = chrono::Utc::now();

@@ -9,31 +9,42 @@
 //! both re-exported so every type is named `carmy::runtime::…`.
 
 mod error;
+mod forward;
 mod record;
 
 use crate::decision::{
     AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, ResolveRequest,
 };
-use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use std::future::Future;
 use std::pin::Pin;
 
 pub use crate::fingerprint::FINGERPRINT_VERSION;
 pub use error::StoreError;
 pub use record::{
-    CompleteRequest, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, InFlightState,
-    LeaseState, RecordChange, RecordState, Reservation, ReserveRequest, StoredRecord,
-    TakeOverRequest, WaitRequest, DEFAULT_SESSION,
+    Claim, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, InFlightState, LeaseState,
+    RecordChange, RecordState, Reservation, StoredRecord, WaitRequest, DEFAULT_SESSION,
 };
 
 /// The boxed future every store method returns; `'a` borrows the store and the arguments.
 ///
-/// A method that needs more than two values takes them as one request struct
-/// ([`ReserveRequest`], [`CompleteRequest`], [`TakeOverRequest`], [`WaitRequest`]).
+/// A method that needs more than two values takes them as one request struct: an identity
+/// with its fingerprint travels as one [`Claim`], waiting as one [`WaitRequest`].
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
 /// The answer of a decision: what it recorded, or why it changed nothing.
 pub type Decided<T> = Result<T, DecisionRefusal>;
+
+/// Where a store delivers cancel requests ([`IdempotencyStore::cancel_requests`]): the id of
+/// each execution some replica asked to stop (docs/semantics.md §6).
+pub type CancelRequests = tokio::sync::broadcast::Receiver<ExecutionId>;
+
+/// How a store reports its lease ([`IdempotencyStore::lease_state`], docs/semantics.md §12).
+pub type LeaseWatch = tokio::sync::watch::Receiver<LeaseState>;
+
+/// Where a store announces records changed behind its back
+/// ([`IdempotencyStore::record_changes`], docs/semantics.md §12).
+pub type RecordChanges = tokio::sync::broadcast::Receiver<RecordChange>;
 
 /// A durable (or process-local) record of reservations and outcomes (docs/semantics.md §8).
 ///
@@ -54,85 +65,45 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 /// record methods does not compile:
 ///
 /// ```compile_fail
-/// use carmy::fingerprint::Fingerprint;
-/// use carmy::outcome::{ExecutionId, RecordedResult};
-/// use carmy::runtime::*;
+/// use carmy::runtime::IdempotencyStore;
 ///
 /// struct Forgetful(Box<dyn IdempotencyStore>);
 ///
 /// impl IdempotencyStore for Forgetful {
-///     fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
-///         self.0.reserve(request)
-///     }
-///     fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
-///         self.0.complete(request)
-///     }
-///     fn release<'a>(&'a self, key: &'a IdempotencyKey, execution_id: &'a ExecutionId)
-///         -> StoreFuture<'a, ()> {
-///         self.0.release(key, execution_id)
-///     }
-///     fn lookup<'a>(&'a self, key: &'a IdempotencyKey)
-///         -> StoreFuture<'a, Option<StoredRecord>> {
-///         self.0.lookup(key)
-///     }
-///     fn find_execution<'a>(&'a self, principal: &'a str, execution_id: &'a ExecutionId)
-///         -> StoreFuture<'a, Option<ExecutionLookup>> {
-///         self.0.find_execution(principal, execution_id)
-///     }
-///     fn check_ready(&self) -> StoreFuture<'_, ()> {
-///         self.0.check_ready()
-///     }
-///     fn resolve_execution<'a>(&'a self, request: &'a carmy::decision::ResolveRequest)
-///         -> StoreFuture<'a, Decided<carmy::ExecutionResult>> {
-///         self.0.resolve_execution(request)
-///     }
-///     fn release_execution<'a>(&'a self, request: &'a carmy::decision::ReleaseRequest)
-///         -> StoreFuture<'a, Decided<carmy::decision::Released>> {
-///         self.0.release_execution(request)
-///     }
-///     fn list_executions<'a>(&'a self, query: &'a carmy::decision::ExecutionQuery)
-///         -> StoreFuture<'a, Vec<ExecutionLookup>> {
-///         self.0.list_executions(query)
-///     }
-///     fn audit_trail<'a>(&'a self, execution_id: &'a ExecutionId)
-///         -> StoreFuture<'a, Vec<carmy::decision::AuditEntry>> {
-///         self.0.audit_trail(execution_id)
-///     }
-///     fn record_late_arrival<'a>(&'a self, refused: CompleteRequest<'a>)
-///         -> StoreFuture<'a, Option<ExecutionId>> {
-///         self.0.record_late_arrival(refused)
-///     }
-///     fn wait_for_outcome<'a>(&'a self, request: WaitRequest<'a>)
-///         -> StoreFuture<'a, Option<StoredRecord>> {
-///         self.0.wait_for_outcome(request)
-///     }
-///     fn prune_expired(&self, retention: std::time::Duration, batch: usize)
-///         -> StoreFuture<'_, carmy::retention::PruneStep> {
-///         self.0.prune_expired(retention, batch)
-///     }
+///     carmy::forward_store!(0 =>
+///         reserve, complete, release, lookup, find_execution, check_ready, resolve_execution,
+///         release_execution, list_executions, audit_trail, record_late_arrival, take_over,
+///         wait_for_outcome, prune_expired,
+///     );
 ///     // request_cancel, cancel_requests, lease_state, record_changes, drop_cached and shutdown
 ///     // not forwarded: error E0046.
 /// }
 /// ```
+///
+/// The same wrapper that names them too compiles (see [`forward_store!`](crate::forward_store)).
 pub trait IdempotencyStore: Send + Sync + 'static {
-    /// Atomically compares `request.fingerprint` and reserves a vacant `request.key` for
-    /// `request.intent`.
+    /// Atomically compares `claim.fingerprint` and reserves a vacant `claim.key` for `intent`,
+    /// or answers from the record that holds it (docs/semantics.md §3).
     ///
     /// # Errors
     /// [`StoreError::Capacity`] when a bounded store is full and the identity is new (an existing
     /// identity is always answered); [`StoreError::Unavailable`] when the store fails.
-    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation>;
+    fn reserve<'a>(
+        &'a self,
+        claim: Claim<'a>,
+        intent: &'a ExecutionIntent,
+    ) -> StoreFuture<'a, Reservation>;
 
-    /// Durably records `request.result` as the outcome of the execution that holds
-    /// `request.key`, before returning.
+    /// Durably records `result` as the outcome of the execution that holds `claim.key`
+    /// (reserved with `claim.fingerprint`), before returning (docs/semantics.md §4).
     /// The outcome comes with its stored text ([`RecordedResult::record_json`]); a store keeps
     /// that text rather than serialising the outcome again.
     ///
     /// # Errors
-    /// [`StoreError::NotOwner`] when `request.result.execution_id` does not hold the identity or
+    /// [`StoreError::NotOwner`] when `result.execution_id` does not hold the identity or
     /// the identity already holds a different outcome; [`StoreError::Unavailable`] when the store
     /// fails (the caller retries: a retry after a lost acknowledgement is `Ok`).
-    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()>;
+    fn complete<'a>(&'a self, claim: Claim<'a>, result: &'a RecordedResult) -> StoreFuture<'a, ()>;
 
     /// Frees a reservation that `execution_id` made but never used (its tool did not start, or
     /// reported that nothing happened): removes the identity's record only if it is still
@@ -229,20 +200,21 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// released, taken over) as a late arrival: an audit row
     /// ([`AuditAction::LateArrival`](crate::decision::AuditAction), actor = the owner) holding
     /// the outcome, never the record (docs/semantics.md §12: the effect may have happened
-    /// twice). Returns the execution that holds `key` now (`None` when vacant). Called after
-    /// `complete` answered [`StoreError::NotOwner`], with the request it refused.
+    /// twice). Returns the execution that holds `claim.key` now (`None` when vacant). Called
+    /// after `complete` answered [`StoreError::NotOwner`], with what it refused.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the store fails (the engine retries).
     fn record_late_arrival<'a>(
         &'a self,
-        refused: CompleteRequest<'a>,
+        claim: Claim<'a>,
+        result: &'a RecordedResult,
     ) -> StoreFuture<'a, Option<ExecutionId>>;
 
     /// Takes over an interrupted execution of a tool whose policy is
     /// [`OnInterrupted::Rerun`](crate::tool::OnInterrupted) (docs/semantics.md §12), in one
-    /// compare-and-set step: only if the request's `execution_id` still holds its `key` with its
-    /// `fingerprint`, has no outcome, and its owner's lease lapsed, this process becomes its
+    /// compare-and-set step: only if `execution_id` still holds `claim.key` with
+    /// `claim.fingerprint`, has no outcome, and its owner's lease lapsed, this process becomes its
     /// owner, its attempt is incremented and an audit row
     /// ([`AuditAction::Takeover`](crate::decision::AuditAction)) is written. Of any number of
     /// concurrent takeovers at most one wins. The winner runs the tool again as `execution_id`
@@ -256,7 +228,11 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the store fails, or this process holds no lease.
-    fn take_over<'a>(&'a self, request: TakeOverRequest<'a>) -> StoreFuture<'a, Option<u32>>;
+    fn take_over<'a>(
+        &'a self,
+        claim: Claim<'a>,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<u32>>;
 
     /// Waits until the request's `execution_id`, which holds `key` without an outcome, gets one
     /// (recorded by its tool on any replica, or decided) or no longer holds the identity
@@ -299,14 +275,14 @@ pub trait IdempotencyStore: Send + Sync + 'static {
 
     /// The cancel requests other processes publish with [`IdempotencyStore::request_cancel`];
     /// the engine cancels those it runs. `None` for a process-local store; a wrapper forwards it.
-    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>>;
+    fn cancel_requests(&self) -> Option<CancelRequests>;
 
     /// This process's lease as it changes (docs/semantics.md §12): [`LeaseState::Lapsed`] once
     /// renewals failed past the moment it surely held, [`LeaseState::Held`] again after a
     /// renewal succeeded. On a lapse the engine asks the tools it runs to stop (recorded
     /// `cancelled`, effect unknown), since the other replicas already report them interrupted.
     /// `None` for a store without leases (process-local); a wrapper forwards it.
-    fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<LeaseState>>;
+    fn lease_state(&self) -> Option<LeaseWatch>;
 
     /// Finished records updated or deleted behind this process's back (docs/semantics.md §8.4,
     /// §12: an operator's SQL, or another process replacing an expired record), as the store
@@ -314,7 +290,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// announcements may have been missed. The engine hands each to
     /// [`IdempotencyStore::drop_cached`] from `App::serve` on. `None` for a store nothing else
     /// changes (process-local: every change goes through it); a wrapper forwards it.
-    fn record_changes(&self) -> Option<tokio::sync::broadcast::Receiver<RecordChange>>;
+    fn record_changes(&self) -> Option<RecordChanges>;
 
     /// Drops what this store (or a wrapper) caches of `change`'s records, so that the next
     /// reservation or lookup reads the store. A store that caches nothing does nothing; a

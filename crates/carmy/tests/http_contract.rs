@@ -5,9 +5,10 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use carmy::memory::InMemoryIdempotencyStore;
+use carmy::outcome::RecordedResult;
 use carmy::runtime::{
-    CompleteRequest, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
-    Reservation, ReserveRequest, StoreError, StoreFuture, StoredRecord,
+    Claim, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, Reservation,
+    StoreError, StoreFuture,
 };
 use carmy::tool::{FnTool, ToolError};
 use carmy::ExecutionId;
@@ -38,12 +39,16 @@ struct FaultyStore {
 }
 
 impl IdempotencyStore for FaultyStore {
-    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
+    fn reserve<'a>(
+        &'a self,
+        claim: Claim<'a>,
+        intent: &'a ExecutionIntent,
+    ) -> StoreFuture<'a, Reservation> {
         Box::pin(async move {
             if self.reserve_fails.load(Ordering::SeqCst) {
                 return Err(StoreError::Unavailable("switched off".into()));
             }
-            let answer = self.inner.reserve(request).await?;
+            let answer = self.inner.reserve(claim, intent).await?;
             if self.reserve_indeterminate.load(Ordering::SeqCst) {
                 return Err(StoreError::Indeterminate("connection lost".into()));
             }
@@ -64,7 +69,7 @@ impl IdempotencyStore for FaultyStore {
         })
     }
 
-    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
+    fn complete<'a>(&'a self, claim: Claim<'a>, result: &'a RecordedResult) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let left = self.complete_failures_left.load(Ordering::SeqCst);
             if left > 0 {
@@ -72,7 +77,7 @@ impl IdempotencyStore for FaultyStore {
                     .store(left - 1, Ordering::SeqCst);
                 return Err(StoreError::Unavailable("switched off".into()));
             }
-            self.inner.complete(request).await
+            self.inner.complete(claim, result).await
         })
     }
 
@@ -91,41 +96,11 @@ impl IdempotencyStore for FaultyStore {
         })
     }
 
-    fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
-        self.inner.lookup(key)
-    }
-
-    fn find_execution<'a>(
-        &'a self,
-        principal: &'a str,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Option<ExecutionLookup>> {
-        self.inner.find_execution(principal, execution_id)
-    }
-
-    fn check_ready(&self) -> StoreFuture<'_, ()> {
-        self.inner.check_ready()
-    }
-
-    carmy_test_support::forward_recovery!(inner);
-
-    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()> {
-        self.inner.request_cancel(execution_id)
-    }
-
-    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<ExecutionId>> {
-        self.inner.cancel_requests()
-    }
-
-    fn record_changes(
-        &self,
-    ) -> Option<tokio::sync::broadcast::Receiver<carmy::runtime::RecordChange>> {
-        self.inner.record_changes()
-    }
-
-    fn drop_cached(&self, change: &carmy::runtime::RecordChange) {
-        self.inner.drop_cached(change);
-    }
+    carmy::forward_store!(inner =>
+        lookup, find_execution, check_ready, resolve_execution, release_execution,
+        list_executions, audit_trail, record_late_arrival, take_over, wait_for_outcome,
+        prune_expired, lease_state, request_cancel, cancel_requests, record_changes, drop_cached,
+    );
 
     fn shutdown(&self) -> StoreFuture<'_, ()> {
         self.shutdowns.fetch_add(1, Ordering::SeqCst);

@@ -7,11 +7,7 @@
 use axum::body::Body;
 use axum::http::Request;
 use carmy::memory::InMemoryIdempotencyStore;
-use carmy::outcome::ExecutionId;
-use carmy::runtime::{
-    CompleteRequest, IdempotencyKey, IdempotencyStore, LeaseState, Reservation, ReserveRequest,
-    StoreFuture, StoredRecord,
-};
+use carmy::runtime::{IdempotencyStore, LeaseState};
 use carmy::tool::FnTool;
 use carmy_test_support::eventually;
 use http_body_util::BodyExt;
@@ -30,33 +26,16 @@ struct Leased {
 }
 
 impl IdempotencyStore for Leased {
-    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
-        self.inner.reserve(request)
-    }
-
-    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
-        self.inner.complete(request)
-    }
-
-    fn release<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, ()> {
-        self.inner.release(key, execution_id)
-    }
-
-    fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
-        self.inner.lookup(key)
-    }
-
-    carmy_test_support::forward_recovery!(@except_lease_state inner);
+    carmy::forward_store!(inner =>
+        reserve, complete, release, lookup, find_execution, check_ready, resolve_execution,
+        release_execution, list_executions, audit_trail, record_late_arrival, take_over,
+        wait_for_outcome, prune_expired, request_cancel, cancel_requests, record_changes,
+        drop_cached, shutdown,
+    );
 
     fn lease_state(&self) -> Option<watch::Receiver<LeaseState>> {
         Some(self.lease.subscribe())
     }
-
-    carmy_test_support::forward_plumbing!(inner);
 }
 
 /// POSTs a call of `hold` (a tool that never finishes by itself) on a task of its own;

@@ -3,8 +3,7 @@
 use carmy::fingerprint::fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::runtime::{
-    CompleteRequest, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, Reservation,
-    ReserveRequest, StoreError,
+    Claim, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, Reservation, StoreError,
 };
 use carmy::ExecutionId;
 use serde_json::json;
@@ -31,43 +30,51 @@ async fn full_store_refuses_new_identities_only_and_never_evicts() {
     let c = IdempotencyKey::new("p", "s", "c");
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &a,
-                fingerprint: &f,
-                intent: &intent()
-            })
+            .reserve(
+                Claim {
+                    key: &a,
+                    fingerprint: &f
+                },
+                &intent()
+            )
             .await
             .unwrap(),
         Reservation::Reserved
     );
     assert_eq!(
         store
-            .reserve(ReserveRequest {
-                key: &b,
-                fingerprint: &f,
-                intent: &intent()
-            })
+            .reserve(
+                Claim {
+                    key: &b,
+                    fingerprint: &f
+                },
+                &intent()
+            )
             .await
             .unwrap(),
         Reservation::Reserved
     );
     assert!(matches!(
         store
-            .reserve(ReserveRequest {
-                key: &c,
-                fingerprint: &f,
-                intent: &intent()
-            })
+            .reserve(
+                Claim {
+                    key: &c,
+                    fingerprint: &f
+                },
+                &intent()
+            )
             .await,
         Err(StoreError::Capacity)
     ));
     assert!(matches!(
         store
-            .reserve(ReserveRequest {
-                key: &a,
-                fingerprint: &f,
-                intent: &intent()
-            })
+            .reserve(
+                Claim {
+                    key: &a,
+                    fingerprint: &f
+                },
+                &intent()
+            )
             .await
             .unwrap(),
         Reservation::Existing(Existing::Uncertain { .. })
@@ -104,32 +111,19 @@ struct Counting {
 impl IdempotencyStore for Counting {
     fn reserve<'a>(
         &'a self,
-        request: ReserveRequest<'a>,
+        claim: Claim<'a>,
+        intent: &'a ExecutionIntent,
     ) -> carmy::runtime::StoreFuture<'a, Reservation> {
         self.reserves
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.reserve(request)
+        self.inner.reserve(claim, intent)
     }
-    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> carmy::runtime::StoreFuture<'a, ()> {
-        self.inner.complete(request)
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-    ) -> carmy::runtime::StoreFuture<'a, ()> {
-        self.inner.release(key, execution_id)
-    }
-    fn lookup<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-    ) -> carmy::runtime::StoreFuture<'a, Option<carmy::runtime::StoredRecord>> {
-        self.inner.lookup(key)
-    }
-
-    carmy_test_support::forward_recovery!(inner);
-
-    carmy_test_support::forward_plumbing!(inner);
+    carmy::forward_store!(inner =>
+        complete, release, lookup, find_execution, check_ready, resolve_execution,
+        release_execution, list_executions, audit_trail, record_late_arrival, take_over,
+        wait_for_outcome, prune_expired, request_cancel, cancel_requests, lease_state,
+        record_changes, drop_cached, shutdown,
+    );
 }
 
 #[tokio::test]
@@ -159,11 +153,13 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
     };
     assert_eq!(
         cache
-            .reserve(ReserveRequest {
-                key: &key,
-                fingerprint: &f,
-                intent: &intent
-            })
+            .reserve(
+                Claim {
+                    key: &key,
+                    fingerprint: &f
+                },
+                &intent
+            )
             .await
             .unwrap(),
         Reservation::Reserved
@@ -171,22 +167,26 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
     // running: not cached, every attempt reaches the store
     assert!(matches!(
         cache
-            .reserve(ReserveRequest {
-                key: &key,
-                fingerprint: &f,
-                intent: &fresh()
-            })
+            .reserve(
+                Claim {
+                    key: &key,
+                    fingerprint: &f
+                },
+                &fresh()
+            )
             .await
             .unwrap(),
         Reservation::Existing(Existing::Uncertain { .. })
     ));
     assert!(matches!(
         cache
-            .reserve(ReserveRequest {
-                key: &key,
-                fingerprint: &f,
-                intent: &fresh()
-            })
+            .reserve(
+                Claim {
+                    key: &key,
+                    fingerprint: &f
+                },
+                &fresh()
+            )
             .await
             .unwrap(),
         Reservation::Existing(Existing::Uncertain { .. })
@@ -206,32 +206,38 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
         resolution: None,
     };
     cache
-        .complete(CompleteRequest {
-            key: &key,
-            fingerprint: &f,
-            result: &result.clone().into(),
-        })
+        .complete(
+            Claim {
+                key: &key,
+                fingerprint: &f,
+            },
+            &result.clone().into(),
+        )
         .await
         .unwrap();
     for _ in 0..5 {
         assert_eq!(
             cache
-                .reserve(ReserveRequest {
-                    key: &key,
-                    fingerprint: &f,
-                    intent: &fresh()
-                })
+                .reserve(
+                    Claim {
+                        key: &key,
+                        fingerprint: &f
+                    },
+                    &fresh()
+                )
                 .await
                 .unwrap(),
             Reservation::Existing(Existing::Replay(result.clone()))
         );
         assert_eq!(
             cache
-                .reserve(ReserveRequest {
-                    key: &key,
-                    fingerprint: &other,
-                    intent: &fresh()
-                })
+                .reserve(
+                    Claim {
+                        key: &key,
+                        fingerprint: &other
+                    },
+                    &fresh()
+                )
                 .await
                 .unwrap(),
             Reservation::Existing(Existing::Conflict {
@@ -251,11 +257,13 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
     let stranger = IdempotencyKey::new("q", "s", "cached");
     assert_eq!(
         cache
-            .reserve(ReserveRequest {
-                key: &stranger,
-                fingerprint: &f,
-                intent: &fresh()
-            })
+            .reserve(
+                Claim {
+                    key: &stranger,
+                    fingerprint: &f
+                },
+                &fresh()
+            )
             .await
             .unwrap(),
         Reservation::Reserved

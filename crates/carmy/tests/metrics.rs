@@ -6,10 +6,10 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use carmy::memory::InMemoryIdempotencyStore;
-use carmy::outcome::ExecutionId;
+use carmy::outcome::{ExecutionId, RecordedResult};
 use carmy::runtime::{
-    CompleteRequest, Existing, IdempotencyKey, IdempotencyStore, InFlightState, Reservation,
-    ReserveRequest, StoreError, StoreFuture, StoredRecord,
+    Claim, ExecutionIntent, Existing, IdempotencyStore, InFlightState, Reservation, StoreError,
+    StoreFuture,
 };
 use carmy::tool::{FnTool, ToolError};
 use carmy_test_support::eventually;
@@ -28,8 +28,12 @@ struct ScriptedStore {
 }
 
 impl IdempotencyStore for ScriptedStore {
-    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
-        match request.key.request_id.as_str() {
+    fn reserve<'a>(
+        &'a self,
+        claim: Claim<'a>,
+        intent: &'a ExecutionIntent,
+    ) -> StoreFuture<'a, Reservation> {
+        match claim.key.request_id.as_str() {
             "interrupted" => Box::pin(async {
                 Ok(Reservation::Existing(Existing::Uncertain {
                     execution_id: ExecutionId::from_stored("exec_gone"),
@@ -38,35 +42,26 @@ impl IdempotencyStore for ScriptedStore {
             }),
             "unavailable" => Box::pin(async { Err(StoreError::Unavailable("scripted".into())) }),
             "full" => Box::pin(async { Err(StoreError::Capacity) }),
-            _ => self.inner.reserve(request),
+            _ => self.inner.reserve(claim, intent),
         }
     }
 
-    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
+    fn complete<'a>(&'a self, claim: Claim<'a>, result: &'a RecordedResult) -> StoreFuture<'a, ()> {
         use std::sync::atomic::Ordering;
-        if request.key.request_id == "unrecorded"
+        if claim.key.request_id == "unrecorded"
             && self.failed_completes.fetch_add(1, Ordering::SeqCst) == 0
         {
             return Box::pin(async { Err(StoreError::Unavailable("scripted".into())) });
         }
-        self.inner.complete(request)
+        self.inner.complete(claim, result)
     }
 
-    fn release<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, ()> {
-        self.inner.release(key, execution_id)
-    }
-
-    fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
-        self.inner.lookup(key)
-    }
-
-    carmy_test_support::forward_recovery!(inner);
-
-    carmy_test_support::forward_plumbing!(inner);
+    carmy::forward_store!(inner =>
+        release, lookup, find_execution, check_ready, resolve_execution, release_execution,
+        list_executions, audit_trail, record_late_arrival, take_over, wait_for_outcome,
+        prune_expired, request_cancel, cancel_requests, lease_state, record_changes,
+        drop_cached, shutdown,
+    );
 }
 
 /// The app, and the gate that the `wait` tool holds on (one permit lets one call finish).

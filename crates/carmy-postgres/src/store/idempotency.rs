@@ -7,12 +7,11 @@ use crate::cancel::{release_unused, request_cancel};
 use crate::decide;
 use crate::wait;
 use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
-use carmy::outcome::{ExecutionId, ExecutionResult};
+use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use carmy::retention::PruneStep;
 use carmy::runtime::{
-    CompleteRequest, Decided, ExecutionLookup, IdempotencyKey, IdempotencyStore, LeaseState,
-    RecordChange, Reservation, ReserveRequest, StoreFuture, StoredRecord, TakeOverRequest,
-    WaitRequest,
+    Claim, Decided, ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, LeaseState,
+    RecordChange, Reservation, StoreFuture, StoredRecord, WaitRequest,
 };
 use carmy::wait::until_decided;
 use tokio::sync::{broadcast, watch};
@@ -34,13 +33,17 @@ impl IdempotencyStore for PostgresStore {
         })
     }
 
-    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
-        let reserved = self.reserve_impl(request.key, request.fingerprint, request.intent);
+    fn reserve<'a>(
+        &'a self,
+        claim: Claim<'a>,
+        intent: &'a ExecutionIntent,
+    ) -> StoreFuture<'a, Reservation> {
+        let reserved = self.reserve_impl(claim, intent);
         Box::pin(async move { self.finish(reserved.await).await })
     }
 
-    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
-        let completed = self.complete_impl(request.key, request.fingerprint, request.result);
+    fn complete<'a>(&'a self, claim: Claim<'a>, result: &'a RecordedResult) -> StoreFuture<'a, ()> {
+        let completed = self.complete_impl(claim, result);
         Box::pin(async move { self.finish(completed.await).await })
     }
 
@@ -83,16 +86,20 @@ impl IdempotencyStore for PostgresStore {
 
     /// One statement ([`crate::sql::TAKE_OVER_SQL`]), after making sure this process holds its
     /// lease (a taker without one would itself read as interrupted at once).
-    fn take_over<'a>(&'a self, request: TakeOverRequest<'a>) -> StoreFuture<'a, Option<u32>> {
+    fn take_over<'a>(
+        &'a self,
+        claim: Claim<'a>,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<u32>> {
         Box::pin(async move {
             let taken = match self.lease.ensure_held().await {
                 Ok(()) => {
                     decide::take_over(
                         &self.pool,
                         &self.instance_id,
-                        request.key,
-                        request.fingerprint,
-                        request.execution_id,
+                        claim.key,
+                        claim.fingerprint,
+                        execution_id,
                     )
                     .await
                 }
@@ -104,10 +111,11 @@ impl IdempotencyStore for PostgresStore {
 
     fn record_late_arrival<'a>(
         &'a self,
-        refused: CompleteRequest<'a>,
+        claim: Claim<'a>,
+        result: &'a RecordedResult,
     ) -> StoreFuture<'a, Option<ExecutionId>> {
         Box::pin(async move {
-            let kept = decide::late_arrival(&self.pool, &self.instance_id, refused).await;
+            let kept = decide::late_arrival(&self.pool, &self.instance_id, claim.key, result).await;
             self.finish(kept).await
         })
     }

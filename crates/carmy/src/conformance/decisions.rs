@@ -11,8 +11,8 @@ use crate::decision::{
 };
 use crate::outcome::{ExecutionId, ExecutionStatus};
 use crate::runtime::{
-    CompleteRequest, ExecutionIntent, Existing, IdempotencyStore, InFlightState, RecordState,
-    Reservation, StoreError, WaitRequest,
+    Claim, ExecutionIntent, Existing, IdempotencyStore, InFlightState, RecordState, Reservation,
+    StoreError, WaitRequest,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -433,12 +433,11 @@ pub async fn late_arrivals_are_kept_beside_the_record(store: Arc<dyn Idempotency
         complete(&*store, &k, &f, &late).await,
         Err(StoreError::NotOwner { .. })
     ));
-    let refused = CompleteRequest {
+    let refused = Claim {
         key: &k,
         fingerprint: &f,
-        result: &late,
     };
-    let current = store.record_late_arrival(refused).await.unwrap();
+    let current = store.record_late_arrival(refused, &late).await.unwrap();
     assert_eq!(current, Some(next.execution_id.clone()));
     let trail = store.audit_trail(&owner.execution_id).await.unwrap();
     let actions: Vec<AuditAction> = trail.iter().map(|entry| entry.action).collect();

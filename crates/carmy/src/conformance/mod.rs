@@ -26,8 +26,8 @@ use crate::outcome::{
     ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
 };
 use crate::runtime::{
-    CompleteRequest, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
-    RecordState, Reservation, ReserveRequest, StoreError, StoreFuture,
+    Claim, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
+    Reservation, StoreError, StoreFuture,
 };
 use chrono::{TimeZone, Utc};
 use serde_json::{json, Value};
@@ -121,11 +121,7 @@ async fn reserve(
     intent: &ExecutionIntent,
 ) -> Reservation {
     store
-        .reserve(ReserveRequest {
-            key,
-            fingerprint,
-            intent,
-        })
+        .reserve(Claim { key, fingerprint }, intent)
         .await
         .expect("reserve succeeds")
 }
@@ -137,11 +133,7 @@ fn complete<'a>(
     fingerprint: &'a Fingerprint,
     result: &'a RecordedResult,
 ) -> StoreFuture<'a, ()> {
-    store.complete(CompleteRequest {
-        key,
-        fingerprint,
-        result,
-    })
+    store.complete(Claim { key, fingerprint }, result)
 }
 
 /// New identity → `Reserved`; after `complete`, the same fingerprint → `Replay` of exactly the

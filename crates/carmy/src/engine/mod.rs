@@ -28,8 +28,8 @@ use crate::metrics::{Metrics, UNREGISTERED_TOOL};
 use crate::outcome::{ExecutionId, ExecutionResult};
 use crate::registry::{RegisteredTool, SharedRegistry, ToolRegistry};
 use crate::runtime::{
-    ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
-    LeaseState, Reservation, ReserveRequest, StoreError, StoredRecord,
+    Claim, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
+    InFlightState, LeaseState, Reservation, StoreError, StoredRecord,
 };
 use crate::tool::{OnInterrupted, Tool, ToolRegistryError};
 use run::Run;
@@ -349,11 +349,13 @@ impl Engine {
         let reserving = Instant::now();
         let reserved = self
             .store
-            .reserve(ReserveRequest {
-                key: &key,
-                fingerprint: call.fingerprint(),
-                intent: &intent,
-            })
+            .reserve(
+                Claim {
+                    key: &key,
+                    fingerprint: call.fingerprint(),
+                },
+                &intent,
+            )
             .await;
         self.metrics.reserve_took(reserving.elapsed());
         match reserved {

@@ -6,7 +6,7 @@ use super::{Engine, Refusal};
 use crate::fault;
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
-use crate::runtime::{CompleteRequest, IdempotencyKey, StoreError};
+use crate::runtime::{Claim, IdempotencyKey, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -38,14 +38,14 @@ impl Engine {
     /// caller which execution holds the identity now.
     async fn late_arrival(
         &self,
-        refused: CompleteRequest<'_>,
+        claim: Claim<'_>,
+        result: &RecordedResult,
         recorded: Option<oneshot::Sender<Delivery>>,
     ) {
-        let result = refused.result;
         let execution_id = result.result().execution_id.clone();
         let mut backoff = self.backoff();
         let current = loop {
-            match self.store.record_late_arrival(refused).await {
+            match self.store.record_late_arrival(claim, result).await {
                 Ok(current) => break current,
                 Err(error) => {
                     tracing::warn!(%execution_id, %error, "keeping a late arrival failed; retrying");
@@ -119,12 +119,8 @@ impl Engine {
         let mut backoff = self.backoff();
         loop {
             let recording = std::time::Instant::now();
-            let request = CompleteRequest {
-                key,
-                fingerprint,
-                result: &result,
-            };
-            let completed = self.store.complete(request).await;
+            let claim = Claim { key, fingerprint };
+            let completed = self.store.complete(claim, &result).await;
             self.metrics.complete_took(recording.elapsed());
             match completed {
                 Ok(()) => {
@@ -138,7 +134,7 @@ impl Engine {
                     return;
                 }
                 Err(StoreError::NotOwner { .. }) => {
-                    self.late_arrival(request, recorded.take()).await;
+                    self.late_arrival(claim, &result, recorded.take()).await;
                     return;
                 }
                 Err(error) => {

@@ -7,7 +7,7 @@ use super::run::Run;
 use super::{Answer, Engine, Refusal};
 use crate::call::ValidatedCall;
 use crate::outcome::ExecutionId;
-use crate::runtime::{Existing, IdempotencyKey, TakeOverRequest};
+use crate::runtime::{Claim, Existing, IdempotencyKey};
 use crate::tool::Tool;
 use std::sync::Arc;
 
@@ -27,11 +27,13 @@ impl Engine {
     ) -> Result<Answer, Refusal> {
         let taken = self
             .store
-            .take_over(TakeOverRequest {
-                key: &key,
-                fingerprint: call.fingerprint(),
-                execution_id: &execution_id,
-            })
+            .take_over(
+                Claim {
+                    key: &key,
+                    fingerprint: call.fingerprint(),
+                },
+                &execution_id,
+            )
             .await
             .map_err(|error| self.refusal(error))?;
         let Some(attempt) = taken else {

@@ -6,11 +6,10 @@ mod decide;
 mod prune;
 
 use crate::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
-use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
 use crate::retention::PruneStep;
 use crate::runtime::Decided;
-use crate::runtime::{CompleteRequest, ReserveRequest, TakeOverRequest, WaitRequest};
+use crate::runtime::{Claim, WaitRequest};
 use crate::runtime::{
     ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
     RecordState, Reservation, StoreError, StoreFuture, StoredRecord,
@@ -134,8 +133,7 @@ impl InMemoryIdempotencyStore {
 
     fn reserve_now(
         &self,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
+        Claim { key, fingerprint }: Claim<'_>,
         intent: &ExecutionIntent,
     ) -> Result<Reservation, StoreError> {
         let mut inner = self.lock();
@@ -171,8 +169,7 @@ impl InMemoryIdempotencyStore {
 
     fn complete_now(
         &self,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
+        Claim { key, fingerprint }: Claim<'_>,
         recorded: &RecordedResult,
     ) -> Result<(), StoreError> {
         let result = recorded.result();
@@ -203,14 +200,16 @@ impl InMemoryIdempotencyStore {
 }
 
 impl IdempotencyStore for InMemoryIdempotencyStore {
-    fn reserve<'a>(&'a self, request: ReserveRequest<'a>) -> StoreFuture<'a, Reservation> {
-        let answer = self.reserve_now(request.key, request.fingerprint, request.intent);
-        Box::pin(async move { answer })
+    fn reserve<'a>(
+        &'a self,
+        claim: Claim<'a>,
+        intent: &'a ExecutionIntent,
+    ) -> StoreFuture<'a, Reservation> {
+        Box::pin(std::future::ready(self.reserve_now(claim, intent)))
     }
 
-    fn complete<'a>(&'a self, request: CompleteRequest<'a>) -> StoreFuture<'a, ()> {
-        let answer = self.complete_now(request.key, request.fingerprint, request.result);
-        Box::pin(async move { answer })
+    fn complete<'a>(&'a self, claim: Claim<'a>, result: &'a RecordedResult) -> StoreFuture<'a, ()> {
+        Box::pin(std::future::ready(self.complete_now(claim, result)))
     }
 
     fn release<'a>(
@@ -287,9 +286,10 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
 
     fn record_late_arrival<'a>(
         &'a self,
-        refused: CompleteRequest<'a>,
+        claim: Claim<'a>,
+        result: &'a RecordedResult,
     ) -> StoreFuture<'a, Option<ExecutionId>> {
-        let answer = self.lock().late_arrival(refused.key, refused.result);
+        let answer = self.lock().late_arrival(claim.key, result);
         Box::pin(async move { Ok(answer) })
     }
 
@@ -320,7 +320,11 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     /// Every execution runs in this process: nothing to publish.
     /// Every execution here runs in this process, whose lease never lapses: none is ever
     /// interrupted, so none is taken over.
-    fn take_over<'a>(&'a self, _request: TakeOverRequest<'a>) -> StoreFuture<'a, Option<u32>> {
+    fn take_over<'a>(
+        &'a self,
+        _claim: Claim<'a>,
+        _execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<u32>> {
         Box::pin(async { Ok(None) })
     }
 

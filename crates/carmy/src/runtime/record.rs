@@ -5,7 +5,7 @@
 
 use crate::decision::Resolution;
 use crate::fingerprint::{Fingerprint, FingerprintParts};
-use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
+use crate::outcome::{ExecutionId, ExecutionResult};
 
 /// The session used when a call names none (docs/semantics.md §2).
 pub const DEFAULT_SESSION: &str = "default";
@@ -56,46 +56,15 @@ pub struct ExecutionIntent {
     pub retention: Option<std::time::Duration>,
 }
 
-/// What [`IdempotencyStore::reserve`](super::IdempotencyStore::reserve) is asked: reserve
-/// `key` for `intent`, or answer from the record that holds it, compared with `fingerprint`
-/// (docs/semantics.md §3).
+/// An identity as one call claims it: the key and that call's fingerprint. Every store path
+/// compares the fingerprint with the holding record's before anything else: a record of another
+/// fingerprint answers [`Existing::Conflict`] whatever its state (docs/semantics.md §3).
 #[derive(Clone, Copy, Debug)]
-pub struct ReserveRequest<'a> {
-    /// The identity to reserve.
+pub struct Claim<'a> {
+    /// The identity: principal, session and request id.
     pub key: &'a IdempotencyKey,
-    /// The call's fingerprint, compared with the holding record's before anything else: a
-    /// record of another fingerprint answers [`Existing::Conflict`] whatever its state
-    /// (docs/semantics.md §3).
+    /// The fingerprint of the claiming call's tool, arguments and options.
     pub fingerprint: &'a Fingerprint,
-    /// The execution, tool, parts and retention to reserve it with.
-    pub intent: &'a ExecutionIntent,
-}
-
-/// What [`IdempotencyStore::complete`](super::IdempotencyStore::complete) is asked: record
-/// `result` as the outcome of the execution that holds `key` (reserved with `fingerprint`),
-/// durably, before answering (docs/semantics.md §4).
-#[derive(Clone, Copy, Debug)]
-pub struct CompleteRequest<'a> {
-    /// The identity the execution holds.
-    pub key: &'a IdempotencyKey,
-    /// The fingerprint it was reserved with.
-    pub fingerprint: &'a Fingerprint,
-    /// The outcome with its stored text; `result.execution_id` must hold `key`.
-    pub result: &'a RecordedResult,
-}
-
-/// What [`IdempotencyStore::take_over`](super::IdempotencyStore::take_over) is asked: become
-/// the owner of the interrupted `execution_id`, if it still holds `key` with `fingerprint`
-/// (docs/semantics.md §12).
-#[derive(Clone, Copy, Debug)]
-pub struct TakeOverRequest<'a> {
-    /// The identity the execution holds.
-    pub key: &'a IdempotencyKey,
-    /// The fingerprint of the attempt taking over; it must be the record's.
-    pub fingerprint: &'a Fingerprint,
-    /// The interrupted execution: it keeps its id, so the new attempt is recorded under it
-    /// and an upstream sees the same key again (docs/semantics.md §10).
-    pub execution_id: &'a ExecutionId,
 }
 
 /// What [`IdempotencyStore::wait_for_outcome`](super::IdempotencyStore::wait_for_outcome) is

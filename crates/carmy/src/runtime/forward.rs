@@ -1,0 +1,206 @@
+//! Forwarding for wrapper stores: a store that changes a few [`IdempotencyStore`] methods (a
+//! cache, a counter, a fault injector) names the ones it passes on unchanged, and
+//! [`forward_store!`](crate::forward_store) writes them, so every signature is written once,
+//! here, beside the trait (docs/semantics.md §8).
+//!
+//! Nothing has a default body in the trait: a method the wrapper neither writes nor names is a
+//! compile error (E0046), so cancel delivery, the lease state and shutdown cannot be dropped by
+//! accident.
+//!
+//! [`IdempotencyStore`]: super::IdempotencyStore
+
+/// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the named
+/// [`IdempotencyStore`](crate::runtime::IdempotencyStore) methods, each passing its arguments
+/// unchanged to the field `$inner` (any value whose methods include the trait's: a store, a
+/// `Box` or an `Arc` of one) and returning its future as it is.
+///
+/// `forward_store!(inner => check_ready, shutdown)`; `$inner` may be a tuple index
+/// (`forward_store!(0 => …)`). Every method of the trait can be named; a name that is not one
+/// is a compile error ("no rules expected the token").
+///
+/// ```
+/// use carmy::runtime::{Claim, ExecutionIntent, IdempotencyStore, Reservation, StoreFuture};
+/// use std::sync::atomic::{AtomicU64, Ordering};
+///
+/// /// Counts reservations and passes everything on.
+/// struct Counting(Box<dyn IdempotencyStore>, AtomicU64);
+///
+/// impl IdempotencyStore for Counting {
+///     fn reserve<'a>(
+///         &'a self,
+///         claim: Claim<'a>,
+///         intent: &'a ExecutionIntent,
+///     ) -> StoreFuture<'a, Reservation> {
+///         self.1.fetch_add(1, Ordering::Relaxed);
+///         self.0.reserve(claim, intent)
+///     }
+///
+///     carmy::forward_store!(0 =>
+///         complete, release, lookup, find_execution, check_ready, resolve_execution,
+///         release_execution, list_executions, audit_trail, record_late_arrival, take_over,
+///         wait_for_outcome, prune_expired, request_cancel, cancel_requests, lease_state,
+///         record_changes, drop_cached, shutdown,
+///     );
+/// }
+/// ```
+#[macro_export]
+macro_rules! forward_store {
+    ($inner:tt => $($method:ident),+ $(,)?) => {
+        $( $crate::forward_store!(@one $inner $method); )+
+    };
+    (@one $inner:tt reserve) => {
+        fn reserve<'a>(
+            &'a self,
+            claim: $crate::runtime::Claim<'a>,
+            intent: &'a $crate::runtime::ExecutionIntent,
+        ) -> $crate::runtime::StoreFuture<'a, $crate::runtime::Reservation> {
+            self.$inner.reserve(claim, intent)
+        }
+    };
+    (@one $inner:tt complete) => {
+        fn complete<'a>(
+            &'a self,
+            claim: $crate::runtime::Claim<'a>,
+            result: &'a $crate::outcome::RecordedResult,
+        ) -> $crate::runtime::StoreFuture<'a, ()> {
+            self.$inner.complete(claim, result)
+        }
+    };
+    (@one $inner:tt release) => {
+        fn release<'a>(
+            &'a self,
+            key: &'a $crate::runtime::IdempotencyKey,
+            execution_id: &'a $crate::outcome::ExecutionId,
+        ) -> $crate::runtime::StoreFuture<'a, ()> {
+            self.$inner.release(key, execution_id)
+        }
+    };
+    (@one $inner:tt lookup) => {
+        fn lookup<'a>(
+            &'a self,
+            key: &'a $crate::runtime::IdempotencyKey,
+        ) -> $crate::runtime::StoreFuture<'a, Option<$crate::runtime::StoredRecord>> {
+            self.$inner.lookup(key)
+        }
+    };
+    (@one $inner:tt find_execution) => {
+        fn find_execution<'a>(
+            &'a self,
+            principal: &'a str,
+            execution_id: &'a $crate::outcome::ExecutionId,
+        ) -> $crate::runtime::StoreFuture<'a, Option<$crate::runtime::ExecutionLookup>> {
+            self.$inner.find_execution(principal, execution_id)
+        }
+    };
+    (@one $inner:tt check_ready) => {
+        fn check_ready(&self) -> $crate::runtime::StoreFuture<'_, ()> {
+            self.$inner.check_ready()
+        }
+    };
+    (@one $inner:tt resolve_execution) => {
+        fn resolve_execution<'a>(
+            &'a self,
+            request: &'a $crate::decision::ResolveRequest,
+        ) -> $crate::runtime::StoreFuture<
+            'a,
+            $crate::runtime::Decided<$crate::outcome::ExecutionResult>,
+        > {
+            self.$inner.resolve_execution(request)
+        }
+    };
+    (@one $inner:tt release_execution) => {
+        fn release_execution<'a>(
+            &'a self,
+            request: &'a $crate::decision::ReleaseRequest,
+        ) -> $crate::runtime::StoreFuture<
+            'a,
+            $crate::runtime::Decided<$crate::decision::Released>,
+        > {
+            self.$inner.release_execution(request)
+        }
+    };
+    (@one $inner:tt list_executions) => {
+        fn list_executions<'a>(
+            &'a self,
+            query: &'a $crate::decision::ExecutionQuery,
+        ) -> $crate::runtime::StoreFuture<'a, Vec<$crate::runtime::ExecutionLookup>> {
+            self.$inner.list_executions(query)
+        }
+    };
+    (@one $inner:tt audit_trail) => {
+        fn audit_trail<'a>(
+            &'a self,
+            execution_id: &'a $crate::outcome::ExecutionId,
+        ) -> $crate::runtime::StoreFuture<'a, Vec<$crate::decision::AuditEntry>> {
+            self.$inner.audit_trail(execution_id)
+        }
+    };
+    (@one $inner:tt record_late_arrival) => {
+        fn record_late_arrival<'a>(
+            &'a self,
+            claim: $crate::runtime::Claim<'a>,
+            result: &'a $crate::outcome::RecordedResult,
+        ) -> $crate::runtime::StoreFuture<'a, Option<$crate::outcome::ExecutionId>> {
+            self.$inner.record_late_arrival(claim, result)
+        }
+    };
+    (@one $inner:tt take_over) => {
+        fn take_over<'a>(
+            &'a self,
+            claim: $crate::runtime::Claim<'a>,
+            execution_id: &'a $crate::outcome::ExecutionId,
+        ) -> $crate::runtime::StoreFuture<'a, Option<u32>> {
+            self.$inner.take_over(claim, execution_id)
+        }
+    };
+    (@one $inner:tt wait_for_outcome) => {
+        fn wait_for_outcome<'a>(
+            &'a self,
+            request: $crate::runtime::WaitRequest<'a>,
+        ) -> $crate::runtime::StoreFuture<'a, Option<$crate::runtime::StoredRecord>> {
+            self.$inner.wait_for_outcome(request)
+        }
+    };
+    (@one $inner:tt prune_expired) => {
+        fn prune_expired(
+            &self,
+            retention: ::std::time::Duration,
+            batch: usize,
+        ) -> $crate::runtime::StoreFuture<'_, $crate::retention::PruneStep> {
+            self.$inner.prune_expired(retention, batch)
+        }
+    };
+    (@one $inner:tt request_cancel) => {
+        fn request_cancel<'a>(
+            &'a self,
+            execution_id: &'a $crate::outcome::ExecutionId,
+        ) -> $crate::runtime::StoreFuture<'a, ()> {
+            self.$inner.request_cancel(execution_id)
+        }
+    };
+    (@one $inner:tt cancel_requests) => {
+        fn cancel_requests(&self) -> Option<$crate::runtime::CancelRequests> {
+            self.$inner.cancel_requests()
+        }
+    };
+    (@one $inner:tt lease_state) => {
+        fn lease_state(&self) -> Option<$crate::runtime::LeaseWatch> {
+            self.$inner.lease_state()
+        }
+    };
+    (@one $inner:tt record_changes) => {
+        fn record_changes(&self) -> Option<$crate::runtime::RecordChanges> {
+            self.$inner.record_changes()
+        }
+    };
+    (@one $inner:tt drop_cached) => {
+        fn drop_cached(&self, change: &$crate::runtime::RecordChange) {
+            self.$inner.drop_cached(change)
+        }
+    };
+    (@one $inner:tt shutdown) => {
+        fn shutdown(&self) -> $crate::runtime::StoreFuture<'_, ()> {
+            self.$inner.shutdown()
+        }
+    };
+}
