@@ -16,7 +16,10 @@
 ///
 /// `forward_store!(inner => check_ready, shutdown)`; `$inner` may be a tuple index
 /// (`forward_store!(0 => …)`). Every method of the trait can be named; a name that is not one
-/// is a compile error ("no rules expected the token").
+/// is a compile error ("no rules expected the token"). The call is `self.$inner.method(…)`, so
+/// a method of the same name on the field's own type wins over the trait's: `PostgresStore`'s
+/// inherent `async fn shutdown` does not return a `StoreFuture`, so naming `shutdown` for it
+/// fails to compile; forward that one by hand with `IdempotencyStore::shutdown(&self.store)`.
 ///
 /// ```
 /// use carmy::runtime::{Claim, ExecutionIntent, IdempotencyStore, Reservation, StoreFuture};
