@@ -96,9 +96,9 @@ pub fn load_api_keys(config: &Config) -> Result<ApiKeys, GatewayError> {
 
 /// Builds the gateway for `config`: the tools file first (a mistake stops here, before any
 /// store is touched); with `DATABASE_URL`, migrates (under the migration lock),
-/// creates `carmy.example_orders` for the example tools if it is missing
-/// ([`PostgresOrderBook::prepare`]) and uses `PostgresStore` and that table; without, the
-/// in-memory store and orders.
+/// creates `carmy.example_orders` for the example tools if it is missing and the example tools
+/// are served ([`PostgresOrderBook::prepare`]; never with `example_tools = false`) and uses
+/// `PostgresStore` and that table; without, the in-memory store and orders.
 ///
 /// # Errors
 /// [`GatewayError`] when keys, migrations or the database fail.
@@ -111,6 +111,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     };
     let operators = ApiKeys::parse(config.operator_keys.as_deref().unwrap_or_default())
         .map_err(|error| GatewayError::ApiKeys(format!("CARMY_OPERATOR_KEYS: {error}")))?;
+    let examples = tools_file.as_ref().is_none_or(|file| file.example_tools);
     let mut memory = None;
     let (store, orders): (Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>) =
         match &config.database_url {
@@ -119,7 +120,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
                 memory = Some(Arc::clone(&store));
                 (store, Arc::new(MemoryOrderBook::default()))
             }
-            Some(url) => postgres_stores(config, url).await?,
+            Some(url) => postgres_stores(config, url, examples).await?,
         };
     let mut builder = carmy::app()
         .idempotency_store(store)
@@ -130,7 +131,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         .max_body_bytes(config.max_body_bytes)
         .body_timeout(Duration::from_millis(config.body_timeout_ms))
         .engine_config(engine_config(config));
-    if tools_file.as_ref().is_none_or(|file| file.example_tools) {
+    if examples {
         for tool in tools::example_tools(orders) {
             builder = builder.tool(tool);
         }
@@ -150,12 +151,15 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
 }
 
 /// The stores of a gateway with `DATABASE_URL`: migrates (under the migration lock), creates
-/// `carmy.example_orders` if it is missing ([`PostgresOrderBook::prepare`]), and returns
+/// `carmy.example_orders` if it is missing and `examples` says the example tools are served
+/// ([`PostgresOrderBook::prepare`]: demo data never lands in a database that does not serve
+/// them), and returns
 /// `PostgresStore` (behind the replay cache unless `CARMY_REPLAY_CACHE_ENTRIES=0`) and the
 /// orders table.
 async fn postgres_stores(
     config: &Config,
     url: &str,
+    examples: bool,
 ) -> Result<(Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>), GatewayError> {
     carmy_postgres::migrate(url).await?;
     let pool = carmy_postgres::pool_options(
@@ -165,9 +169,11 @@ async fn postgres_stores(
     .connect(url)
     .await
     .map_err(|error| GatewayError::Database(error.to_string()))?;
-    PostgresOrderBook::prepare(&pool)
-        .await
-        .map_err(GatewayError::Database)?;
+    if examples {
+        PostgresOrderBook::prepare(&pool)
+            .await
+            .map_err(GatewayError::Database)?;
+    }
     let mut options = PostgresStoreOptions::new(url.to_owned());
     options.lease_ttl = Duration::from_millis(config.lease_ttl_ms);
     options.batch_max_rows = config.db_batch_max_rows;
@@ -252,7 +258,8 @@ pub async fn main_with_args(
     // sqlx's about the connection a failure already explained.
     let level = match config.command {
         Some(Command::Executions(_)) => "warn,sqlx=error",
-        _ => "info",
+        // rmcp logs every MCP request at INFO: one line per call is noise in production.
+        _ => "info,rmcp=warn",
     };
     init_logging(config.log_format, level);
     #[cfg(feature = "fault-injection")]

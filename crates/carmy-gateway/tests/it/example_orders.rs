@@ -185,3 +185,46 @@ async fn a_fresh_database_gets_the_table_from_the_example_tools() {
     assert_eq!(versions(&pool).await, vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
     pool.close().await;
 }
+
+/// A gateway whose tools file says `example_tools = false` serves only its own tools and leaves
+/// no demo table behind in a fresh database; the default (no tools file) still creates it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gateway_without_the_example_tools_creates_no_example_orders() {
+    let db = TestDb::create().await;
+    let file = crate::tools_file::write_tools_file(
+        "example_tools = false\n\n[[tools]]\nname = \"pay\"\nurl = \"http://127.0.0.1:9/pay\"\n",
+    );
+    let file = file.to_str().unwrap();
+    let gateway =
+        carmy_test_support::InProcess::start(&["--database-url", &db.url, "--tools-file", file])
+            .await;
+    let names: Vec<String> = gateway
+        .app()
+        .engine()
+        .tools()
+        .iter()
+        .map(|tool| tool.name().to_owned())
+        .collect();
+    assert_eq!(names, vec!["pay".to_owned()]);
+    let pool = pool(&db).await;
+    let table: Option<String> =
+        sqlx::query_scalar("SELECT to_regclass('carmy.example_orders')::text")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        table, None,
+        "example_tools = false created carmy.example_orders"
+    );
+    gateway.app().engine().shutdown_store().await.unwrap();
+
+    let with_examples = carmy_test_support::InProcess::start(&["--database-url", &db.url]).await;
+    let table: Option<String> =
+        sqlx::query_scalar("SELECT to_regclass('carmy.example_orders')::text")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(table.as_deref(), Some("carmy.example_orders"));
+    with_examples.app().engine().shutdown_store().await.unwrap();
+    pool.close().await;
+}
