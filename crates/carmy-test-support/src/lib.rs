@@ -12,22 +12,38 @@
 //! | [`http`] | HTTP helpers against a [`Replica`] |
 //! | [`cluster`] | throwaway PostgreSQL clusters from the installed binaries, optionally with TLS |
 //! | [`tls`] | a CA and a server certificate made at test time |
+//!
+//! Everything but [`poll`] needs the default feature `full`; the core crate's tests use the polls
+//! alone (`default-features = false`) and so build no gateway, sqlx or rmcp.
 
+#[cfg(feature = "full")]
 pub mod cluster;
+#[cfg(feature = "full")]
 pub mod db;
+#[cfg(feature = "full")]
 pub mod http;
+#[cfg(feature = "full")]
 pub mod in_process;
 pub mod poll;
+#[cfg(feature = "full")]
 pub mod proxy;
+#[cfg(feature = "full")]
 pub mod replica;
+#[cfg(feature = "full")]
 pub mod tls;
 
+#[cfg(feature = "full")]
 pub use cluster::Cluster;
+#[cfg(feature = "full")]
 pub use db::{server_url, with_database, TestDb};
+#[cfg(feature = "full")]
 pub use http::{
     call, client, metric, post, post_text, request, spawn_post, spawn_post_unanswered, tool_runs,
 };
+#[cfg(feature = "full")]
 pub use in_process::InProcess;
 pub use poll::{eventually, eventually_eq};
+#[cfg(feature = "full")]
 pub use proxy::CutProxy;
+#[cfg(feature = "full")]
 pub use replica::Replica;
