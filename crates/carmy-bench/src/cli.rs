@@ -110,6 +110,11 @@ pub struct Args {
     /// Keep the benchmark's database instead of dropping it at the end.
     #[arg(long)]
     pub keep_database: bool,
+
+    /// Skip the instructions per call (callgrind, `crate::callgrind`; about a minute, and
+    /// valgrind must be installed: `scripts/bench` installs it unless this is given).
+    #[arg(long)]
+    pub no_callgrind: bool,
 }
 
 /// The parts `--only` runs alone.

@@ -47,6 +47,28 @@ impl Split {
     }
 }
 
+/// CPU time per call over a window, in µs: utime + stime of the processes (`/proc/<pid>/stat`)
+/// over the window, divided by the calls counted in it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PerCall {
+    /// The gateway process (0 when no gateway ran, e.g. pgbench).
+    pub gateway_us: f64,
+    /// Every `postgres` process: the backends serving the calls, and the server's own
+    /// processes (WAL writer, checkpointer), which the calls make work too.
+    pub postgres_us: f64,
+}
+
+impl Split {
+    /// The CPU time per call of `calls` over a window of `seconds` (`None` without calls).
+    pub fn per_call(&self, seconds: f64, calls: u64) -> Option<PerCall> {
+        let per_call = |percent: f64| percent / 100.0 * seconds * 1e6 / calls as f64;
+        (calls > 0).then(|| PerCall {
+            gateway_us: per_call(self.gateway),
+            postgres_us: per_call(self.postgres),
+        })
+    }
+}
+
 /// Number of CPUs of the machine.
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)

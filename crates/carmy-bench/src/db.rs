@@ -5,6 +5,10 @@ use serde::Serialize;
 use sqlx::{Connection, PgConnection};
 use std::time::Instant;
 
+/// How long [`BenchDb::commits`] waits for idle backends to report their counts: PostgreSQL 15's
+/// `PGSTAT_IDLE_INTERVAL` (10 s) and a margin.
+pub const STATS_SETTLE: std::time::Duration = std::time::Duration::from_millis(10_500);
+
 /// A database `carmy_bench_<random>` on the server of the URL given on the command line.
 pub struct BenchDb {
     /// The server URL the benchmark was given (its database is used to create and drop ours).
@@ -137,10 +141,14 @@ impl BenchDb {
             .map_err(|error| format!("cannot count reservations: {error}"))
     }
 
-    /// Commits of our database so far (`pg_stat_database.xact_commit`), once settled: a backend
-    /// reports its counts about a second after it went idle, so this reads until two readings
-    /// 1.2 s apart agree (at most 15 s, then the last reading).
+    /// Commits of our database so far (`pg_stat_database.xact_commit`), once settled. A
+    /// backend reports its counts when it goes idle, but at most once a second: counts made
+    /// less than a second after its last report wait until it has been idle for 10 s
+    /// (PostgreSQL 15's `PGSTAT_IDLE_INTERVAL`), so a reading right after a measurement misses
+    /// its last second and the next measurement's gains them. This waits [`STATS_SETTLE`]
+    /// first, then reads until two readings 1.2 s apart agree (at most 15 s more).
     pub async fn commits(&self) -> Result<i64, String> {
+        tokio::time::sleep(STATS_SETTLE).await;
         let mut conn = self.connect().await?;
         let deadline = Instant::now() + std::time::Duration::from_secs(15);
         let mut last = None;

@@ -89,12 +89,39 @@ impl Gateway {
         database_url: &str,
         env: &[(&str, String)],
     ) -> Result<Self, String> {
+        Self::start_under(
+            &[],
+            Duration::from_secs(60),
+            binary,
+            name,
+            database_url,
+            env,
+        )
+    }
+
+    /// As [`Gateway::start`], with `binary` run by the command `wrapper` (e.g. `valgrind
+    /// --tool=callgrind`, which keeps the process id), waiting at most `ready_within`.
+    pub fn start_under(
+        wrapper: &[String],
+        ready_within: Duration,
+        binary: &Path,
+        name: &str,
+        database_url: &str,
+        env: &[(&str, String)],
+    ) -> Result<Self, String> {
         let port = free_port()?;
         let address: SocketAddr = ([127, 0, 0, 1], port).into();
         let log = std::env::temp_dir().join(format!("carmy-bench-{name}.log"));
         let log_file = std::fs::File::create(&log)
             .map_err(|error| format!("cannot create {}: {error}", log.display()))?;
-        let mut command = Command::new(binary);
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
         command
             .env_remove("CARMY_API_KEYS")
             .env_remove("CARMY_API_KEYS_FILE")
@@ -116,7 +143,7 @@ impl Gateway {
             address,
             log,
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + ready_within;
         loop {
             if gateway.ready() {
                 return Ok(gateway);
@@ -132,7 +159,8 @@ impl Gateway {
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "the gateway was not ready within 60 s; see {}",
+                    "the gateway was not ready within {} s; see {}",
+                    ready_within.as_secs(),
                     gateway.log.display()
                 ));
             }

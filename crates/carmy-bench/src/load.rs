@@ -150,6 +150,9 @@ pub struct RunResult {
     pub mean_ms: Option<f64>,
     /// Where a new identity's time went (warm-up included), for new-identity runs.
     pub phases: Option<crate::phases::Phases>,
+    /// CPU time per success over the window (µs): the gateway's and PostgreSQL's
+    /// ([`cpu::Split::per_call`]).
+    pub cpu_per_call: Option<cpu::PerCall>,
 }
 
 impl RunResult {
@@ -391,13 +394,16 @@ pub async fn run(
         errors,
         rows_before: None,
         replay_cache: true,
-        cpu,
         group_commit: true,
         commits_per_call: None,
         mean_ms: (!latencies.is_empty()).then(|| {
             latencies.iter().map(|&us| f64::from(us)).sum::<f64>() / latencies.len() as f64 / 1000.0
         }),
         phases: None,
+        cpu_per_call: cpu
+            .as_ref()
+            .and_then(|split| split.per_call(seconds, latencies.len() as u64)),
+        cpu,
     }
 }
 

@@ -18,10 +18,12 @@
 //!    c=1 and the target concurrency (the latency Carmy adds, docs/semantics.md §10);
 //! 9. compares new-identity p99 with retention pruning running in the background against
 //!    without, on `--pruning-rows` expired rows (1 million; 100,000 with `--quick`);
-//! 10. prints the table and the targets and writes `bench/results/latest.json` and `latest.png`.
+//! 10. counts the gateway's instructions per call under callgrind (unless `--no-callgrind`);
+//! 11. prints the table and the targets and writes `bench/results/latest.json` and `latest.png`.
 //!
 //! It exits 0 even when a target fails, unless `--strict` is given. See `bench/README.md`.
 
+mod callgrind;
 mod chart;
 mod cli;
 mod cpu;
@@ -244,6 +246,17 @@ async fn run(
     )
     .await?;
     let pruning = measure::pruning(args, gateway_binary, database, has_cache).await?;
+    let instructions = if args.no_callgrind {
+        None
+    } else {
+        callgrind::measure(
+            gateway_binary,
+            &database.url,
+            &main_env,
+            args.replay_identities,
+        )
+        .await?
+    };
     let mut report = Report {
         finished_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         command: command_line(),
@@ -264,6 +277,7 @@ async fn run(
         flatness,
         upstream,
         pruning,
+        instructions,
         targets: Vec::new(),
     };
     report.judge();

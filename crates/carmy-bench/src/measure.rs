@@ -80,8 +80,9 @@ pub async fn main_gateway(
     pgbench_new_c1.count_wal_syncs(database.wal_syncs().await? - wal_before);
 
     let mut runs = Vec::new();
+    let mut settled = None;
     for &concurrency in &args.concurrency {
-        runs.push(measure_new_identities(args, concurrency, &gw, database).await?);
+        runs.push(measure_new_identities(args, concurrency, &gw, database, &mut settled).await?);
     }
 
     eprintln!("pgbench read_one.sql, {pgbench_seconds} s");
@@ -187,17 +188,23 @@ pub async fn measure_http(
     .await
 }
 
-/// New identities at `concurrency` on `gateway`, with the rows before and the PostgreSQL
-/// commits per new identity.
+/// New identities at `concurrency` on `gateway`, with the rows before, the PostgreSQL commits
+/// and the WAL flushes per new identity. `settled` carries the settled counts from one
+/// measurement to the next on the same database (each reading waits for the server's counts to
+/// settle, [`crate::db::STATS_SETTLE`] and more).
 pub async fn measure_new_identities(
     args: &Args,
     concurrency: usize,
     gateway: &Gateway,
     database: &BenchDb,
+    settled: &mut Option<Settled>,
 ) -> Result<RunResult, String> {
     let rows_before = database.reservations().await?;
-    let commits_before = database.commits().await?;
-    let phases_before = read_phases(gateway, database).await?;
+    let before = match *settled {
+        Some(counts) => counts,
+        None => Settled::read(database).await?,
+    };
+    let phases_before = phases::Reading::of(&gateway.get("/metrics")?, before.wal_syncs);
     let mut result = measure_http(
         args,
         Scenario::NewIdentity,
@@ -206,20 +213,36 @@ pub async fn measure_new_identities(
         gateway.address,
     )
     .await;
-    let commits = database.commits().await? - commits_before;
+    let metrics_after = gateway.get("/metrics")?;
     let rows = database.reservations().await? - rows_before;
-    let phases_after = read_phases(gateway, database).await?;
+    let after = Settled::read(database).await?;
+    *settled = Some(after);
+    let phases_after = phases::Reading::of(&metrics_after, after.wal_syncs);
     result.phases = Phases::between(&phases_before, &phases_after, rows);
     result.rows_before = Some(rows_before);
     // The two counts and the settle readings commit too: at most a handful, against thousands.
+    let commits = after.commits - before.commits;
     result.commits_per_call = (rows > 0).then(|| commits as f64 / rows as f64);
     Ok(result)
 }
 
-/// The gateway's store timings and the server's WAL flushes now.
-async fn read_phases(gateway: &Gateway, database: &BenchDb) -> Result<phases::Reading, String> {
-    let metrics = gateway.get("/metrics")?;
-    Ok(phases::Reading::of(&metrics, database.wal_syncs().await?))
+/// The server's counts once every backend reported them: commits of the bench database and WAL
+/// flushes of the whole server.
+#[derive(Clone, Copy, Debug)]
+pub struct Settled {
+    commits: i64,
+    wal_syncs: i64,
+}
+
+impl Settled {
+    /// Waits for the counts to settle ([`BenchDb::commits`]) and reads them.
+    async fn read(database: &BenchDb) -> Result<Self, String> {
+        let commits = database.commits().await?;
+        Ok(Self {
+            commits,
+            wal_syncs: database.wal_syncs().await?,
+        })
+    }
 }
 
 /// New identities at c=1 and at the target concurrency with group commit off
@@ -234,9 +257,11 @@ pub async fn measure_unbatched(
     env.push(("CARMY_DB_BATCH_MAX_ROWS", "1".to_owned()));
     let mut gateway = Gateway::start(gateway_binary, "unbatched", &database.url, &env)?;
     let mut runs = Vec::new();
+    let mut settled = None;
     for concurrency in [1, report::TARGET_CONCURRENCY] {
         eprint!("group commit off: ");
-        let mut result = measure_new_identities(args, concurrency, &gateway, database).await?;
+        let mut result =
+            measure_new_identities(args, concurrency, &gateway, database, &mut settled).await?;
         result.group_commit = false;
         runs.push(result);
     }

@@ -69,6 +69,9 @@ pub struct PgbenchResult {
     /// PostgreSQL WAL flushes per transaction (`pg_stat_wal.wal_sync` over the run), where
     /// counted.
     pub wal_syncs_per_transaction: Option<f64>,
+    /// CPU time per transaction of PostgreSQL's processes over the CPU window (µs, at the
+    /// run's mean rate).
+    pub postgres_cpu_us: Option<f64>,
 }
 
 impl PgbenchResult {
@@ -151,6 +154,10 @@ pub async fn run(
         failed: failed as u64,
         p50_ms: ms(0.50),
         p99_ms: ms(0.99),
+        postgres_cpu_us: cpu
+            .as_ref()
+            .filter(|_| tps > 0.0)
+            .map(|split| split.postgres / 100.0 * 1e6 / tps),
         cpu,
         wal_syncs_per_transaction: None,
     })

@@ -4,18 +4,21 @@
 //! A [`Batcher`] owns one worker task. Whenever fewer than [`Limits::in_flight`] batches are in
 //! flight, the worker takes whatever queued meanwhile, up to [`Limits::max_rows`] requests (and
 //! about [`MAX_BATCH_BYTES`] of payload), and hands it to its [`Execute`] implementation, which
-//! answers every request of the batch. Nothing waits for a batch to fill: an idle store runs
-//! each call at once, as a batch of one. Each caller waits on its own answer; a batch that fails
+//! answers every request of the batch. Nothing waits for a batch to fill: a request that finds
+//! nothing queued and a batch slot free runs at once as a batch of one, in its caller's own task
+//! (no hand-over to the worker and back), so a lone caller costs what it would unbatched. Each caller waits on its own answer; a batch that fails
 //! answers each of its own callers with the failure, and nothing else. A request that finds no
 //! batch to go in within [`Limits::queue_timeout`] (every batch stuck, e.g. behind a lock) is
 //! answered [`Execute::timed_out`], as a call that waits for a pooled connection would be.
 //!
 //! A request whose caller gave up (its future was dropped) before its batch was sent is left
 //! out, as an unbatched call dropped before its statement would be: nothing is written for it.
-//! The executors for `reserve` and `complete` are in `grouped`.
+//! The executor, one queue for `reserve` and `complete`, is in `combined` (the statements in
+//! `grouped`).
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -38,9 +41,9 @@ pub(crate) trait Execute: Send + Sync + 'static {
     /// The payload size of `request` in bytes, counted against [`MAX_BATCH_BYTES`].
     fn weight(request: &Self::Request) -> usize;
 
-    /// The answer of a request that waited `waited` in the queue without a batch to go in:
+    /// The answer of `request`, which waited `waited` in the queue without a batch to go in:
     /// nothing was sent for it.
-    fn timed_out(waited: Duration) -> Self::Answer;
+    fn timed_out(request: &Self::Request, waited: Duration) -> Self::Answer;
 }
 
 /// A request waiting in the queue, with where its answer goes.
@@ -78,6 +81,11 @@ pub(crate) struct Limits {
 /// The queue of one kind of request and its worker (see the module docs).
 pub(crate) struct Batcher<E: Execute> {
     queue: mpsc::UnboundedSender<Queued<E::Request, E::Answer>>,
+    /// The batch slots ([`Limits::in_flight`]), shared by the worker and lone callers.
+    slots: Arc<Semaphore>,
+    /// Requests sent to the worker and not yet taken into a batch (or answered timed out).
+    queued: Arc<AtomicUsize>,
+    executor: Arc<E>,
 }
 
 impl<E: Execute> std::fmt::Debug for Batcher<E> {
@@ -91,22 +99,48 @@ impl<E: Execute> Batcher<E> {
     /// its batches are answered.
     pub(crate) fn start(executor: E, limits: Limits) -> Self {
         let (queue, requests) = mpsc::unbounded_channel();
-        tokio::spawn(work(Arc::new(executor), requests, limits));
-        Self { queue }
+        let executor = Arc::new(executor);
+        let slots = Arc::new(Semaphore::new(limits.in_flight.max(1)));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let worker = Worker {
+            executor: Arc::clone(&executor),
+            slots: Arc::clone(&slots),
+            queued: Arc::clone(&queued),
+            limits,
+        };
+        tokio::spawn(worker.work(requests));
+        Self {
+            queue,
+            slots,
+            queued,
+            executor,
+        }
     }
 
-    /// Queues `request` and waits for its answer.
+    /// Runs `request` at once as a batch of one when nothing is queued and a slot is free,
+    /// else queues it; waits for its answer.
     ///
     /// # Errors
     /// [`Unanswered`] when the worker is gone.
     pub(crate) async fn submit(&self, request: E::Request) -> Result<E::Answer, Unanswered> {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            if let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() {
+                let answer = self.executor.execute(vec![request]).await.pop();
+                drop(slot);
+                return answer.ok_or(Unanswered::Lost);
+            }
+        }
         let (reply, answer) = oneshot::channel();
         let queued = Queued {
             request,
             reply,
             queued_at: Instant::now(),
         };
-        self.queue.send(queued).map_err(|_| Unanswered::NotSent)?;
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        if self.queue.send(queued).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(Unanswered::NotSent);
+        }
         answer.await.map_err(|_| Unanswered::Lost)
     }
 }
@@ -147,57 +181,66 @@ async fn run_batch<E: Execute>(executor: Arc<E>, batch: Vec<Queued<E::Request, E
     }
 }
 
-/// The worker: whenever fewer than `in_flight` batches are in flight, the next one is whatever
-/// queued meanwhile; a request that waited `queue_timeout` is answered
-/// [`Execute::timed_out`].
-async fn work<E: Execute>(
+/// The worker task's share of a [`Batcher`].
+struct Worker<E: Execute> {
     executor: Arc<E>,
-    mut requests: mpsc::UnboundedReceiver<Queued<E::Request, E::Answer>>,
+    slots: Arc<Semaphore>,
+    queued: Arc<AtomicUsize>,
     limits: Limits,
-) {
-    let slots = Arc::new(Semaphore::new(limits.in_flight.max(1)));
-    let mut pending: VecDeque<Queued<E::Request, E::Answer>> = VecDeque::new();
-    let mut open = true;
-    loop {
-        while let Ok(next) = requests.try_recv() {
-            pending.push_back(next);
-        }
-        let Some(oldest) = pending.front().map(|queued| queued.queued_at) else {
-            if !open {
-                return;
+}
+
+impl<E: Execute> Worker<E> {
+    /// The worker: whenever a batch slot is free, the next batch is whatever queued meanwhile;
+    /// a request that waited `queue_timeout` is answered [`Execute::timed_out`].
+    async fn work(self, mut requests: mpsc::UnboundedReceiver<Queued<E::Request, E::Answer>>) {
+        let limits = self.limits;
+        let mut pending: VecDeque<Queued<E::Request, E::Answer>> = VecDeque::new();
+        let mut open = true;
+        loop {
+            while let Ok(next) = requests.try_recv() {
+                pending.push_back(next);
             }
-            match requests.recv().await {
-                Some(next) => pending.push_back(next),
-                None => open = false,
-            }
-            continue;
-        };
-        tokio::select! {
-            biased;
-            slot = Arc::clone(&slots).acquire_owned() => {
-                let Ok(slot) = slot else { return };
-                let batch = next_batch::<E>(&mut pending, limits.max_rows.max(1));
-                if !batch.is_empty() {
-                    let executor = Arc::clone(&executor);
-                    tokio::spawn(async move {
-                        run_batch(executor, batch).await;
-                        drop(slot);
-                    });
+            let Some(oldest) = pending.front().map(|queued| queued.queued_at) else {
+                if !open {
+                    return;
                 }
-            }
-            () = tokio::time::sleep_until((oldest + limits.queue_timeout).into()) => {
-                let waited_out = pending
-                    .iter()
-                    .take_while(|queued| queued.queued_at.elapsed() >= limits.queue_timeout)
-                    .count();
-                for queued in pending.drain(..waited_out) {
-                    let _ = queued.reply.send(E::timed_out(limits.queue_timeout));
+                match requests.recv().await {
+                    Some(next) => pending.push_back(next),
+                    None => open = false,
                 }
+                continue;
+            };
+            let before = pending.len();
+            tokio::select! {
+                biased;
+                slot = Arc::clone(&self.slots).acquire_owned() => {
+                    let Ok(slot) = slot else { return };
+                    let batch = next_batch::<E>(&mut pending, limits.max_rows.max(1));
+                    if !batch.is_empty() {
+                        let executor = Arc::clone(&self.executor);
+                        tokio::spawn(async move {
+                            run_batch(executor, batch).await;
+                            drop(slot);
+                        });
+                    }
+                }
+                () = tokio::time::sleep_until((oldest + limits.queue_timeout).into()) => {
+                    let waited_out = pending
+                        .iter()
+                        .take_while(|queued| queued.queued_at.elapsed() >= limits.queue_timeout)
+                        .count();
+                    for queued in pending.drain(..waited_out) {
+                        let answer = E::timed_out(&queued.request, limits.queue_timeout);
+                        let _ = queued.reply.send(answer);
+                    }
+                }
+                next = requests.recv(), if open => match next {
+                    Some(next) => pending.push_back(next),
+                    None => open = false,
+                },
             }
-            next = requests.recv(), if open => match next {
-                Some(next) => pending.push_back(next),
-                None => open = false,
-            },
+            let left = before.saturating_sub(pending.len());
+            self.queued.fetch_sub(left, Ordering::AcqRel);
         }
     }
 }
@@ -212,6 +255,8 @@ mod tests {
     struct Doubler {
         batches: Arc<Mutex<Vec<Vec<u64>>>>,
         gate: Arc<tokio::sync::Semaphore>,
+        /// The task each batch ran in.
+        tasks: Arc<Mutex<Vec<Option<tokio::task::Id>>>>,
     }
 
     impl Execute for Doubler {
@@ -220,6 +265,7 @@ mod tests {
 
         async fn execute(&self, batch: Vec<u64>) -> Vec<u64> {
             self.batches.lock().unwrap().push(batch.clone());
+            self.tasks.lock().unwrap().push(tokio::task::try_id());
             let _permit = self.gate.acquire().await.unwrap();
             batch.into_iter().map(|n| n * 2).collect()
         }
@@ -228,7 +274,7 @@ mod tests {
             usize::try_from(*request).unwrap()
         }
 
-        fn timed_out(_waited: Duration) -> u64 {
+        fn timed_out(_request: &u64, _waited: Duration) -> u64 {
             u64::MAX
         }
     }
@@ -252,6 +298,7 @@ mod tests {
         let executor = Doubler {
             batches: Arc::clone(&batches),
             gate: Arc::clone(&gate),
+            tasks: Arc::default(),
         };
         (executor, batches, gate)
     }
@@ -263,6 +310,21 @@ mod tests {
         assert_eq!(batcher.submit(3).await, Ok(6));
         assert_eq!(batcher.submit(4).await, Ok(8));
         assert_eq!(*batches.lock().unwrap(), vec![vec![3], vec![4]]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lone_request_runs_in_its_callers_task() {
+        let (executor, batches, _gate) = doubler(true);
+        let tasks = Arc::clone(&executor.tasks);
+        let batcher = Arc::new(Batcher::start(executor, limits(8)));
+        let caller = {
+            let batcher = Arc::clone(&batcher);
+            tokio::spawn(async move { (batcher.submit(5).await, tokio::task::id()) })
+        };
+        let (answer, caller_id) = caller.await.unwrap();
+        assert_eq!(answer, Ok(10));
+        assert_eq!(*batches.lock().unwrap(), vec![vec![5]]);
+        assert_eq!(*tasks.lock().unwrap(), vec![Some(caller_id)]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

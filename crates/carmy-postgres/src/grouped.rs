@@ -1,12 +1,13 @@
-//! The batch executors of `reserve` and `complete` ([`ReserveBatch`], [`CompleteBatch`]) for the
-//! group-commit queue of `batch` (docs/semantics.md §8).
+//! What one group-commit batch (`batch`, `combined`, docs/semantics.md §8) runs: the requests
+//! and answers of `reserve` and `complete`, and the statements of each kind.
 //!
-//! A batch of one runs the store's single-row statement ([`RESERVE_SQL`], [`COMPLETE_SQL`]), so
-//! an idle store costs exactly what it did without batching; a longer batch runs one multi-row
-//! statement ([`RESERVE_BATCH_SQL`], [`COMPLETE_BATCH_SQL`]) with the same per-row rules, in one
-//! autocommit. Only the first request of each identity (for `complete`: of each identity and
-//! execution) goes into the statement; the others of the batch take that one's answer
-//! (`reserve`: the winner's row) or are rechecked by their caller (`complete`).
+//! A single request of a kind runs the store's single-row statement ([`RESERVE_SQL`],
+//! [`COMPLETE_SQL`]), so an idle store costs exactly what it did without batching; more run
+//! one multi-row statement ([`RESERVE_BATCH_SQL`], [`COMPLETE_BATCH_SQL`], or both kinds in
+//! [`HOT_BATCH_SQL`]) with the same per-row rules, in one autocommit. Only the first request of
+//! each identity (for `complete`: of each identity and execution) goes into the statement
+//! ([`Firsts`]); the others of the batch take that one's answer (`reserve`: the winner's row)
+//! or are rechecked by their caller (`complete`).
 //!
 //! Every answer is about one caller's row: the caller turns it into its `Reservation` or `Ok`
 //! exactly as the unbatched path does (fingerprint compared per row, a row that is not visible
@@ -17,13 +18,14 @@
 //! which they handle per row as without batching (the engine releases a reservation that may
 //! have been made; a recording is retried, and its recheck finds it applied).
 
-use crate::batch::Execute;
 use crate::diagnosis::Diagnosis;
 use crate::failure::lost_in_transit;
 use crate::hot::{run_error, HotManager};
 use crate::sql::{COMPLETE_BATCH_SQL, COMPLETE_SQL, RESERVE_BATCH_SQL, RESERVE_SQL};
 use carmy::runtime::{InFlightState, RecordState, StoreError, StoredRecord};
-use sqlx::postgres::PgRow;
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::Postgres;
 use sqlx::Row;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,7 +48,7 @@ pub(crate) struct ReserveRequest {
 }
 
 impl ReserveRequest {
-    fn identity(&self) -> (&str, &str, &str) {
+    pub(crate) fn identity(&self) -> (&str, &str, &str) {
         (&self.principal, &self.session_id, &self.request_id)
     }
 
@@ -104,7 +106,7 @@ pub(crate) struct CompleteRequest {
 }
 
 impl CompleteRequest {
-    fn target(&self) -> (&str, &str, &str, &str) {
+    pub(crate) fn target(&self) -> (&str, &str, &str, &str) {
         (
             &self.principal,
             &self.session_id,
@@ -140,7 +142,7 @@ pub(crate) struct Hot {
 impl Hot {
     /// Runs `query` on a hot connection, marking the connection broken when it was lost in
     /// transit.
-    async fn fetch_all(
+    pub(crate) async fn fetch_all(
         &self,
         query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> Result<Vec<PgRow>, sqlx::Error> {
@@ -152,7 +154,11 @@ impl Hot {
 
     /// The failure of a whole batch as each caller's answer: `None` when the server refused the
     /// statement (rolled back: the callers run alone), else the error for every caller.
-    async fn failure(&self, error: sqlx::Error, callers: usize) -> Option<Vec<StoreError>> {
+    pub(crate) async fn failure(
+        &self,
+        error: sqlx::Error,
+        callers: usize,
+    ) -> Option<Vec<StoreError>> {
         if callers > 1 && error.as_database_error().is_some() {
             tracing::warn!(%error, callers, "batch statement refused; running each call alone");
             return None;
@@ -175,7 +181,7 @@ impl Hot {
 
 /// The failure of a call that found no batch to go in within `waited` (the acquire timeout):
 /// nothing was sent for it.
-fn queue_timeout(waited: Duration) -> StoreError {
+pub(crate) fn queue_timeout(waited: Duration) -> StoreError {
     StoreError::Unavailable(format!(
         "no batch took this call within {} ms (the acquire timeout): the earlier batches are \
          still in flight (a lock, a slow or unreachable server?)",
@@ -183,38 +189,145 @@ fn queue_timeout(waited: Duration) -> StoreError {
     ))
 }
 
-/// The first position of each distinct key of `keys`, and for every position the index (into
-/// those firsts) of its key's first position.
-fn first_of_each<K: std::hash::Hash + Eq>(
-    keys: impl Iterator<Item = K>,
-) -> (Vec<usize>, Vec<usize>) {
-    let mut firsts = Vec::new();
-    let mut seen: HashMap<K, usize> = HashMap::new();
-    let owners = keys
-        .enumerate()
-        .map(|(position, key)| {
-            *seen.entry(key).or_insert_with(|| {
-                firsts.push(position);
-                firsts.len() - 1
+/// The requests of one kind in a batch, deduplicated: only the first request of each key goes
+/// into the statement.
+pub(crate) struct Firsts {
+    /// The position of each distinct key's first request.
+    firsts: Vec<usize>,
+    /// For every position, the index (into `firsts`) of its key's first request.
+    owners: Vec<usize>,
+}
+
+impl Firsts {
+    /// The first position of each distinct key of `keys`, and every position's owner.
+    pub(crate) fn of<K: std::hash::Hash + Eq>(keys: impl Iterator<Item = K>) -> Self {
+        let mut firsts = Vec::new();
+        let mut seen: HashMap<K, usize> = HashMap::new();
+        let owners = keys
+            .enumerate()
+            .map(|(position, key)| {
+                *seen.entry(key).or_insert_with(|| {
+                    firsts.push(position);
+                    firsts.len() - 1
+                })
             })
-        })
-        .collect();
-    (firsts, owners)
+            .collect();
+        Self { firsts, owners }
+    }
+
+    /// The requests that go into the statement, in order.
+    pub(crate) fn unique<'a, R>(&self, batch: &'a [R]) -> Vec<&'a R> {
+        self.firsts.iter().map(|&at| &batch[at]).collect()
+    }
+
+    /// Per position: its owner's index and whether it is that owner (the first of its key).
+    fn positions(&self) -> impl Iterator<Item = (usize, bool)> + '_ {
+        self.owners
+            .iter()
+            .enumerate()
+            .map(|(position, &owner)| (owner, self.firsts[owner] == position))
+    }
+
+    /// The answers of the reservations `batch` (these firsts' batch), given the statement's row
+    /// of each unique identity (`None`: not visible).
+    pub(crate) fn reserve_answers(
+        &self,
+        batch: &[ReserveRequest],
+        rows: &[Option<PgRow>],
+    ) -> Vec<ReserveAnswer> {
+        self.positions()
+            .map(|(owner, is_winner)| {
+                reserve_answer(rows[owner].as_ref(), &batch[self.firsts[owner]], is_winner)
+            })
+            .collect()
+    }
+
+    /// The answers of the outcomes of this batch, given whether each unique one updated its row.
+    pub(crate) fn complete_answers(&self, updated: &[bool]) -> Vec<CompleteAnswer> {
+        self.positions()
+            .map(|(owner, is_first)| {
+                if is_first && updated[owner] {
+                    CompleteAnswer::Updated
+                } else {
+                    CompleteAnswer::Unmatched
+                }
+            })
+            .collect()
+    }
 }
 
 /// The 1-based slot of a batch statement's row as an index.
-fn slot_of(row: &PgRow) -> Result<usize, sqlx::Error> {
+pub(crate) fn slot_of(row: &PgRow) -> Result<usize, sqlx::Error> {
     let slot: i64 = row.try_get("slot")?;
     usize::try_from(slot - 1).map_err(|error| sqlx::Error::Decode(Box::new(error)))
 }
 
-/// Runs batches of `reserve`.
-pub(crate) struct ReserveBatch(pub(crate) Hot);
+/// Binds `$1`..`$9` of [`RESERVE_BATCH_SQL`] (the first nine of [`HOT_BATCH_SQL`]) for
+/// `unique`, owned by `instance_id`.
+pub(crate) fn bind_reserves<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    unique: &[&'q ReserveRequest],
+    instance_id: &'q str,
+) -> Query<'q, Postgres, PgArguments> {
+    let column = |field: fn(&'q ReserveRequest) -> &'q str| -> Vec<&'q str> {
+        unique.iter().map(|request| field(request)).collect()
+    };
+    query
+        .bind(column(|r| &r.principal))
+        .bind(column(|r| &r.session_id))
+        .bind(column(|r| &r.request_id))
+        .bind(column(|r| &r.tool))
+        .bind(column(|r| &r.digest))
+        .bind(column(|r| &r.version))
+        .bind(column(|r| &r.execution_id))
+        .bind(instance_id)
+        .bind(
+            unique
+                .iter()
+                .map(|request| request.parts.as_deref())
+                .collect::<Vec<Option<&str>>>(),
+        )
+}
 
-impl ReserveBatch {
-    /// Runs the statement for `unique` (distinct identities); per request, its row (`None`: not
-    /// visible).
-    async fn run(&self, unique: &[&ReserveRequest]) -> Result<Vec<Option<PgRow>>, sqlx::Error> {
+/// Binds the ten arrays of [`COMPLETE_BATCH_SQL`] (`$10`..`$19` of [`HOT_BATCH_SQL`]) for
+/// `unique`.
+pub(crate) fn bind_completes<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    unique: &[&'q CompleteRequest],
+) -> Query<'q, Postgres, PgArguments> {
+    let column = |field: fn(&'q CompleteRequest) -> &'q str| -> Vec<&'q str> {
+        unique.iter().map(|request| field(request)).collect()
+    };
+    query
+        .bind(column(|r| &r.principal))
+        .bind(column(|r| &r.session_id))
+        .bind(column(|r| &r.request_id))
+        .bind(column(|r| &r.execution_id))
+        .bind(column(|r| &r.digest))
+        .bind(column(|r| &r.version))
+        .bind(column(|r| &r.state))
+        .bind(column(|r| &r.outcome))
+        .bind(
+            unique
+                .iter()
+                .map(|request| request.error_code.as_deref())
+                .collect::<Vec<Option<&str>>>(),
+        )
+        .bind(
+            unique
+                .iter()
+                .map(|request| request.attempt)
+                .collect::<Vec<i32>>(),
+        )
+}
+
+impl Hot {
+    /// Runs the reservations `unique` (distinct identities): a single one with [`RESERVE_SQL`],
+    /// more with [`RESERVE_BATCH_SQL`]. Per request, its row (`None`: not visible).
+    pub(crate) async fn run_reserves(
+        &self,
+        unique: &[&ReserveRequest],
+    ) -> Result<Vec<Option<PgRow>>, sqlx::Error> {
         if let [request] = unique {
             let query = sqlx::query(RESERVE_SQL)
                 .bind(&request.principal)
@@ -224,37 +337,54 @@ impl ReserveBatch {
                 .bind(&request.digest)
                 .bind(&request.version)
                 .bind(&request.execution_id)
-                .bind(&self.0.instance_id)
+                .bind(&self.instance_id)
                 .bind(request.parts.as_deref())
                 .bind(request.retention);
-            return Ok(vec![self.0.fetch_all(query).await?.pop()]);
+            return Ok(vec![self.fetch_all(query).await?.pop()]);
         }
-        let column = |field: fn(&ReserveRequest) -> &str| -> Vec<&str> {
-            unique.iter().map(|request| field(request)).collect()
-        };
-        let query = sqlx::query(RESERVE_BATCH_SQL)
-            .bind(column(|r| &r.principal))
-            .bind(column(|r| &r.session_id))
-            .bind(column(|r| &r.request_id))
-            .bind(column(|r| &r.tool))
-            .bind(column(|r| &r.digest))
-            .bind(column(|r| &r.version))
-            .bind(column(|r| &r.execution_id))
-            .bind(&self.0.instance_id)
-            .bind(
-                unique
-                    .iter()
-                    .map(|request| request.parts.as_deref())
-                    .collect::<Vec<Option<&str>>>(),
-            );
+        let query = bind_reserves(sqlx::query(RESERVE_BATCH_SQL), unique, &self.instance_id);
         let mut rows: Vec<Option<PgRow>> = (0..unique.len()).map(|_| None).collect();
-        for row in self.0.fetch_all(query).await? {
+        for row in self.fetch_all(query).await? {
             let slot = slot_of(&row)?;
             if let Some(place) = rows.get_mut(slot) {
                 *place = Some(row);
             }
         }
         Ok(rows)
+    }
+
+    /// Runs the outcomes `unique` (distinct identity and execution): a single one with
+    /// [`COMPLETE_SQL`], more with [`COMPLETE_BATCH_SQL`]. Per request, whether it updated its
+    /// row.
+    pub(crate) async fn run_completes(
+        &self,
+        unique: &[&CompleteRequest],
+    ) -> Result<Vec<bool>, sqlx::Error> {
+        if let [request] = unique {
+            let query = sqlx::query(COMPLETE_SQL)
+                .bind(&request.principal)
+                .bind(&request.session_id)
+                .bind(&request.request_id)
+                .bind(&request.execution_id)
+                .bind(&request.digest)
+                .bind(&request.version)
+                .bind(&request.state)
+                .bind(&request.outcome)
+                .bind(request.error_code.as_deref())
+                .bind(request.attempt);
+            let mut hot = self.pool.get().await.map_err(run_error)?;
+            let done = query.execute(&mut hot.connection).await;
+            hot.used(&done);
+            return Ok(vec![done?.rows_affected() == 1]);
+        }
+        let query = bind_completes(sqlx::query(COMPLETE_BATCH_SQL), unique);
+        let mut updated = vec![false; unique.len()];
+        for row in self.fetch_all(query).await? {
+            if let Some(place) = updated.get_mut(slot_of(&row)?) {
+                *place = true;
+            }
+        }
+        Ok(updated)
     }
 }
 
@@ -272,138 +402,18 @@ fn reserve_answer(row: Option<&PgRow>, winner: &ReserveRequest, is_winner: bool)
     }
 }
 
-impl Execute for ReserveBatch {
-    type Request = ReserveRequest;
-    type Answer = ReserveAnswer;
-
-    async fn execute(&self, batch: Vec<ReserveRequest>) -> Vec<ReserveAnswer> {
-        let (firsts, owners) = first_of_each(batch.iter().map(ReserveRequest::identity));
-        let unique: Vec<&ReserveRequest> = firsts.iter().map(|&at| &batch[at]).collect();
-        match self.run(&unique).await {
-            Ok(rows) => owners
-                .iter()
-                .enumerate()
-                .map(|(position, &owner)| {
-                    let is_winner = firsts[owner] == position;
-                    reserve_answer(rows[owner].as_ref(), unique[owner], is_winner)
-                })
-                .collect(),
-            Err(error) => match self.0.failure(error, batch.len()).await {
-                None => batch.iter().map(|_| ReserveAnswer::Alone).collect(),
-                Some(errors) => errors.into_iter().map(ReserveAnswer::Failed).collect(),
-            },
-        }
-    }
-
-    fn weight(request: &ReserveRequest) -> usize {
-        request.principal.len() + request.session_id.len() + request.request_id.len()
-    }
-
-    fn timed_out(waited: Duration) -> ReserveAnswer {
-        ReserveAnswer::Failed(queue_timeout(waited))
-    }
-}
-
-/// Runs batches of `complete`.
-pub(crate) struct CompleteBatch(pub(crate) Hot);
-
-impl CompleteBatch {
-    /// Runs the statement for `unique` (distinct identity and execution); per request, whether
-    /// it updated its row.
-    async fn run(&self, unique: &[&CompleteRequest]) -> Result<Vec<bool>, sqlx::Error> {
-        if let [request] = unique {
-            let query = sqlx::query(COMPLETE_SQL)
-                .bind(&request.principal)
-                .bind(&request.session_id)
-                .bind(&request.request_id)
-                .bind(&request.execution_id)
-                .bind(&request.digest)
-                .bind(&request.version)
-                .bind(&request.state)
-                .bind(&request.outcome)
-                .bind(request.error_code.as_deref())
-                .bind(request.attempt);
-            let mut hot = self.0.pool.get().await.map_err(run_error)?;
-            let done = query.execute(&mut hot.connection).await;
-            hot.used(&done);
-            return Ok(vec![done?.rows_affected() == 1]);
-        }
-        let column = |field: fn(&CompleteRequest) -> &str| -> Vec<&str> {
-            unique.iter().map(|request| field(request)).collect()
-        };
-        let codes: Vec<Option<&str>> = unique
-            .iter()
-            .map(|request| request.error_code.as_deref())
-            .collect();
-        let query = sqlx::query(COMPLETE_BATCH_SQL)
-            .bind(column(|r| &r.principal))
-            .bind(column(|r| &r.session_id))
-            .bind(column(|r| &r.request_id))
-            .bind(column(|r| &r.execution_id))
-            .bind(column(|r| &r.digest))
-            .bind(column(|r| &r.version))
-            .bind(column(|r| &r.state))
-            .bind(column(|r| &r.outcome))
-            .bind(codes)
-            .bind(
-                unique
-                    .iter()
-                    .map(|request| request.attempt)
-                    .collect::<Vec<i32>>(),
-            );
-        let mut updated = vec![false; unique.len()];
-        for row in self.0.fetch_all(query).await? {
-            if let Some(place) = updated.get_mut(slot_of(&row)?) {
-                *place = true;
-            }
-        }
-        Ok(updated)
-    }
-}
-
-impl Execute for CompleteBatch {
-    type Request = CompleteRequest;
-    type Answer = CompleteAnswer;
-
-    async fn execute(&self, batch: Vec<CompleteRequest>) -> Vec<CompleteAnswer> {
-        let (firsts, owners) = first_of_each(batch.iter().map(CompleteRequest::target));
-        let unique: Vec<&CompleteRequest> = firsts.iter().map(|&at| &batch[at]).collect();
-        match self.run(&unique).await {
-            Ok(updated) => owners
-                .iter()
-                .enumerate()
-                .map(|(position, &owner)| {
-                    if firsts[owner] == position && updated[owner] {
-                        CompleteAnswer::Updated
-                    } else {
-                        CompleteAnswer::Unmatched
-                    }
-                })
-                .collect(),
-            Err(error) => match self.0.failure(error, batch.len()).await {
-                None => batch.iter().map(|_| CompleteAnswer::Alone).collect(),
-                Some(errors) => errors.into_iter().map(CompleteAnswer::Failed).collect(),
-            },
-        }
-    }
-
-    fn weight(request: &CompleteRequest) -> usize {
-        request.outcome.len()
-    }
-
-    fn timed_out(waited: Duration) -> CompleteAnswer {
-        CompleteAnswer::Failed(queue_timeout(waited))
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::first_of_each;
+    use super::Firsts;
 
     #[test]
     fn the_first_request_of_each_key_goes_into_the_statement() {
-        let (firsts, owners) = first_of_each(["a", "b", "a", "c", "b", "a"].into_iter());
-        assert_eq!(firsts, vec![0, 1, 3]);
-        assert_eq!(owners, vec![0, 1, 0, 2, 1, 0]);
+        let keys = ["a", "b", "a", "c", "b", "a"];
+        let plan = Firsts::of(keys.into_iter());
+        assert_eq!(plan.firsts, vec![0, 1, 3]);
+        assert_eq!(plan.owners, vec![0, 1, 0, 2, 1, 0]);
+        assert_eq!(plan.unique(&keys), vec![&"a", &"b", &"c"]);
+        let firsts: Vec<bool> = plan.positions().map(|(_, first)| first).collect();
+        assert_eq!(firsts, vec![true, true, false, true, false, false]);
     }
 }

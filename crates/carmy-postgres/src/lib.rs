@@ -31,7 +31,8 @@
 //! Modules: `store` ([`PostgresStore`]), `operator` ([`Operator`]), [`sql`] (every statement),
 //! `decide`, `wait`, `options`
 //! ([`PostgresStoreOptions`], [`OptionsError`]), `lease`, `cancel`, `diagnosis`, `failure`,
-//! `decode`, `hot`, `batch` and `grouped` (group commit of `reserve` and `complete`), `ready`,
+//! `decode`, `hot`, `batch`, `combined` and `grouped` (group commit of `reserve` and
+//! `complete`, both in one commit), `ready`,
 //! `recheck`, `migrate`, `prune` (retention, docs/semantics.md §12: `carmy.prune_expired` of
 //! migration `V9`, one replica at a time).
 //!
@@ -52,6 +53,7 @@
 
 mod batch;
 mod cancel;
+mod combined;
 mod decide;
 mod decode;
 mod diagnosis;

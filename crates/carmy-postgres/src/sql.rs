@@ -20,7 +20,7 @@ macro_rules! record_columns {
     };
 }
 
-/// The per-row rule of a reservation, shared by [`RESERVE_SQL`] and [`RESERVE_BATCH_SQL`]: the
+/// The per-row rule of a reservation, shared by [`RESERVE_SQL`] and the batch statements: the
 /// insert's column list (its values follow in this order, with `state = 'running'` and
 /// `started_at = now()`) and what happens when the identity is already held. A change to the
 /// rule (e.g. a finished row past its expiry replaced as new) is made here, once, for both.
@@ -39,6 +39,9 @@ macro_rules! reserve_on_conflict {
         " ON CONFLICT (principal, session_id, request_id) DO NOTHING "
     };
 }
+
+mod batch;
+pub use batch::{COMPLETE_BATCH_SQL, HOT_BATCH_SQL, RESERVE_BATCH_SQL};
 
 /// The happy path of `reserve`, one statement: insert a running row; or replace a finished row
 /// whose retention ended (docs/semantics.md §12: the call runs as new); or read the existing row.
@@ -88,44 +91,6 @@ pub const RESERVE_SQL: &str = concat!(
      FROM carmy.reservations r \
      WHERE r.principal = $1 AND r.session_id = $2 AND r.request_id = $3 \
        AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM renewed)"
-);
-
-/// [`RESERVE_SQL`] for many identities in one statement and one commit (group commit, see
-/// `batch`). The identities must be distinct.
-///
-/// Binds: `$1`..`$7` arrays of equal length (`text[]`): principals, session ids, request ids,
-/// tools, fingerprint digests, fingerprint versions, execution ids; `$8` the owner instance;
-/// `$9` the part digests (`text[]` of the same length, with `NULL`s).
-/// Returns per input position `slot` (1-based, `bigint`) one row with `inserted = true`, or one
-/// row with `inserted = false` and the existing record's columns, or no row when the conflicting
-/// row was committed after the statement's snapshot (as [`RESERVE_SQL`]).
-pub const RESERVE_BATCH_SQL: &str = concat!(
-    "WITH input AS ( \
-         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-                              $6::text[], $7::text[], $9::text[]) WITH ORDINALITY \
-             AS i(principal, session_id, request_id, tool, fingerprint, fingerprint_version, \
-                  execution_id, fingerprint_parts, slot) \
-     ), ins AS ( ",
-    reserve_insert!(),
-    "SELECT principal, session_id, request_id, tool, fingerprint, fingerprint_version, \
-            'running', execution_id, $8, now(), fingerprint_parts FROM input",
-    reserve_on_conflict!(),
-    "RETURNING principal, session_id, request_id \
-     ) \
-     SELECT i.slot, true AS inserted, NULL::text AS execution_id, NULL::text AS tool, \
-            NULL::text AS fingerprint, NULL::text AS fingerprint_version, NULL::text AS state, \
-            NULL::text AS outcome, NULL::text AS in_flight_state, \
-            NULL::text AS fingerprint_parts \
-     FROM input i JOIN ins USING (principal, session_id, request_id) \
-     UNION ALL \
-     SELECT i.slot, false AS inserted, ",
-    record_columns!(),
-    " FROM input i JOIN carmy.reservations r \
-         ON r.principal = i.principal AND r.session_id = i.session_id \
-        AND r.request_id = i.request_id \
-     WHERE NOT EXISTS (SELECT 1 FROM ins \
-                       WHERE ins.principal = i.principal AND ins.session_id = i.session_id \
-                         AND ins.request_id = i.request_id)"
 );
 
 /// Reads one identity's record. Binds: `$1` principal, `$2` session_id, `$3` request_id.
@@ -190,26 +155,6 @@ pub const TAKE_OVER_SQL: &str = "WITH before AS ( \
          RETURNING 1 \
      ) \
      SELECT t.attempt FROM taken t";
-
-/// [`COMPLETE_SQL`] for many outcomes in one statement and one commit (group commit, see
-/// `batch`), with the same per-row rule. No two inputs may name the same identity and execution
-/// (`UPDATE … FROM` would apply only one of them).
-///
-/// Binds: `$1`..`$9` arrays of equal length (`text[]`, `$9` with `NULL`s) and `$10` (`int4[]`,
-/// the attempts), as [`COMPLETE_SQL`]'s binds. Returns the `slot` (1-based input position,
-/// `bigint`) of every row it updated.
-pub const COMPLETE_BATCH_SQL: &str = "UPDATE carmy.reservations r \
-     SET state = v.state, outcome = v.outcome, error_code = v.error_code, finished_at = now() \
-     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
-                 $7::text[], $8::text[], $9::text[], $10::int4[]) WITH ORDINALITY \
-         AS v(principal, session_id, request_id, execution_id, fingerprint, \
-              fingerprint_version, state, outcome, error_code, attempt, slot) \
-     WHERE r.principal = v.principal AND r.session_id = v.session_id \
-       AND r.request_id = v.request_id \
-       AND r.execution_id = v.execution_id AND r.fingerprint = v.fingerprint \
-       AND r.fingerprint_version = v.fingerprint_version \
-       AND r.state = 'running' AND r.attempt = v.attempt \
-     RETURNING v.slot";
 
 /// What `complete` reads back when its update matched nothing. Binds as [`LOOKUP_SQL`].
 pub const COMPLETE_RECHECK_SQL: &str =

@@ -19,6 +19,7 @@ fn every_record_read_uses_the_in_flight_function() {
     for sql in [
         RESERVE_SQL,
         RESERVE_BATCH_SQL,
+        HOT_BATCH_SQL,
         LOOKUP_SQL,
         FIND_EXECUTION_SQL,
         LIST_EXECUTIONS_SQL,

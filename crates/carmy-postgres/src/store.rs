@@ -5,14 +5,12 @@
 
 use crate::batch::{Batcher, Limits, Unanswered};
 use crate::cancel::{listen_for_cancels, Heard, CANCEL_BACKLOG};
+use crate::combined::HotBatch;
 use crate::decide;
 use crate::decode::{decode_key, decode_record};
 use crate::diagnosis::{explain_connect, Diagnosis};
 use crate::failure::{settle, Failure};
-use crate::grouped::{
-    CompleteAnswer, CompleteBatch, CompleteRequest, Hot, ReserveAnswer, ReserveBatch,
-    ReserveRequest,
-};
+use crate::grouped::{CompleteAnswer, CompleteRequest, Hot, ReserveAnswer, ReserveRequest};
 use crate::hot::{hot_pool, run_error, HotManager};
 use crate::lease::{lease_pool, renewal_interval, Lease};
 use crate::options::{pool_options, ConnectError, PostgresStoreOptions};
@@ -33,8 +31,8 @@ use tokio::task::JoinHandle;
 
 mod idempotency;
 
-/// Batches of one kind (`reserve` or `complete`) in flight at once (see `batch`): while they
-/// run, the next batch forms.
+/// Batches in flight at once (see `batch`; each carries `reserve` and `complete` calls alike,
+/// `combined`): while they run, the next batch forms.
 const BATCHES_IN_FLIGHT: usize = 2;
 
 /// How often `reserve` retries when the row it conflicted with vanished before it was read, or an
@@ -87,9 +85,9 @@ pub struct PostgresStore {
     changes: broadcast::Sender<carmy::runtime::RecordChange>,
     /// Connections for `reserve` and `complete` (see [`crate::hot`]).
     hot: bb8::Pool<HotManager>,
-    /// Group commit of `reserve` and of `complete` (`batch`); `None` when
+    /// Group commit of `reserve` and `complete` together (`batch`, `combined`); `None` when
     /// `batch_max_rows` is 1.
-    batches: Option<(Batcher<ReserveBatch>, Batcher<CompleteBatch>)>,
+    batches: Option<Batcher<HotBatch>>,
 }
 
 impl PostgresStore {
@@ -180,10 +178,7 @@ impl PostgresStore {
                 in_flight: BATCHES_IN_FLIGHT,
                 queue_timeout: pool.options().get_acquire_timeout(),
             };
-            (
-                Batcher::start(ReserveBatch(hot.clone()), limits),
-                Batcher::start(CompleteBatch(hot), limits),
-            )
+            Batcher::start(HotBatch(hot), limits)
         });
         let (cancels, _) = broadcast::channel(CANCEL_BACKLOG);
         let (recorded, _) = broadcast::channel(CANCEL_BACKLOG);
@@ -251,7 +246,7 @@ impl PostgresStore {
     ) -> Result<Reservation, Failure> {
         // Never reserve without a lease row: others would read the reservation as interrupted.
         self.lease.ensure_held().await?;
-        if let Some((reserves, _)) = &self.batches {
+        if let Some(reserves) = &self.batches {
             let batched = self
                 .reserve_batched(reserves, key, fingerprint, intent)
                 .await?;
@@ -268,7 +263,7 @@ impl PostgresStore {
     /// with the database's clock).
     async fn reserve_batched(
         &self,
-        reserves: &Batcher<ReserveBatch>,
+        reserves: &Batcher<HotBatch>,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         intent: &ExecutionIntent,
@@ -284,7 +279,7 @@ impl PostgresStore {
             parts: intent.parts.as_ref().map(FingerprintParts::encode),
             retention: intent.retention.map(crate::prune::millis),
         };
-        let record = match reserves.submit(request).await {
+        let record = match reserves.reserve(request).await {
             Ok(ReserveAnswer::Inserted) => return Ok(Some(Reservation::Reserved)),
             Ok(ReserveAnswer::Held(record)) => Some(record?),
             Ok(ReserveAnswer::NotVisible) => self.lookup_impl(key).await?,
@@ -376,7 +371,7 @@ impl PostgresStore {
         let outcome = recorded.record_json();
         let result = recorded.result();
         let error_code = result.error.as_ref().map(|error| error.code.as_str());
-        if let Some((_, completes)) = &self.batches {
+        if let Some(completes) = &self.batches {
             let request = CompleteRequest {
                 principal: key.principal.clone(),
                 session_id: key.session_id.clone(),
@@ -389,7 +384,7 @@ impl PostgresStore {
                 error_code: error_code.map(str::to_owned),
                 attempt: i32::try_from(recorded.attempt()).unwrap_or(i32::MAX),
             };
-            let updated = match completes.submit(request).await {
+            let updated = match completes.complete(request).await {
                 Ok(CompleteAnswer::Updated) => Some(1),
                 Ok(CompleteAnswer::Unmatched) => Some(0),
                 Ok(CompleteAnswer::Failed(error)) => return Err(error.into()),

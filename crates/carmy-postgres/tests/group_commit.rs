@@ -334,3 +334,109 @@ async fn batching_off_gives_the_same_answers() {
     assert_eq!(reserved, 10 + DUPLICATES / GROUP, "{answers:?}");
     store.shutdown().await.unwrap();
 }
+
+/// Reserves `attempt`'s identity through `store` (in a task of its own).
+fn spawn_reserve(
+    store: &Arc<PostgresStore>,
+    attempt: &Attempt,
+) -> tokio::task::JoinHandle<Result<Reservation, StoreError>> {
+    let (store, attempt) = (Arc::clone(store), attempt.clone());
+    tokio::spawn(async move {
+        let claim = Claim {
+            key: &attempt.key,
+            fingerprint: &attempt.fingerprint,
+        };
+        store.reserve(claim, &attempt.intent).await
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reservations_and_outcomes_waiting_together_commit_in_one_transaction() {
+    let db = TestDb::migrated().await;
+    let store = Arc::new(db.store().await);
+    // Ten identities reserved and committed: their outcomes are recorded later.
+    let running: Vec<Attempt> = (0..10)
+        .map(|index| Attempt::new(&format!("running-{index}"), 'a'))
+        .collect();
+    for attempt in &running {
+        let answer = spawn_reserve(&store, attempt).await.unwrap().unwrap();
+        assert_eq!(answer, Reservation::Reserved);
+    }
+    // Hold every write to the table: the two batches in flight wait for the lock, and
+    // everything queued meanwhile forms the next batch.
+    let mut locker = db.connect().await;
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query("LOCK TABLE carmy.reservations IN SHARE MODE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    let mut observer = db.connect().await;
+    let plugs: Vec<_> = (0..2)
+        .map(|index| spawn_reserve(&store, &Attempt::new(&format!("plug-{index}"), 'a')))
+        .collect();
+    db.until_lock_waiters(2, "the two batches in flight").await;
+    let new: Vec<Attempt> = (0..10)
+        .map(|index| Attempt::new(&format!("new-{index}"), 'a'))
+        .collect();
+    let mut reserves: Vec<_> = new.iter().map(|a| spawn_reserve(&store, a)).collect();
+    // A retry of a running identity, in the batch that records its outcome.
+    let retry = Attempt {
+        intent: Attempt::new("retry", 'a').intent,
+        ..running[0].clone()
+    };
+    reserves.push(spawn_reserve(&store, &retry));
+    let completes: Vec<_> = running
+        .iter()
+        .cloned()
+        .map(|attempt| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let claim = Claim {
+                    key: &attempt.key,
+                    fingerprint: &attempt.fingerprint,
+                };
+                store.complete(claim, &attempt.outcome().into()).await
+            })
+        })
+        .collect();
+    // Every call queued behind the two batches in flight (none can be answered meanwhile).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+    for plug in plugs {
+        assert_eq!(plug.await.unwrap().unwrap(), Reservation::Reserved);
+    }
+    let mut answers = Vec::new();
+    for task in reserves {
+        answers.push(task.await.unwrap().unwrap());
+    }
+    for task in completes {
+        task.await.unwrap().unwrap();
+    }
+    assert!(answers[..10].iter().all(|a| *a == Reservation::Reserved));
+    // The retry read the row as the batch's snapshot had it: running, before its outcome.
+    assert_eq!(
+        answers[10],
+        Reservation::Existing(Existing::Uncertain {
+            execution_id: running[0].intent.execution_id.clone(),
+            state: InFlightState::Running,
+        })
+    );
+    // The ten new rows and the ten outcomes were written by one transaction.
+    let writers: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT xmin::text FROM carmy.reservations \
+         WHERE request_id LIKE 'new-%' OR request_id LIKE 'running-%'",
+    )
+    .fetch_all(&mut observer)
+    .await
+    .unwrap();
+    assert_eq!(writers.len(), 1, "written by transactions {writers:?}");
+    let finished: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM carmy.reservations \
+         WHERE request_id LIKE 'running-%' AND state = 'completed'",
+    )
+    .fetch_one(&mut observer)
+    .await
+    .unwrap();
+    assert_eq!(finished, 10);
+    store.shutdown().await.unwrap();
+}

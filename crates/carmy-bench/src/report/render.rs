@@ -15,6 +15,7 @@ impl Report {
         self.render_settings(&mut out);
         self.render_table(&mut out);
         self.render_phases(&mut out);
+        self.render_cost(&mut out);
         self.render_notes(&mut out);
         self.render_memory_and_round_trips(&mut out);
         self.render_targets(&mut out);
