@@ -14,6 +14,7 @@
 //! timeout_ms = 10000
 //! idempotency_header = "Idempotency-Key"   # default; "" sends none
 //! not_executed_statuses = [429]
+//! effect_unknown_statuses = [409]  # besides every 5xx and 408, recorded as effect unknown
 //! input_schema = { type = "object", required = ["customer"] }   # or input_schema_file
 //! annotations = { readOnlyHint = false }
 //! max_response_bytes = 1048576     # default: the gateway's CARMY_MAX_RESULT_BYTES
@@ -78,6 +79,9 @@ pub struct RawTool {
     pub idempotency_header: Option<Spanned<String>>,
     /// Statuses the upstream documents as "nothing happened": the reservation is released.
     pub not_executed_statuses: Option<Spanned<Vec<u16>>>,
+    /// Statuses recorded with effect unknown besides every 5xx and 408 (e.g. 409 for an
+    /// upstream that answers it after a partial write).
+    pub effect_unknown_statuses: Option<Spanned<Vec<u16>>>,
     /// The arguments' JSON Schema, inline.
     pub input_schema: Option<Spanned<serde_json::Value>>,
     /// The arguments' JSON Schema, in a JSON file (relative to the tools file).

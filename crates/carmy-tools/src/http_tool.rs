@@ -5,6 +5,9 @@
 //! Transport failures: a connection that could not be established means nothing was sent, so
 //! the reservation is released (`UPSTREAM_UNAVAILABLE`, 503); any failure after that may have
 //! reached the upstream and is recorded as `UPSTREAM_DISCONNECTED` with `effect: "unknown"`.
+//! A status that does not prove the effect absent (every 5xx and 408 unless listed in
+//! `not_executed_statuses`, and any in `effect_unknown_statuses`) is recorded with
+//! `effect: "unknown"`.
 //! The deadline is the engine's ([`Tool::timeout`]): reaching it records `timed_out`.
 
 use crate::response::{body_value, describe, read_bounded, retry_after, status_error, ReadFailure};
@@ -127,9 +130,11 @@ impl HttpTool {
                 None => error,
             });
         }
+        let effect_unknown =
+            status.is_success() || self.spec.effect_unknown_status(status.as_u16());
         let body = match read_bounded(response, self.max_response_bytes).await {
             Ok(body) => body,
-            Err(ReadFailure::TooLarge) => return Err(self.too_large(status)),
+            Err(ReadFailure::TooLarge) => return Err(self.too_large(status, effect_unknown)),
             Err(ReadFailure::Disconnected(reason)) => {
                 return Err(self.disconnected(&context, &reason))
             }
@@ -137,7 +142,7 @@ impl HttpTool {
         if status.is_success() {
             Ok(body_value(&body))
         } else {
-            Err(status_error(status, &body))
+            Err(status_error(status, &body, effect_unknown))
         }
     }
 
@@ -150,15 +155,19 @@ impl HttpTool {
         )
     }
 
-    fn too_large(&self, status: reqwest::StatusCode) -> ToolError {
-        ToolError::new(
-            "RESULT_TOO_LARGE",
-            format!(
-                "the upstream answered {status} with a body over {} bytes, which was not kept",
-                self.max_response_bytes
-            ),
-        )
-        .with_details(serde_json::json!({"status": status.as_u16()}))
+    /// A body over the bound; `effect_unknown` for a success or an effect-unknown status,
+    /// whose effect the lost body does not undo.
+    fn too_large(&self, status: reqwest::StatusCode, effect_unknown: bool) -> ToolError {
+        let message = format!(
+            "the upstream answered {status} with a body over {} bytes, which was not kept",
+            self.max_response_bytes
+        );
+        let error = if effect_unknown {
+            ToolError::effect_unknown("RESULT_TOO_LARGE", message)
+        } else {
+            ToolError::new("RESULT_TOO_LARGE", message)
+        };
+        error.with_details(serde_json::json!({"status": status.as_u16()}))
     }
 }
 

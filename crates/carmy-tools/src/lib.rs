@@ -13,6 +13,7 @@
 pub mod client;
 pub mod config;
 pub mod error;
+mod fields;
 pub mod http_tool;
 pub mod load;
 pub mod mcp;
@@ -23,6 +24,7 @@ pub mod table;
 pub mod template;
 
 pub use error::ConfigError;
+pub use fields::check_name;
 pub use http_tool::HttpTool;
 pub use load::load;
 pub use spec::{HttpToolSpec, McpServerSpec, ToolsConfig};

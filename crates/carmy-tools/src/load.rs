@@ -3,6 +3,7 @@
 
 use crate::config::{EntryNames, RawFile, RawMcpServer, RawTool};
 use crate::error::{ConfigError, Reporter};
+use crate::fields::{check_name, on_interrupted, parse_method, policy_named, positive, statuses};
 use crate::secret::expand;
 use crate::spec::{
     Header, HttpToolSpec, McpServerSpec, McpTransport, ToolsConfig, DEFAULT_IDEMPOTENCY_HEADER,
@@ -179,14 +180,25 @@ impl Checker<'_> {
         };
         let on_interrupted = on_interrupted(tool, idempotency_header.is_some())
             .map_err(|(span, message)| at(span, "on_interrupted", message))?;
-        let mut not_executed_statuses = BTreeSet::new();
-        if let Some(statuses) = &tool.not_executed_statuses {
-            for status in statuses.get_ref() {
-                if !(400..=599).contains(status) {
-                    return Err(at(statuses.span(), "not_executed_statuses", format!("{status} is not an error status; list statuses from 400 to 599 that the upstream documents as \"nothing happened\"")));
-                }
-                not_executed_statuses.insert(*status);
-            }
+        let not_executed_statuses = statuses(
+            &tool.not_executed_statuses,
+            "the upstream documents as \"nothing happened\"",
+        )
+        .map_err(|(span, message)| at(span, "not_executed_statuses", message))?;
+        let effect_unknown_statuses = statuses(
+            &tool.effect_unknown_statuses,
+            "leave the effect unknown (every 5xx and 408 already do)",
+        )
+        .map_err(|(span, message)| at(span, "effect_unknown_statuses", message))?;
+        if let (Some(both), Some(field)) = (
+            not_executed_statuses
+                .intersection(&effect_unknown_statuses)
+                .next(),
+            &tool.effect_unknown_statuses,
+        ) {
+            return Err(at(field.span(), "effect_unknown_statuses", format!(
+                "{both} is also in not_executed_statuses; a status either proves that nothing happened or leaves the effect unknown, list it in one of them"
+            )));
         }
         Ok(HttpToolSpec {
             name,
@@ -198,6 +210,7 @@ impl Checker<'_> {
                 .map(Duration::from_millis),
             idempotency_header,
             not_executed_statuses,
+            effect_unknown_statuses,
             input_schema,
             annotations: tool.annotations.clone(),
             max_response_bytes: positive(&tool.max_response_bytes)
@@ -368,90 +381,5 @@ impl Checker<'_> {
                     .map_err(|message| at(policy.span(), "on_interrupted", message))?,
             },
         })
-    }
-}
-
-/// A tool's `on_interrupted` (default `uncertain`). `rerun` runs the tool a second time for
-/// one execution (docs/semantics.md §12), so it needs an idempotency header or a read-only or
-/// idempotent hint; the error is the field's span and what to do.
-fn on_interrupted(
-    tool: &RawTool,
-    has_idempotency_header: bool,
-) -> Result<OnInterrupted, (std::ops::Range<usize>, String)> {
-    let Some(spanned) = &tool.on_interrupted else {
-        return Ok(OnInterrupted::Uncertain);
-    };
-    let policy = policy_named(spanned.get_ref()).map_err(|message| (spanned.span(), message))?;
-    let hinted = tool.annotations.as_ref().is_some_and(|hints| {
-        hints.read_only_hint == Some(true) || hints.idempotent_hint == Some(true)
-    });
-    if policy == OnInterrupted::Rerun && !has_idempotency_header && !hinted {
-        return Err((
-            spanned.span(),
-            "\"rerun\" runs the tool a second time for one execution, so it needs an \
-             idempotency_header (the upstream then sees the same key twice) or annotations \
-             readOnlyHint or idempotentHint = true; keep \"uncertain\" otherwise"
-                .into(),
-        ));
-    }
-    Ok(policy)
-}
-
-/// The policy named `name` (docs/semantics.md §12).
-///
-/// # Errors
-/// A message naming the accepted values, for any other name.
-fn policy_named(name: &str) -> Result<OnInterrupted, String> {
-    match name {
-        "uncertain" => Ok(OnInterrupted::Uncertain),
-        "rerun" => Ok(OnInterrupted::Rerun),
-        other => Err(format!(
-            "{other:?} is not a policy; use \"uncertain\" (the default: an interrupted \
-             execution stays uncertain until an operator decides) or \"rerun\" (the next \
-             attempt runs the tool again)"
-        )),
-    }
-}
-
-/// A tool name usable by every front: 1 to 128 of `A-Z a-z 0-9 _ - .` (the MCP rule).
-///
-/// # Errors
-/// A message saying what is allowed.
-pub fn check_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{name:?} must be 1 to 128 characters of letters, digits, _, - and ."
-        ))
-    }
-}
-
-fn parse_method(method: &str) -> Result<Method, String> {
-    match method {
-        "GET" => Ok(Method::GET),
-        "POST" => Ok(Method::POST),
-        "PUT" => Ok(Method::PUT),
-        "PATCH" => Ok(Method::PATCH),
-        "DELETE" => Ok(Method::DELETE),
-        other => Err(format!(
-            "{other:?} is not one of GET, POST, PUT, PATCH, DELETE (upper case)"
-        )),
-    }
-}
-
-/// A setting that must be at least 1 when given; the error is its span.
-fn positive<T: Copy + Into<u64>>(
-    value: &Option<Spanned<T>>,
-) -> Result<Option<T>, std::ops::Range<usize>> {
-    match value {
-        Some(value) if (*value.get_ref()).into() == 0 => Err(value.span()),
-        Some(value) => Ok(Some(*value.get_ref())),
-        None => Ok(None),
     }
 }

@@ -1,6 +1,7 @@
 //! An upstream HTTP response turned into a tool outcome (docs/semantics.md §10): the body read
 //! with a bound, never buffered past it; 2xx → the value, any other status → `UPSTREAM_STATUS`
-//! with the status and the body in `error.details`.
+//! with the status and the body in `error.details` (and `effect: "unknown"` for a status that
+//! does not prove the effect absent).
 
 use carmy::ToolError;
 use serde_json::{json, Value};
@@ -50,13 +51,28 @@ pub(crate) fn body_value(body: &[u8]) -> Value {
     carmy::strict_json::parse(&text).unwrap_or_else(|_| Value::String(text.into_owned()))
 }
 
-/// The failure recorded for a non-2xx status.
-pub(crate) fn status_error(status: reqwest::StatusCode, body: &[u8]) -> ToolError {
-    ToolError::new(
-        "UPSTREAM_STATUS",
-        format!("the upstream answered {status}; see error.details for its status and body"),
-    )
-    .with_details(json!({"status": status.as_u16(), "body": body_value(body)}))
+/// The failure recorded for a non-2xx status; with `effect_unknown` (a status that does not
+/// prove the effect absent, docs/semantics.md §10) it says so and is recorded with
+/// `effect: "unknown"`.
+pub(crate) fn status_error(
+    status: reqwest::StatusCode,
+    body: &[u8],
+    effect_unknown: bool,
+) -> ToolError {
+    let details = json!({"status": status.as_u16(), "body": body_value(body)});
+    if effect_unknown {
+        ToolError::effect_unknown(
+            "UPSTREAM_STATUS",
+            format!("the upstream answered {status}, which does not prove that nothing happened: the effect is unknown; check the upstream before acting again; see error.details for its status and body"),
+        )
+        .with_details(details)
+    } else {
+        ToolError::new(
+            "UPSTREAM_STATUS",
+            format!("the upstream answered {status}; see error.details for its status and body"),
+        )
+        .with_details(details)
+    }
 }
 
 /// A `Retry-After` in its delay-seconds form (the HTTP-date form is not used).

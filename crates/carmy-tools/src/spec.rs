@@ -45,6 +45,9 @@ pub struct HttpToolSpec {
     pub idempotency_header: Option<HeaderName>,
     /// Statuses documented as "nothing happened" (400 to 599).
     pub not_executed_statuses: BTreeSet<u16>,
+    /// Statuses recorded with effect unknown besides every 5xx and 408 (400 to 599, none of
+    /// them in `not_executed_statuses`).
+    pub effect_unknown_statuses: BTreeSet<u16>,
     /// The arguments' JSON Schema.
     pub input_schema: Value,
     /// Behaviour hints.
@@ -55,6 +58,18 @@ pub struct HttpToolSpec {
     pub on_interrupted: OnInterrupted,
     /// Headers sent on every request.
     pub headers: Vec<Header>,
+}
+
+impl HttpToolSpec {
+    /// Whether an answer with `status` leaves the effect unknown (docs/semantics.md §10): every
+    /// 5xx and 408 unless listed in `not_executed_statuses`, and every status listed in
+    /// `effect_unknown_statuses`. Such a status does not prove the effect absent.
+    pub fn effect_unknown_status(&self, status: u16) -> bool {
+        if self.not_executed_statuses.contains(&status) {
+            return false;
+        }
+        status >= 500 || status == 408 || self.effect_unknown_statuses.contains(&status)
+    }
 }
 
 /// A configured header: its value expanded and marked sensitive (its `Debug` hides it).

@@ -97,7 +97,8 @@ async fn bodies_replay_faithfully(
             "failed",
             Value::Null,
             json!({"code": "UPSTREAM_STATUS",
-            "message": "the upstream answered 500 Internal Server Error; see error.details for its status and body",
+            "message": "the upstream answered 500 Internal Server Error, which does not prove that nothing happened: the effect is unknown; check the upstream before acting again; see error.details for its status and body",
+            "effect": "unknown",
             "details": {"status": 500, "body": SERVER_ERROR_BODY}}),
         ),
     ];
@@ -345,8 +346,12 @@ async fn redirects_are_not_followed_and_large_bodies_are_not_kept() {
     assert!(upstream.arrivals_at("/json").is_empty());
     let (_, big) = post(&http, &gateway, &call("big", json!({}), "b1")).await;
     assert_eq!(
-        (big["status"].as_str(), big["error"]["code"].as_str()),
-        (Some("failed"), Some("RESULT_TOO_LARGE")),
+        (
+            big["status"].as_str(),
+            big["error"]["code"].as_str(),
+            big["error"]["effect"].as_str()
+        ),
+        (Some("failed"), Some("RESULT_TOO_LARGE"), Some("unknown")),
         "{big}"
     );
 }

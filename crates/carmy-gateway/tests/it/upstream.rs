@@ -75,6 +75,14 @@ async fn answer(method: Method, uri: Uri, headers: HeaderMap, body: Bytes, nth: 
             tokio::time::sleep(Duration::from_secs(3)).await;
             reply(200, "\"late\"".to_owned())
         }
+        // A payment is made, then the answer is the status the path names (`/paid-then/502`).
+        path if path.starts_with("/paid-then/") => {
+            let status = path["/paid-then/".len()..].parse().unwrap();
+            reply(
+                status,
+                format!(r#"{{"payment_id":"pay_{nth}","charged":true}}"#),
+            )
+        }
         "/redirect" => (StatusCode::FOUND, [("location", "/json")], "").into_response(),
         // The first request never gets an answer (its caller is killed meanwhile); later ones
         // fall through to the echo.

@@ -13,7 +13,7 @@ mod tool;
 
 pub use tool::{McpTool, IDEMPOTENCY_META_KEY};
 
-use crate::load::check_name;
+use crate::fields::check_name;
 use crate::spec::McpServerSpec;
 use carmy::{Tool, ToolAnnotations};
 use rmcp::service::{Peer, RoleClient};

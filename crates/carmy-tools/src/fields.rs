@@ -1,0 +1,114 @@
+//! Field checks of the tools file (docs/semantics.md §10), each giving a message that says what
+//! to write instead: names, methods, takeover policies, positive numbers and status lists.
+
+use crate::config::RawTool;
+use carmy::OnInterrupted;
+use reqwest::Method;
+use std::collections::BTreeSet;
+use toml::Spanned;
+
+/// A tool's `on_interrupted` (default `uncertain`). `rerun` runs the tool a second time for
+/// one execution (docs/semantics.md §12), so it needs an idempotency header or a read-only or
+/// idempotent hint; the error is the field's span and what to do.
+pub(crate) fn on_interrupted(
+    tool: &RawTool,
+    has_idempotency_header: bool,
+) -> Result<OnInterrupted, (std::ops::Range<usize>, String)> {
+    let Some(spanned) = &tool.on_interrupted else {
+        return Ok(OnInterrupted::Uncertain);
+    };
+    let policy = policy_named(spanned.get_ref()).map_err(|message| (spanned.span(), message))?;
+    let hinted = tool.annotations.as_ref().is_some_and(|hints| {
+        hints.read_only_hint == Some(true) || hints.idempotent_hint == Some(true)
+    });
+    if policy == OnInterrupted::Rerun && !has_idempotency_header && !hinted {
+        return Err((
+            spanned.span(),
+            "\"rerun\" runs the tool a second time for one execution, so it needs an \
+             idempotency_header (the upstream then sees the same key twice) or annotations \
+             readOnlyHint or idempotentHint = true; keep \"uncertain\" otherwise"
+                .into(),
+        ));
+    }
+    Ok(policy)
+}
+
+/// The policy named `name` (docs/semantics.md §12).
+///
+/// # Errors
+/// A message naming the accepted values, for any other name.
+pub(crate) fn policy_named(name: &str) -> Result<OnInterrupted, String> {
+    match name {
+        "uncertain" => Ok(OnInterrupted::Uncertain),
+        "rerun" => Ok(OnInterrupted::Rerun),
+        other => Err(format!(
+            "{other:?} is not a policy; use \"uncertain\" (the default: an interrupted \
+             execution stays uncertain until an operator decides) or \"rerun\" (the next \
+             attempt runs the tool again)"
+        )),
+    }
+}
+
+/// A tool name usable by every front: 1 to 128 of `A-Z a-z 0-9 _ - .` (the MCP rule).
+///
+/// # Errors
+/// A message saying what is allowed.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} must be 1 to 128 characters of letters, digits, _, - and ."
+        ))
+    }
+}
+
+pub(crate) fn parse_method(method: &str) -> Result<Method, String> {
+    match method {
+        "GET" => Ok(Method::GET),
+        "POST" => Ok(Method::POST),
+        "PUT" => Ok(Method::PUT),
+        "PATCH" => Ok(Method::PATCH),
+        "DELETE" => Ok(Method::DELETE),
+        other => Err(format!(
+            "{other:?} is not one of GET, POST, PUT, PATCH, DELETE (upper case)"
+        )),
+    }
+}
+
+/// A setting that must be at least 1 when given; the error is its span.
+pub(crate) fn positive<T: Copy + Into<u64>>(
+    value: &Option<Spanned<T>>,
+) -> Result<Option<T>, std::ops::Range<usize>> {
+    match value {
+        Some(value) if (*value.get_ref()).into() == 0 => Err(value.span()),
+        Some(value) => Ok(Some(*value.get_ref())),
+        None => Ok(None),
+    }
+}
+
+/// The statuses of a status-list field (`not_executed_statuses`, `effect_unknown_statuses`),
+/// each from 400 to 599; the error is the field's span and what to do.
+pub(crate) fn statuses(
+    value: &Option<Spanned<Vec<u16>>>,
+    meaning: &str,
+) -> Result<BTreeSet<u16>, (std::ops::Range<usize>, String)> {
+    let mut out = BTreeSet::new();
+    if let Some(statuses) = value {
+        for status in statuses.get_ref() {
+            if !(400..=599).contains(status) {
+                return Err((
+                    statuses.span(),
+                    format!("{status} is not an error status; list statuses from 400 to 599 that {meaning}"),
+                ));
+            }
+            out.insert(*status);
+        }
+    }
+    Ok(out)
+}
