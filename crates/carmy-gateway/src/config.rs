@@ -168,6 +168,24 @@ pub struct Config {
     #[arg(long, env = "CARMY_MCP_REQUIRE_REQUEST_ID")]
     pub mcp_require_request_id: bool,
 
+    /// The argument through which a model holds a request id (docs/semantics.md §11): added to
+    /// the schema of every tool not annotated read-only that `/mcp` lists, unless the tools
+    /// file chooses otherwise per tool (`key_argument`).
+    #[arg(long, env = "CARMY_MCP_KEY_ARGUMENT", default_value = carmy::key_argument::DEFAULT_KEY_ARGUMENT)]
+    pub mcp_key_argument: String,
+
+    /// Make that argument required: a call without it is refused with a text asking for one
+    /// (per tool: `key_required` in the tools file).
+    #[arg(long, env = "CARMY_MCP_KEY_REQUIRED")]
+    pub mcp_key_required: bool,
+
+    /// How long an MCP call with a request id may take before it is answered "still running,
+    /// call again with the same request id" (the tool keeps running; docs/semantics.md §11), in
+    /// milliseconds. Below common client timeouts (60 s).
+    #[arg(long, env = "CARMY_MCP_ANSWER_WITHIN_MS", default_value_t = 45_000,
+          value_parser = InRange::<u64>::at_least(1))]
+    pub mcp_answer_within_ms: u64,
+
     /// A TOML file declaring the tools to serve (HTTP upstreams, MCP servers; see the README's
     /// "Put your own tools behind Carmy"). Unset serves the example tools.
     #[arg(long, env = "CARMY_TOOLS_FILE")]

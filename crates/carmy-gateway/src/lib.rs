@@ -55,6 +55,9 @@ pub enum GatewayError {
     /// An MCP server could not be reached or listed at start.
     #[error("{0}")]
     Mcp(String),
+    /// A tool's own property has the name of the request id argument (docs/semantics.md §11).
+    #[error(transparent)]
+    KeyArgument(#[from] carmy::key_argument::KeyCollision),
     /// The upstream HTTP client could not be built.
     #[error("{0}")]
     UpstreamClient(String),
@@ -143,11 +146,24 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     if let Some(file) = &tools_file {
         configured::start_mcp_servers(file, app.engine()).await?;
     }
+    check_key_arguments(app.engine())?;
     let mcp = carmy_mcp::router(Arc::clone(app.engine()), keys, mcp_config(config));
     Ok(Gateway {
         app: app.merge_routes(mcp),
         memory,
     })
+}
+
+/// Refuses to start when a tool's own property has the name of the request id argument
+/// (docs/semantics.md §11): the error names the tool and the two ways out.
+///
+/// # Errors
+/// [`GatewayError::KeyArgument`] for the first such tool.
+fn check_key_arguments(engine: &carmy::engine::Engine) -> Result<(), GatewayError> {
+    for tool in engine.tools() {
+        engine.key_argument(tool.as_ref())?;
+    }
+    Ok(())
 }
 
 /// The stores of a gateway with `DATABASE_URL`: migrates (under the migration lock), creates
@@ -204,6 +220,10 @@ fn engine_config(config: &Config) -> EngineConfig {
         max_wait: Duration::from_millis(config.max_wait_ms),
         retention: config.retention.0,
         prune_interval: Duration::from_millis(config.prune_interval_ms),
+        key_argument: carmy::key_argument::KeyArgumentConfig {
+            name: config.mcp_key_argument.trim().to_owned(),
+            required: config.mcp_key_required,
+        },
         ..EngineConfig::default()
     }
 }
@@ -227,6 +247,7 @@ pub fn mcp_config(config: &Config) -> McpConfig {
         allowed_hosts,
         request_id_meta_keys: listed(&config.mcp_request_id_meta),
         require_request_id: config.mcp_require_request_id,
+        answer_within: Duration::from_millis(config.mcp_answer_within_ms),
         max_body_bytes: config.max_body_bytes,
         body_timeout: Duration::from_millis(config.body_timeout_ms),
     }

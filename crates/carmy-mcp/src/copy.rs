@@ -6,7 +6,10 @@
 //!
 //! Placeholders, filled by [`Entry::render`]: `{execution_id}`, `{read_tools}` (the tools whose
 //! annotations say read-only, as ` (for example `a`, `b`)`, or nothing), `{code}` and `{message}`
-//! (the tool's or the record's), `{retry}` (` after N s` when a pause is known, or nothing).
+//! (the tool's or the record's), `{retry}` (` after N s` when a pause is known, or nothing),
+//! `{key}` (the tool's request id argument, `request_id` when it has none) and `{same_key}`
+//! (` with the same `name`` for a tool with a request id argument, or nothing): every text that
+//! can be followed by a retry tells the model to hold on to its request id.
 
 /// Whether the call's effect may have happened, as the text tells the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +41,13 @@ pub enum Situation {
     NotExecuted,
     /// `REQUEST_ID_REQUIRED`: the operator requires a request id and the call had none.
     RequestIdRequired,
+    /// `EXECUTION_UNCERTAIN`, `running`: this call did not finish within
+    /// `CARMY_MCP_ANSWER_WITHIN_MS`; it keeps running.
+    StillRunning,
+    /// `REQUEST_ID_INVALID`: the model's request id is not a string or not random enough.
+    KeyInvalid,
+    /// `REQUEST_ID_ARGUMENT_REQUIRED`: the tool requires the request id argument.
+    KeyMissing,
     /// A recorded `failed` outcome whose effect the tool did not mark unknown.
     Failed,
     /// A recorded `failed` (effect unknown), `timed_out` or `cancelled` outcome.
@@ -72,7 +82,7 @@ pub const TABLE: &[Entry] = &[
         situation: Situation::Conflict,
         code: "IDEMPOTENCY_CONFLICT",
         effect: Effect::DidNotHappen,
-        what: "Carmy refused this call: its request id already belongs to a different call ({differs}), execution {execution_id}.",
+        what: "Carmy refused this call: its request id already belongs to a different action ({differs}), execution {execution_id}.",
         effect_text: "This call did not run, but the earlier call under that id may have taken effect.",
         next: "Do not repeat this call as it is. To get the earlier call's outcome, repeat that call with exactly its arguments; before any different action, check with a read-only tool{read_tools} whether the earlier call already did what you want, or ask the user.",
     },
@@ -82,7 +92,7 @@ pub const TABLE: &[Entry] = &[
         effect: Effect::MayHaveHappened,
         what: "This exact call is still running as execution {execution_id}, started by an earlier attempt.",
         effect_text: "Its effect may already have happened or be happening now.",
-        next: "Wait a few seconds, then retry the same call unchanged to get its outcome; do not do the same thing another way meanwhile.",
+        next: "Wait a few seconds, then retry the same call unchanged{same_key} to get its outcome; do not do the same thing another way meanwhile.",
     },
     Entry {
         situation: Situation::Interrupted,
@@ -98,7 +108,7 @@ pub const TABLE: &[Entry] = &[
         effect: Effect::MayHaveHappened,
         what: "The tool ran as execution {execution_id}, but its outcome could not be recorded yet; Carmy keeps trying.",
         effect_text: "Its effect has probably happened.",
-        next: "Wait a few seconds, then retry the same call unchanged to get the recorded outcome.",
+        next: "Wait a few seconds, then retry the same call unchanged{same_key} to get the recorded outcome.",
     },
     Entry {
         situation: Situation::Capacity,
@@ -106,7 +116,7 @@ pub const TABLE: &[Entry] = &[
         effect: Effect::DidNotHappen,
         what: "Carmy's record store is full, so it could not take this call.",
         effect_text: "Nothing ran; the effect did not happen.",
-        next: "Retry the same call later; if this keeps happening, ask the operator to raise the store's capacity.",
+        next: "Retry the same call{same_key} later; if this keeps happening, ask the operator to raise the store's capacity.",
     },
     Entry {
         situation: Situation::StoreUnavailable,
@@ -114,7 +124,7 @@ pub const TABLE: &[Entry] = &[
         effect: Effect::DidNotHappen,
         what: "Carmy's record store is unavailable, so the call was not started.",
         effect_text: "Nothing ran; the effect did not happen.",
-        next: "Wait a few seconds and retry the same call unchanged; if it keeps failing, tell the user the gateway is unavailable.",
+        next: "Wait a few seconds and retry the same call unchanged{same_key}; if it keeps failing, tell the user the gateway is unavailable.",
     },
     Entry {
         situation: Situation::NotExecuted,
@@ -122,7 +132,7 @@ pub const TABLE: &[Entry] = &[
         effect: Effect::DidNotHappen,
         what: "The tool could not act ({code}: {message}).",
         effect_text: "Its effect did not happen and nothing was recorded.",
-        next: "Retry the same call unchanged{retry}; if it keeps failing, tell the user.",
+        next: "Retry the same call unchanged{same_key}{retry}; if it keeps failing, tell the user.",
     },
     Entry {
         situation: Situation::RequestIdRequired,
@@ -131,6 +141,30 @@ pub const TABLE: &[Entry] = &[
         what: "This gateway only runs calls that carry a request id, and this call had none.",
         effect_text: "Nothing ran; the effect did not happen.",
         next: "Tell the user that the MCP client must send a request id with each call (params.idempotencyKey or _meta \"io.carmy/request_id\"), and ask the operator how to set it up.",
+    },
+    Entry {
+        situation: Situation::StillRunning,
+        code: "EXECUTION_UNCERTAIN",
+        effect: Effect::MayHaveHappened,
+        what: "This call is still running as execution {execution_id}; Carmy answers now so that the client does not give up on it, and the tool keeps running.",
+        effect_text: "Its effect may be happening now.",
+        next: "Retry the same call unchanged{same_key}{retry} to get its outcome; do not do the same thing another way meanwhile.",
+    },
+    Entry {
+        situation: Situation::KeyInvalid,
+        code: "REQUEST_ID_INVALID",
+        effect: Effect::DidNotHappen,
+        what: "Carmy refused this call: its `{key}` {message}.",
+        effect_text: "Nothing ran; the effect did not happen.",
+        next: "Retry this call with `{key}` set to a random id that you generate, at least 16 letters and digits (a UUID is right), and keep that id for every repeat of this same action.",
+    },
+    Entry {
+        situation: Situation::KeyMissing,
+        code: "REQUEST_ID_ARGUMENT_REQUIRED",
+        effect: Effect::DidNotHappen,
+        what: "This tool requires the `{key}` argument, and this call had none.",
+        effect_text: "Nothing ran; the effect did not happen.",
+        next: "Retry this call with `{key}` set to a random id that you generate, at least 16 letters and digits (a UUID is right), and keep that id for every repeat of this same action.",
     },
     Entry {
         situation: Situation::Failed,
@@ -146,7 +180,7 @@ pub const TABLE: &[Entry] = &[
         effect: Effect::MayHaveHappened,
         what: "The tool did not finish cleanly ({code}: {message}), execution {execution_id}.",
         effect_text: "Its effect may have happened.",
-        next: "Check with a read-only tool{read_tools} whether it took effect before acting again; retrying the same call only returns this record.",
+        next: "Check with a read-only tool{read_tools} whether it took effect before acting again; retrying the same call{same_key} only returns this record.",
     },
     Entry {
         situation: Situation::RecordDamaged,
@@ -166,6 +200,15 @@ pub const TABLE: &[Entry] = &[
     },
 ];
 
+/// What a success tells the model for a tool with a request id argument (a second text after
+/// the data): nothing more is needed. Placeholders `{execution_id}` and `{key}`.
+pub const DONE: &str = "Done (execution {execution_id}). Nothing more is needed for this action; \
+calling again with the same `{key}` returns this same result without doing it again.";
+
+/// What a replayed success tells the model: the earlier attempt's outcome, not done again.
+pub const DONE_EARLIER: &str = "This is the recorded outcome of an earlier attempt with this \
+`{key}` (execution {execution_id}); it was not done again. Nothing more is needed for this action.";
+
 /// The facts a text is filled with.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Facts<'a> {
@@ -181,6 +224,8 @@ pub struct Facts<'a> {
     pub retry_after_seconds: Option<u64>,
     /// For a conflict: the parts of the call that differ from the recorded call's, when known.
     pub differs: Option<&'a [&'static str]>,
+    /// The tool's request id argument (docs/semantics.md §11), when it has one.
+    pub key_argument: Option<&'a str>,
 }
 
 /// The entry for `situation`.
@@ -211,8 +256,13 @@ impl Entry {
             Some(parts) if !parts.is_empty() => format!("its {} differ", parts.join(" and ")),
             _ => "another tool or other arguments".to_owned(),
         };
+        let same_key = facts
+            .key_argument
+            .map_or_else(String::new, |name| format!(" with the same `{name}`"));
         [self.what, self.effect_text, self.next]
             .join(" ")
+            .replace("{same_key}", &same_key)
+            .replace("{key}", facts.key_argument.unwrap_or("request_id"))
             .replace("{execution_id}", facts.execution_id.unwrap_or("unknown"))
             .replace("{read_tools}", &read_tools)
             .replace("{retry}", &retry)
@@ -226,7 +276,7 @@ impl Entry {
 mod tests {
     use super::*;
 
-    const ALL: [Situation; 12] = [
+    const ALL: [Situation; 15] = [
         Situation::Conflict,
         Situation::Running,
         Situation::Interrupted,
@@ -235,6 +285,9 @@ mod tests {
         Situation::StoreUnavailable,
         Situation::NotExecuted,
         Situation::RequestIdRequired,
+        Situation::StillRunning,
+        Situation::KeyInvalid,
+        Situation::KeyMissing,
         Situation::Failed,
         Situation::EffectUnknown,
         Situation::RecordDamaged,
@@ -278,6 +331,7 @@ mod tests {
             message: "connection refused",
             retry_after_seconds: Some(2),
             differs: Some(&["arguments"]),
+            key_argument: Some("request_id"),
         };
         for entry in TABLE {
             let next = entry.next.to_lowercase();

@@ -1,25 +1,59 @@
 //! The request id and session of a `tools/call` (docs/semantics.md §11).
 //!
-//! The request id is, first found: `params.idempotencyKey`; `_meta["io.carmy/request_id"]`; then
-//! the configured `_meta` keys that agent clients already send (by default
-//! `claudecode/toolUseId`). The session is `_meta["io.carmy/session_id"]`, else the default
+//! The request id is, first found: `params.idempotencyKey`; `_meta["io.carmy/request_id"]`; the
+//! request id argument the model holds ([`carmy::key_argument`]); then the configured `_meta`
+//! keys that agent clients already send (by default `claudecode/toolUseId`), which protect only
+//! the client's own transport retries. [`IdSource`] says which gave it. The session is `_meta["io.carmy/session_id"]`, else the default
 //! session. A member that is present must be a string; the identifier rules themselves are
 //! [`carmy::call::ValidatedCall`]'s.
 
 use crate::{REQUEST_ID_META, SESSION_ID_META};
 use serde_json::{Map, Value};
 
+/// Where a call's request id came from, as `_meta["io.carmy/execution"].source` says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IdSource {
+    /// `params.idempotencyKey`.
+    IdempotencyKey,
+    /// `_meta["io.carmy/request_id"]`.
+    CarmyMeta,
+    /// The model's request id argument.
+    Argument,
+    /// One of the configured client `_meta` keys.
+    ClientMeta,
+}
+
+impl IdSource {
+    /// `idempotency_key`, `carmy_meta`, `argument` or `client_meta`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::IdempotencyKey => "idempotency_key",
+            Self::CarmyMeta => "carmy_meta",
+            Self::Argument => "argument",
+            Self::ClientMeta => "client_meta",
+        }
+    }
+
+    /// A Carmy-aware client chose the id on purpose.
+    pub(crate) fn is_explicit(self) -> bool {
+        matches!(self, Self::IdempotencyKey | Self::CarmyMeta)
+    }
+}
+
 /// The identity parts a call carries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct CallIdentity {
     /// `None`: the call runs unprotected (or is refused when a request id is required).
     pub(crate) request_id: Option<String>,
+    /// Where the request id came from; `None` without one.
+    pub(crate) source: Option<IdSource>,
     /// `None`: the default session.
     pub(crate) session_id: Option<String>,
 }
 
-/// Finds the identity of a call from `params.idempotencyKey` (`idempotency_key`) and the call's
-/// `_meta`, reading `meta_keys` after Carmy's own key.
+/// Finds the identity of a call from `params.idempotencyKey` (`idempotency_key`), the call's
+/// `_meta` and the model's request id argument (`model`, already checked), reading
+/// `meta_keys` last.
 ///
 /// # Errors
 /// A message naming the member that is present but not a string.
@@ -27,14 +61,25 @@ pub(crate) fn call_identity(
     idempotency_key: Option<&Value>,
     meta: &Map<String, Value>,
     meta_keys: &[String],
+    model: Option<&str>,
 ) -> Result<CallIdentity, String> {
     let mut request_id = string("params.idempotencyKey", idempotency_key)?;
-    let keys = std::iter::once(REQUEST_ID_META).chain(meta_keys.iter().map(String::as_str));
-    for key in keys {
+    let mut source = request_id.as_ref().map(|_| IdSource::IdempotencyKey);
+    if request_id.is_none() {
+        let key = format!("_meta[\"{REQUEST_ID_META}\"]");
+        request_id = string(&key, meta.get(REQUEST_ID_META))?;
+        source = request_id.as_ref().map(|_| IdSource::CarmyMeta);
+    }
+    if request_id.is_none() {
+        request_id = model.map(str::to_owned);
+        source = request_id.as_ref().map(|_| IdSource::Argument);
+    }
+    for key in meta_keys {
         if request_id.is_some() {
             break;
         }
         request_id = string(&format!("_meta[\"{key}\"]"), meta.get(key))?;
+        source = request_id.as_ref().map(|_| IdSource::ClientMeta);
     }
     let session_id = string(
         &format!("_meta[\"{SESSION_ID_META}\"]"),
@@ -42,6 +87,7 @@ pub(crate) fn call_identity(
     )?;
     Ok(CallIdentity {
         request_id,
+        source,
         session_id,
     })
 }
@@ -72,29 +118,35 @@ mod tests {
             "other/id": "o",
             "io.carmy/session_id": "s1",
         }));
-        let found = |key: Option<Value>, meta: &Map<String, Value>| {
-            call_identity(key.as_ref(), meta, &keys).unwrap()
+        let found = |key: Option<Value>, meta: &Map<String, Value>, model: Option<&str>| {
+            call_identity(key.as_ref(), meta, &keys, model).unwrap()
         };
+        let model = Some("k7Qz2mXv9LpR4tYw");
         assert_eq!(
-            found(Some(json!("param")), &all),
+            found(Some(json!("param")), &all, model),
             CallIdentity {
                 request_id: Some("param".into()),
+                source: Some(IdSource::IdempotencyKey),
                 session_id: Some("s1".into())
             }
         );
-        assert_eq!(found(None, &all).request_id.as_deref(), Some("carmy"));
+        let carmy = found(None, &all, model);
+        assert_eq!(carmy.request_id.as_deref(), Some("carmy"));
+        assert_eq!(carmy.source, Some(IdSource::CarmyMeta));
         let client_only = meta(json!({"other/id": "o", "claudecode/toolUseId": "toolu_1"}));
-        assert_eq!(
-            found(None, &client_only).request_id.as_deref(),
-            Some("toolu_1")
-        );
-        assert_eq!(found(None, &Map::new()), CallIdentity::default());
+        let argument = found(None, &client_only, model);
+        assert_eq!(argument.request_id.as_deref(), model);
+        assert_eq!(argument.source, Some(IdSource::Argument));
+        let client = found(None, &client_only, None);
+        assert_eq!(client.request_id.as_deref(), Some("toolu_1"));
+        assert_eq!(client.source, Some(IdSource::ClientMeta));
+        assert_eq!(found(None, &Map::new(), None), CallIdentity::default());
     }
 
     #[test]
     fn a_present_member_must_be_a_string() {
         let refused = |key: Option<Value>, meta: Value| {
-            call_identity(key.as_ref(), &self::meta(meta), &[]).unwrap_err()
+            call_identity(key.as_ref(), &self::meta(meta), &[], None).unwrap_err()
         };
         assert_eq!(
             refused(Some(json!(7)), json!({})),

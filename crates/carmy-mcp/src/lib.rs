@@ -10,6 +10,8 @@
 //! - `transport`: the HTTP side in front of the SDK: the principal from the API keys, the body
 //!   limit, strict JSON, and `params.idempotencyKey` (which the SDK's types do not carry);
 //! - `identity`: the request id and session of a `tools/call` (docs/semantics.md §11);
+//! - `prepare`: a `tools/call` made ready for the engine, with the request id argument a model
+//!   holds taken out of its arguments and checked;
 //! - `server`: the SDK's server handler over the engine;
 //! - `results`: the one mapping of [`carmy::engine::Answer`] and [`carmy::engine::Refusal`] to MCP
 //!   results and JSON-RPC errors;
@@ -17,6 +19,7 @@
 
 pub mod copy;
 mod identity;
+mod prepare;
 mod results;
 mod server;
 mod transport;
@@ -43,8 +46,12 @@ pub const REQUEST_ID_META: &str = "io.carmy/request_id";
 /// The `_meta` key of the session.
 pub const SESSION_ID_META: &str = "io.carmy/session_id";
 
-/// The `_meta` key of every `tools/call` result: `{execution_id, status, replayed, expires_at}`.
+/// The `_meta` key of every `tools/call` result: `{execution_id, status, replayed, expires_at,
+/// source}` (`source`: where the request id came from, docs/semantics.md §11).
 pub const EXECUTION_META: &str = "io.carmy/execution";
+
+/// The default of [`McpConfig::answer_within`]: below the 60 s that common MCP clients wait.
+pub const DEFAULT_ANSWER_WITHIN: Duration = Duration::from_secs(45);
 
 /// Settings of the MCP front (docs/semantics.md §11).
 #[derive(Clone, Debug)]
@@ -58,6 +65,10 @@ pub struct McpConfig {
     /// Refuse calls without a request id (`CARMY_MCP_REQUIRE_REQUEST_ID`) instead of running
     /// them unprotected.
     pub require_request_id: bool,
+    /// How long a call with a request id may run before it is answered "still running, call
+    /// again with the same request id" (`CARMY_MCP_ANSWER_WITHIN_MS`, default
+    /// [`DEFAULT_ANSWER_WITHIN`]); the execution runs on and is recorded.
+    pub answer_within: Duration,
     /// Largest request body, in bytes (the HTTP API's limit); larger bodies get 413.
     pub max_body_bytes: usize,
     /// How long a body may take to arrive once the headers did (the HTTP API's limit); slower
@@ -74,6 +85,7 @@ impl Default for McpConfig {
                 .map(|key| (*key).to_owned())
                 .collect(),
             require_request_id: false,
+            answer_within: DEFAULT_ANSWER_WITHIN,
             max_body_bytes: carmy::http::DEFAULT_MAX_BODY_BYTES,
             body_timeout: carmy::http::DEFAULT_BODY_TIMEOUT,
         }

@@ -18,11 +18,12 @@ use serde_json::{json, Map, Value};
 
 /// The result of a recorded (or unprotected) outcome whose record expires at `expires_at`
 /// ([`carmy::engine::Engine::expires_at`]); `read_tools` is asked only for the text of a
-/// failure.
+/// failure; `key` is the tool's request id argument (docs/semantics.md §11), named in the texts.
 pub(crate) fn from_answer(
     answer: &Answer,
     expires_at: Option<chrono::DateTime<chrono::Utc>>,
     read_tools: impl FnOnce() -> Vec<String>,
+    key: Option<&str>,
 ) -> CallToolResult {
     let result = answer.result.result();
     let mut meta = execution_meta(
@@ -36,21 +37,37 @@ pub(crate) fn from_answer(
     }
     let mut call_result = if result.status == ExecutionStatus::Completed {
         let text = result.data.to_string();
-        let mut success = CallToolResult::success(vec![ContentBlock::text(text)]);
+        let mut content = vec![ContentBlock::text(text)];
+        if let Some(key) = key {
+            let note = if answer.replayed {
+                crate::copy::DONE_EARLIER
+            } else {
+                crate::copy::DONE
+            };
+            let note = note
+                .replace("{execution_id}", result.execution_id.as_str())
+                .replace("{key}", key);
+            content.push(ContentBlock::text(note));
+        }
+        let mut success = CallToolResult::success(content);
         // MCP's structuredContent is an object; other values are in the text only.
         if result.data.is_object() {
             success.structured_content = Some(result.data.clone());
         }
         success
     } else {
-        recorded_failure(result, &read_tools())
+        recorded_failure(result, &read_tools(), key)
     };
     call_result.meta = Some(meta);
     call_result
 }
 
 /// A recorded `failed`, `timed_out` or `cancelled` outcome, with the recorded error.
-fn recorded_failure(result: &ExecutionResult, read_tools: &[String]) -> CallToolResult {
+fn recorded_failure(
+    result: &ExecutionResult,
+    read_tools: &[String],
+    key: Option<&str>,
+) -> CallToolResult {
     let (code, message, unknown) = result.error.as_ref().map_or(("", "", true), |error| {
         (
             error.code.as_str(),
@@ -70,6 +87,7 @@ fn recorded_failure(result: &ExecutionResult, read_tools: &[String]) -> CallTool
         message,
         retry_after_seconds: None,
         differs: None,
+        key_argument: key,
     });
     let mut structured = json!({
         "code": code,
@@ -93,6 +111,7 @@ fn recorded_failure(result: &ExecutionResult, read_tools: &[String]) -> CallTool
 pub(crate) fn from_refusal(
     refusal: Refusal,
     read_tools: &[String],
+    key: Option<&str>,
 ) -> Result<CallToolResult, ErrorData> {
     let (situation, execution_id, state) = match &refusal {
         Refusal::Invalid(message) => return Err(ErrorData::invalid_params(message.clone(), None)),
@@ -131,7 +150,7 @@ pub(crate) fn from_refusal(
             code,
             message,
             retry_after,
-        } => return Ok(not_executed(execution_id, code, message, *retry_after)),
+        } => return Ok(not_executed(execution_id, code, message, *retry_after, key)),
         Refusal::Finished { .. }
         | Refusal::StillRunning { .. }
         | Refusal::NotFound
@@ -150,6 +169,7 @@ pub(crate) fn from_refusal(
         execution_id,
         read_tools,
         differs,
+        key_argument: key,
         ..Facts::default()
     });
     let mut structured = json!({
@@ -174,15 +194,15 @@ fn not_executed(
     code: &str,
     message: &str,
     retry_after: Option<std::time::Duration>,
+    key: Option<&str>,
 ) -> CallToolResult {
-    // Whole seconds, rounded up, at least 1: as HTTP's Retry-After.
-    let seconds =
-        retry_after.map(|pause| (pause.as_secs() + u64::from(pause.subsec_nanos() > 0)).max(1));
+    let seconds = retry_after.map(whole_seconds);
     let text = entry(Situation::NotExecuted).render(&Facts {
         execution_id: Some(execution_id.as_str()),
         code,
         message,
         retry_after_seconds: seconds,
+        key_argument: key,
         ..Facts::default()
     });
     let structured = json!({
@@ -194,6 +214,61 @@ fn not_executed(
     });
     let mut result = error_result(text, structured);
     result.meta = Some(execution_meta(Some(execution_id.as_str()), None, false));
+    result
+}
+
+/// Whole seconds, rounded up, at least 1: as HTTP's Retry-After.
+fn whole_seconds(pause: std::time::Duration) -> u64 {
+    (pause.as_secs() + u64::from(pause.subsec_nanos() > 0)).max(1)
+}
+
+/// A call with a request id still running after `CARMY_MCP_ANSWER_WITHIN_MS`
+/// (docs/semantics.md §11): the model is told to retry with the same id after `retry_after`.
+pub(crate) fn still_running(
+    execution_id: Option<&carmy::ExecutionId>,
+    retry_after: std::time::Duration,
+    key: Option<&str>,
+) -> CallToolResult {
+    let copy = entry(Situation::StillRunning);
+    let execution_id = execution_id.map(carmy::ExecutionId::as_str);
+    let seconds = whole_seconds(retry_after);
+    let text = copy.render(&Facts {
+        execution_id,
+        retry_after_seconds: Some(seconds),
+        key_argument: key,
+        ..Facts::default()
+    });
+    let running = InFlightState::Running.as_str();
+    let structured = json!({
+        "code": copy.code,
+        "execution_id": execution_id,
+        "state": running,
+        "retry_after_seconds": seconds,
+        "effect_may_have_happened": true,
+    });
+    let mut result = error_result(text, structured);
+    result.meta = Some(execution_meta(execution_id, Some(running), false));
+    result
+}
+
+/// A call refused before anything ran because of the model's request id argument `key`:
+/// [`Situation::KeyInvalid`] with `problem`, or [`Situation::KeyMissing`] without.
+pub(crate) fn key_refused(key: &str, problem: Option<&str>) -> CallToolResult {
+    let situation = problem.map_or(Situation::KeyMissing, |_| Situation::KeyInvalid);
+    let copy = entry(situation);
+    let text = copy.render(&Facts {
+        message: problem.unwrap_or_default(),
+        key_argument: Some(key),
+        ..Facts::default()
+    });
+    let structured = json!({
+        "code": copy.code,
+        "argument": key,
+        "execution_id": null,
+        "effect_may_have_happened": false,
+    });
+    let mut result = error_result(text, structured);
+    result.meta = Some(execution_meta(None, None, false));
     result
 }
 
@@ -242,7 +317,7 @@ mod tests {
     }
 
     fn refused(refusal: Refusal) -> (Value, Value, String) {
-        let result = from_refusal(refusal, &["find_orders".to_owned()]).unwrap();
+        let result = from_refusal(refusal, &["find_orders".to_owned()], None).unwrap();
         assert_eq!(result.is_error, Some(true));
         let meta = result.meta.clone().unwrap().0[EXECUTION_META].clone();
         let text = serde_json::to_value(&result.content[0]).unwrap()["text"]
@@ -313,7 +388,7 @@ mod tests {
 
     #[test]
     fn protocol_mistakes_and_impossible_refusals_are_json_rpc_errors() {
-        let code = |refusal| from_refusal(refusal, &[]).unwrap_err().code.0;
+        let code = |refusal| from_refusal(refusal, &[], None).unwrap_err().code.0;
         assert_eq!(code(Refusal::Invalid("bad".into())), -32602);
         assert_eq!(code(Refusal::UnknownTool("x".into())), -32602);
         assert_eq!(code(Refusal::Lost { execution_id: id() }), -32603);
@@ -347,6 +422,7 @@ mod tests {
             &recorded(ExecutionStatus::Completed, json!([1]), None),
             Some(expires),
             Vec::new,
+            None,
         );
         assert_eq!(done.is_error, Some(false));
         assert_eq!(done.structured_content, None, "an array is text only");
@@ -358,6 +434,7 @@ mod tests {
             &recorded(ExecutionStatus::TimedOut, Value::Null, Some(timeout)),
             None,
             || vec!["find_orders".to_owned()],
+            Some("request_id"),
         );
         assert_eq!(timed_out.is_error, Some(true));
         assert_eq!(

@@ -19,6 +19,8 @@
 //! annotations = { readOnlyHint = false }
 //! max_response_bytes = 1048576     # default: the gateway's CARMY_MAX_RESULT_BYTES
 //! on_interrupted = "uncertain"     # default; "rerun" re-runs an interrupted execution
+//! key_argument = "request_id"      # the request id a model holds over MCP; "" for none
+//! key_required = false             # default: CARMY_MCP_KEY_REQUIRED
 //! [tools.headers]
 //! Authorization = "Bearer ${PAYMENTS_TOKEN}"
 //!
@@ -95,6 +97,12 @@ pub struct RawTool {
     /// idempotent annotations).
     /// Read as text so that an unknown policy is reported naming the field.
     pub on_interrupted: Option<Spanned<String>>,
+    /// The request id argument a model holds over MCP (docs/semantics.md §11): its name (one
+    /// of the tool's own properties is adopted), `""` for none; by default the gateway's
+    /// `CARMY_MCP_KEY_ARGUMENT` unless the tool is annotated read-only.
+    pub key_argument: Option<String>,
+    /// Whether that argument is required (default `CARMY_MCP_KEY_REQUIRED`).
+    pub key_required: Option<bool>,
     /// Headers sent on every request; values may use `${NAME}` from the environment.
     #[serde(default)]
     pub headers: BTreeMap<String, Spanned<String>>,
@@ -129,6 +137,10 @@ pub struct RawMcpServer {
     /// `uncertain` (the default) or `rerun` for every imported tool (docs/semantics.md §12;
     /// the execution id travels in `_meta` as the call's idempotency key).
     pub on_interrupted: Option<Spanned<String>>,
+    /// `key_argument` of every imported tool (as for `[[tools]]`, docs/semantics.md §11).
+    pub key_argument: Option<String>,
+    /// `key_required` of every imported tool.
+    pub key_required: Option<bool>,
 }
 
 /// Just enough of an entry to name it in an error about the rest of it.

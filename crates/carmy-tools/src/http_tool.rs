@@ -200,6 +200,10 @@ impl Tool for HttpTool {
         self.spec.on_interrupted
     }
 
+    fn key_setting(&self) -> carmy::key_argument::KeySetting {
+        self.spec.key.clone()
+    }
+
     fn sends_idempotency_key(&self) -> bool {
         self.spec.idempotency_header.is_some()
     }

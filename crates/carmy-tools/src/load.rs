@@ -9,6 +9,7 @@ use crate::spec::{
     Header, HttpToolSpec, McpServerSpec, McpTransport, ToolsConfig, DEFAULT_IDEMPOTENCY_HEADER,
 };
 use crate::template::UrlTemplate;
+use carmy::key_argument::KeySetting;
 use carmy::OnInterrupted;
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::Method;
@@ -217,6 +218,10 @@ impl Checker<'_> {
                 .map_err(|span| at(span, "max_response_bytes", "must be at least 1".into()))?
                 .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX)),
             on_interrupted,
+            key: KeySetting {
+                argument: tool.key_argument.clone(),
+                required: tool.key_required,
+            },
             headers: self.headers(&tool.headers, &label)?,
         })
     }
@@ -379,6 +384,10 @@ impl Checker<'_> {
                 None => OnInterrupted::default(),
                 Some(policy) => policy_named(policy.get_ref())
                     .map_err(|message| at(policy.span(), "on_interrupted", message))?,
+            },
+            key: KeySetting {
+                argument: server.key_argument.clone(),
+                required: server.key_required,
             },
         })
     }

@@ -3,6 +3,7 @@
 
 use crate::secret::Secret;
 use crate::template::UrlTemplate;
+use carmy::key_argument::KeySetting;
 use carmy::{OnInterrupted, ToolAnnotations};
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::Method;
@@ -56,6 +57,8 @@ pub struct HttpToolSpec {
     pub max_response_bytes: Option<usize>,
     /// The takeover policy (docs/semantics.md §12).
     pub on_interrupted: OnInterrupted,
+    /// The request id argument a model holds over MCP (docs/semantics.md §11).
+    pub key: KeySetting,
     /// Headers sent on every request.
     pub headers: Vec<Header>,
 }
@@ -116,6 +119,8 @@ pub struct McpServerSpec {
     pub idempotency_argument: Option<String>,
     /// The takeover policy of every imported tool (docs/semantics.md §12).
     pub on_interrupted: OnInterrupted,
+    /// The request id argument of every imported tool (docs/semantics.md §11).
+    pub key: KeySetting,
 }
 
 /// How an MCP server is reached.

@@ -31,7 +31,7 @@
 //! - [`runtime`] (the store trait, its types and lifecycle), [`memory`] (the bounded in-memory
 //!   store), [`cache`] (finished records served from memory), [`outcome`] (recorded outcomes);
 //! - [`fingerprint`] and [`strict_json`] (docs/semantics.md §2), [`identity`] (identifier rules),
-//!   [`tool`];
+//!   [`tool`], [`key_argument`] (the request id a model holds, docs/semantics.md §11);
 //! - [`http`]: the API of docs/semantics.md §7, with [`http::error`] (the one mapping of refusals
 //!   to status codes and problem details) and the principal extractor;
 //! - [`retention`] (when finished records expire, and the pruner);
@@ -51,6 +51,7 @@ pub mod fault;
 pub mod fingerprint;
 pub mod http;
 pub mod identity;
+pub mod key_argument;
 pub mod memory;
 pub mod metrics;
 pub mod outcome;

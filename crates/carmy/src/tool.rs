@@ -3,6 +3,7 @@
 //! A [`Tool`] is object-safe and used as `Arc<dyn Tool>`, so an in-process Rust function
 //! ([`FnTool`]) and a tool that forwards to an upstream HTTP service fit the same slot.
 
+pub use crate::key_argument::KeySetting;
 use crate::outcome::ExecutionId;
 use serde_json::Value;
 use std::future::Future;
@@ -220,6 +221,12 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// Its choice about the request id a model holds (docs/semantics.md §11); the default
+    /// follows the gateway's settings and the read-only hint.
+    fn key_setting(&self) -> KeySetting {
+        KeySetting::default()
+    }
+
     /// Runs the tool. The future runs detached from the HTTP connection; it is dropped when the
     /// deadline passes (recorded `timed_out`) or the execution is cancelled (`cancelled`).
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_>;
@@ -236,6 +243,7 @@ pub struct FnTool {
     timeout: Option<Duration>,
     annotations: Option<ToolAnnotations>,
     on_interrupted: OnInterrupted,
+    key_setting: KeySetting,
     handler: Box<BoxedHandler>,
 }
 
@@ -253,6 +261,7 @@ impl FnTool {
             timeout: None,
             annotations: None,
             on_interrupted: OnInterrupted::Uncertain,
+            key_setting: KeySetting::default(),
             handler: Box::new(move |context, arguments| Box::pin(handler(context, arguments))),
         }
     }
@@ -287,6 +296,15 @@ impl FnTool {
     }
 }
 
+impl FnTool {
+    /// Sets its choice about the request id a model holds (docs/semantics.md §11).
+    #[must_use]
+    pub fn with_key_setting(mut self, setting: KeySetting) -> Self {
+        self.key_setting = setting;
+        self
+    }
+}
+
 impl Tool for FnTool {
     fn name(&self) -> &str {
         &self.name
@@ -310,6 +328,10 @@ impl Tool for FnTool {
 
     fn on_interrupted(&self) -> OnInterrupted {
         self.on_interrupted
+    }
+
+    fn key_setting(&self) -> KeySetting {
+        self.key_setting.clone()
     }
 
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_> {

@@ -16,6 +16,7 @@ mod lease_starvation;
 mod mcp_client;
 mod mcp_front;
 mod mcp_http;
+mod mcp_key;
 mod mcp_replicas;
 mod mcp_rmcp;
 mod mcp_tools;

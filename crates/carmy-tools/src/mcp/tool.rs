@@ -134,6 +134,10 @@ impl Tool for McpTool {
     }
 
     /// The execution id travels in `_meta` ([`IDEMPOTENCY_META_KEY`]) on every call.
+    fn key_setting(&self) -> carmy::key_argument::KeySetting {
+        self.upstream.spec.key.clone()
+    }
+
     fn sends_idempotency_key(&self) -> bool {
         true
     }

@@ -71,6 +71,9 @@ pub struct EngineConfig {
     pub prune_interval: Duration,
     /// Rows of each kind one pruning step deletes at most (default 1000).
     pub prune_batch: usize,
+    /// The request id a model holds (docs/semantics.md §11): its name and whether tools
+    /// require it, unless a tool chooses otherwise ([`crate::key_argument::resolve`]).
+    pub key_argument: crate::key_argument::KeyArgumentConfig,
 }
 
 impl Default for EngineConfig {
@@ -86,6 +89,7 @@ impl Default for EngineConfig {
             retention: Some(crate::retention::DEFAULT_RETENTION),
             prune_interval: crate::retention::DEFAULT_PRUNE_INTERVAL,
             prune_batch: crate::retention::DEFAULT_PRUNE_BATCH,
+            key_argument: crate::key_argument::KeyArgumentConfig::default(),
         }
     }
 }
@@ -125,6 +129,19 @@ impl Engine {
             running: Mutex::new(HashMap::new()),
             stop_background: CancellationToken::new(),
         }
+    }
+
+    /// The request id argument `tool` takes under this engine's settings (docs/semantics.md
+    /// §11); `None` for none.
+    ///
+    /// # Errors
+    /// [`crate::key_argument::KeyCollision`] for a tool whose own property has the gateway's
+    /// name.
+    pub fn key_argument(
+        &self,
+        tool: &dyn Tool,
+    ) -> Result<Option<crate::key_argument::KeyArgument>, crate::key_argument::KeyCollision> {
+        crate::key_argument::resolve(tool, &self.config.key_argument)
     }
 
     /// When `result`'s record expires (docs/semantics.md §12): its `finished_at` plus the

@@ -388,6 +388,7 @@ async fn list_tools(State(state): State<AppState>, _principal: Principal) -> Res
                 description: tool.description(),
                 input_schema: tool.input_schema(),
                 annotations: tool.annotations(),
+                request_id_argument: state.engine.key_argument(tool.as_ref()).ok().flatten(),
             })
             .collect(),
     };

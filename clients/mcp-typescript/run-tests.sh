@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Tests Carmy's MCP front with the official MCP TypeScript SDK (@modelcontextprotocol/sdk from
+# npm, run with the machine's node >= 18), an implementation we did not write, against a real
+# carmy-gateway process on the in-memory store.
+#
+# 1. `npm install` into this directory (node_modules/ is ignored by git).
+# 2. Uses the gateway binary CARMY_GATEWAY_BIN if set; otherwise builds it (`cargo build -p
+#    carmy-gateway`) and uses target/debug/carmy-gateway.
+# 3. Starts the gateway on a free port, runs model-loop.mjs against it, stops the gateway.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+cd "$HERE"
+echo "run-tests.sh: node $(node --version)"
+npm install --no-audit --no-fund --silent
+
+if [[ -z "${CARMY_GATEWAY_BIN:-}" ]]; then
+  (cd "$ROOT" && cargo build --quiet -p carmy-gateway)
+  target_dir="${CARGO_TARGET_DIR:-target}"
+  [[ "$target_dir" = /* ]] || target_dir="$ROOT/$target_dir"
+  CARMY_GATEWAY_BIN="$target_dir/debug/carmy-gateway"
+fi
+
+port="$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
+log="$(mktemp)"
+env -u DATABASE_URL -u CARMY_API_KEYS_FILE CARMY_LISTEN="127.0.0.1:$port" \
+  CARMY_API_KEYS="mcp-ts-key=typescript" RUST_LOG=warn "$CARMY_GATEWAY_BIN" >"$log" 2>&1 &
+gateway=$!
+trap 'kill "$gateway" 2>/dev/null || true; wait "$gateway" 2>/dev/null || true; rm -f "$log"' EXIT
+for _ in $(seq 1 300); do
+  if curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; then break; fi
+  if ! kill -0 "$gateway" 2>/dev/null; then cat "$log" >&2; exit 1; fi
+  sleep 0.1
+done
+curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || { cat "$log" >&2; exit 1; }
+node model-loop.mjs "http://127.0.0.1:$port" mcp-ts-key

@@ -1,0 +1,132 @@
+//! A `tools/call` made ready for the engine (docs/semantics.md §11): the tool's request id
+//! argument taken out of `arguments` (or read from them when adopted), the identity found in
+//! its order of precedence, and the model's id checked for randomness. What the model sent
+//! wrongly is answered with a tool result it can act on; protocol mistakes are JSON-RPC
+//! errors.
+
+use crate::identity::{call_identity, IdSource};
+use crate::results;
+use crate::transport::Caller;
+use crate::McpConfig;
+use carmy::call::{CallValues, ValidatedCall};
+use carmy::engine::Engine;
+use carmy::key_argument::{check_random, KeyArgument};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ErrorData};
+use serde_json::{Map, Value};
+
+/// A call the engine may run.
+pub(crate) struct Ready {
+    /// The call.
+    pub(crate) call: ValidatedCall,
+    /// The tool's request id argument, named in the texts; `None` for none.
+    pub(crate) key: Option<String>,
+    /// Where the request id came from; `None` without one.
+    pub(crate) source: Option<IdSource>,
+}
+
+/// What the handler does with a call.
+pub(crate) enum Prepared {
+    /// Run it.
+    Run(Ready),
+    /// Answer at once with this result: nothing ran.
+    Answer(CallToolResult),
+}
+
+/// Prepares `request` from `caller` with `meta` (the request's and the call's `_meta`).
+///
+/// # Errors
+/// [`ErrorData`] (invalid params) for a malformed identity member, a tool whose own property
+/// collides with the request id argument, and a call the stateless checks refuse.
+pub(crate) fn prepare(
+    engine: &Engine,
+    config: &McpConfig,
+    caller: &Caller,
+    meta: &Map<String, Value>,
+    request: CallToolRequestParams,
+) -> Result<Prepared, ErrorData> {
+    let tool = engine
+        .tools()
+        .into_iter()
+        .find(|tool| tool.name() == request.name.as_ref());
+    let key = match &tool {
+        Some(tool) => engine
+            .key_argument(tool.as_ref())
+            .map_err(|collision| ErrorData::invalid_params(collision.to_string(), None))?,
+        None => None,
+    };
+    let mut arguments = request.arguments.unwrap_or_default();
+    let model = match &key {
+        Some(key) => match take(&mut arguments, key) {
+            Ok(model) => model,
+            Err(problem) => {
+                return Ok(Prepared::Answer(results::key_refused(
+                    &key.name,
+                    Some(&problem),
+                )))
+            }
+        },
+        None => None,
+    };
+    let identity = call_identity(
+        caller.idempotency_key.as_ref(),
+        meta,
+        &config.request_id_meta_keys,
+        model.as_deref(),
+    )
+    .map_err(|message| ErrorData::invalid_params(message, None))?;
+    if let (Some(key), Some(IdSource::Argument), Some(id)) = (&key, identity.source, &model) {
+        if let Err(problem) = check_random(id) {
+            let problem = format!("{id:?} is not random enough: {problem}");
+            return Ok(Prepared::Answer(results::key_refused(
+                &key.name,
+                Some(&problem),
+            )));
+        }
+    }
+    if let Some(key) = &key {
+        let explicit = identity.source.is_some_and(IdSource::is_explicit);
+        if key.required && model.is_none() && !explicit {
+            return Ok(Prepared::Answer(results::key_refused(&key.name, None)));
+        }
+    }
+    if identity.request_id.is_none() && config.require_request_id {
+        return Ok(Prepared::Answer(results::request_id_required()));
+    }
+    let values = CallValues {
+        tool: request.name.into_owned(),
+        arguments: Value::Object(arguments),
+        request_id: identity.request_id,
+        session_id: identity.session_id,
+        metadata: None,
+    };
+    let mut call = ValidatedCall::from_values(caller.principal.clone(), values)
+        .map_err(|rejected| ErrorData::invalid_params(rejected.into_message(), None))?;
+    if identity.source == Some(IdSource::Argument) {
+        // The model's retry of a call that is still running waits a little for its outcome
+        // (as `Prefer: wait` does), within the time the answer is due.
+        call = call.with_wait(config.answer_within * 9 / 10);
+    }
+    Ok(Prepared::Run(Ready {
+        call,
+        key: key.map(|key| key.name),
+        source: identity.source,
+    }))
+}
+
+/// The model's request id from `arguments`: taken out, or read when the tool's own property is
+/// adopted (it then stays, and is forwarded).
+///
+/// # Errors
+/// The problem with a value that is not a string.
+fn take(arguments: &mut Map<String, Value>, key: &KeyArgument) -> Result<Option<String>, String> {
+    let value = if key.adopted {
+        arguments.get(&key.name).cloned()
+    } else {
+        arguments.remove(&key.name)
+    };
+    match value {
+        None => Ok(None),
+        Some(Value::String(id)) => Ok(Some(id)),
+        Some(other) => Err(format!("must be a string, not {other}")),
+    }
+}
