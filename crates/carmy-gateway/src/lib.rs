@@ -217,8 +217,15 @@ pub fn mcp_config(config: &Config) -> McpConfig {
     } else {
         Some(hosts).filter(|hosts| !hosts.is_empty())
     };
+    let origins = listed(&config.mcp_allowed_origins);
+    let allowed_origins = if origins.iter().any(|origin| origin == "*") {
+        Some(Vec::new())
+    } else {
+        Some(origins).filter(|origins| !origins.is_empty())
+    };
     McpConfig {
         allowed_hosts,
+        allowed_origins,
         request_id_meta_keys: listed(&config.mcp_request_id_meta),
         require_request_id: config.mcp_require_request_id,
         max_body_bytes: config.max_body_bytes,
