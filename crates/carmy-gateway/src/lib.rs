@@ -250,7 +250,7 @@ fn init_logging(format: LogFormat, default_level: &str) {
 }
 
 /// Runs the gateway with command-line `args` (the first is the program name); returns the exit
-/// code. Errors are logged, never printed with secrets.
+/// code. Errors are logged (a tools-file mistake is printed as one line), never with secrets.
 pub async fn main_with_args(
     args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
 ) -> ExitCode {
@@ -269,6 +269,12 @@ pub async fn main_with_args(
     };
     match run(config).await {
         Ok(code) => code,
+        // A mistake in the tools file is the operator's to fix: the CLI's own one-line message
+        // (docs/semantics.md §10), not a log line.
+        Err(GatewayError::ToolsFile(error)) => {
+            eprintln!("carmy-gateway: {}", error.to_string().replace('\n', " "));
+            ExitCode::FAILURE
+        }
         Err(error) => {
             tracing::error!(%error, "carmy-gateway failed");
             ExitCode::FAILURE
