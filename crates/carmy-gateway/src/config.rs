@@ -153,6 +153,13 @@ pub struct Config {
     #[arg(long, env = "CARMY_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
     pub mcp_allowed_hosts: Vec<String>,
 
+    /// Allowed `Origin` values of `/mcp` (docs/semantics.md §11), comma-separated, each
+    /// `scheme://host`, `scheme://host:port` or `scheme://host:*`; `*` allows every origin.
+    /// Default: the loopback origins on any port. Requests without `Origin` (agents, SDK
+    /// clients) are never refused by it; a browser page of any other origin gets 403.
+    #[arg(long, env = "CARMY_MCP_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub mcp_allowed_origins: Vec<String>,
+
     /// `_meta` keys of a `tools/call` read for its request id, in order, after
     /// `params.idempotencyKey` and `_meta["io.carmy/request_id"]` (comma-separated; empty for
     /// none).

@@ -243,8 +243,15 @@ pub fn mcp_config(config: &Config) -> McpConfig {
     } else {
         Some(hosts).filter(|hosts| !hosts.is_empty())
     };
+    let origins = listed(&config.mcp_allowed_origins);
+    let allowed_origins = if origins.iter().any(|origin| origin == "*") {
+        Some(Vec::new())
+    } else {
+        Some(origins).filter(|origins| !origins.is_empty())
+    };
     McpConfig {
         allowed_hosts,
+        allowed_origins,
         request_id_meta_keys: listed(&config.mcp_request_id_meta),
         require_request_id: config.mcp_require_request_id,
         answer_within: Duration::from_millis(config.mcp_answer_within_ms),
@@ -270,7 +277,7 @@ fn init_logging(format: LogFormat, default_level: &str) {
 }
 
 /// Runs the gateway with command-line `args` (the first is the program name); returns the exit
-/// code. Errors are logged, never printed with secrets.
+/// code. Errors are logged (a tools-file mistake is printed as one line), never with secrets.
 pub async fn main_with_args(
     args: impl IntoIterator<Item = impl Into<OsString> + Clone>,
 ) -> ExitCode {
@@ -290,6 +297,12 @@ pub async fn main_with_args(
     };
     match run(config).await {
         Ok(code) => code,
+        // A mistake in the tools file is the operator's to fix: the CLI's own one-line message
+        // (docs/semantics.md §10), not a log line.
+        Err(GatewayError::ToolsFile(error)) => {
+            eprintln!("carmy-gateway: {}", error.to_string().replace('\n', " "));
+            ExitCode::FAILURE
+        }
         Err(error) => {
             tracing::error!(%error, "carmy-gateway failed");
             ExitCode::FAILURE

@@ -35,6 +35,17 @@ use std::time::Duration;
 /// Where the MCP front is served.
 pub const MCP_PATH: &str = "/mcp";
 
+/// The origins a browser page may call `/mcp` from when `CARMY_MCP_ALLOWED_ORIGINS` is not set:
+/// pages served from this machine, on any port (docs/semantics.md §11).
+pub const DEFAULT_ALLOWED_ORIGINS: &[&str] = &[
+    "http://localhost:*",
+    "http://127.0.0.1:*",
+    "http://[::1]:*",
+    "https://localhost:*",
+    "https://127.0.0.1:*",
+    "https://[::1]:*",
+];
+
 /// The `_meta` keys read for a request id after `params.idempotencyKey` and
 /// `_meta["io.carmy/request_id"]`, by default (`CARMY_MCP_REQUEST_ID_META`): keys that agent
 /// clients already send with every tool call.
@@ -59,6 +70,11 @@ pub struct McpConfig {
     /// Allowed `Host` header values (`host` or `host:port`; `CARMY_MCP_ALLOWED_HOSTS`). `None`
     /// keeps the SDK's default (loopback names only); an empty list allows every host.
     pub allowed_hosts: Option<Vec<String>>,
+    /// Allowed `Origin` header values (`scheme://host[:port]`, `:*` for any port;
+    /// `CARMY_MCP_ALLOWED_ORIGINS`). `None` allows the loopback origins
+    /// ([`DEFAULT_ALLOWED_ORIGINS`]); an empty list allows every origin. A request without
+    /// `Origin` is never refused by this check.
+    pub allowed_origins: Option<Vec<String>>,
     /// `_meta` keys read, in order, for a request id when neither `params.idempotencyKey` nor
     /// `_meta["io.carmy/request_id"]` is sent.
     pub request_id_meta_keys: Vec<String>,
@@ -80,6 +96,7 @@ impl Default for McpConfig {
     fn default() -> Self {
         Self {
             allowed_hosts: None,
+            allowed_origins: None,
             request_id_meta_keys: DEFAULT_REQUEST_ID_META_KEYS
                 .iter()
                 .map(|key| (*key).to_owned())
@@ -108,6 +125,11 @@ pub fn router(engine: Arc<Engine>, keys: ApiKeys, config: McpConfig) -> Router {
             sdk.with_allowed_hosts(hosts.clone())
         };
     }
+    sdk = match &config.allowed_origins {
+        None => sdk.with_allowed_origins(DEFAULT_ALLOWED_ORIGINS.iter().copied()),
+        Some(origins) if origins.is_empty() => sdk.disable_allowed_origins(),
+        Some(origins) => sdk.with_allowed_origins(origins.clone()),
+    };
     let gate = transport::Gate::new(keys, config.max_body_bytes, config.body_timeout);
     let handler = server::CarmyMcp::new(engine, config);
     let service = StreamableHttpService::new(

@@ -1,7 +1,9 @@
 //! The HTTP side in front of the SDK (docs/semantics.md §6, §11): every request to `/mcp` is
 //! authenticated with the HTTP API's keys, its body is read once within the HTTP API's limits and
 //! checked as strict JSON (docs/semantics.md §2: no duplicate members), and a `tools/call`'s
-//! `params.idempotencyKey`, which the SDK's types drop, is kept for the handler.
+//! `params.idempotencyKey`, which the SDK's types drop, is kept for the handler. The SDK's
+//! refusal of a `Host` or `Origin` it does not allow becomes a problem body naming the setting
+//! that allows it.
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -68,7 +70,44 @@ pub(crate) async fn admit(State(gate): State<Gate>, request: Request, next: Next
         principal,
         idempotency_key,
     });
-    next.run(Request::from_parts(parts, body)).await
+    let response = next.run(Request::from_parts(parts, body)).await;
+    if response.status() == StatusCode::FORBIDDEN {
+        return forbidden(response).await;
+    }
+    response
+}
+
+/// The SDK's 403 (a `Host` or `Origin` it does not allow, docs/semantics.md §11) as a problem
+/// body whose detail names the setting to change.
+async fn forbidden(response: Response) -> Response {
+    let text = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
+    let (code, detail) = if text.contains("Origin") {
+        (
+            "ORIGIN_NOT_ALLOWED",
+            "the request's Origin header is not allowed on /mcp (a page of another site must not drive this server's tools); to allow a browser origin, list it in CARMY_MCP_ALLOWED_ORIGINS (comma-separated, e.g. https://app.example.com or http://localhost:*; * allows any). Clients that send no Origin are unaffected.",
+        )
+    } else {
+        (
+            "HOST_NOT_ALLOWED",
+            "the request's Host header is not allowed on /mcp (a guard against DNS rebinding); list the name clients use to reach this server in CARMY_MCP_ALLOWED_HOSTS (comma-separated host or host:port; * allows any).",
+        )
+    };
+    let body = json!({
+        "type": format!("urn:carmy:problem:{}", code.to_ascii_lowercase().replace('_', "-")),
+        "title": "Forbidden",
+        "status": 403,
+        "code": code,
+        "detail": detail,
+    });
+    (
+        StatusCode::FORBIDDEN,
+        [(header::CONTENT_TYPE, "application/problem+json")],
+        format!("{body}\n"),
+    )
+        .into_response()
 }
 
 /// The principal of the `Authorization` header, as the HTTP API decides it

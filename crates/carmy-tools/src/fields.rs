@@ -94,7 +94,7 @@ pub(crate) fn positive<T: Copy + Into<u64>>(
 
 /// The statuses of a status-list field (`not_executed_statuses`, `effect_unknown_statuses`),
 /// each from 400 to 599; the error is the field's span and what to do.
-pub(crate) fn statuses(
+fn statuses(
     value: &Option<Spanned<Vec<u16>>>,
     meaning: &str,
 ) -> Result<BTreeSet<u16>, (std::ops::Range<usize>, String)> {
@@ -111,4 +111,33 @@ pub(crate) fn statuses(
         }
     }
     Ok(out)
+}
+
+/// A mistake in a field: its span, its name and what to do.
+pub(crate) type FieldError = (std::ops::Range<usize>, &'static str, String);
+
+/// A tool's `not_executed_statuses` and `effect_unknown_statuses`, which may not share a status;
+/// the error is the span, the field and what to do.
+pub(crate) fn status_lists(tool: &RawTool) -> Result<(BTreeSet<u16>, BTreeSet<u16>), FieldError> {
+    let not_executed = statuses(
+        &tool.not_executed_statuses,
+        "the upstream documents as \"nothing happened\"",
+    )
+    .map_err(|(span, message)| (span, "not_executed_statuses", message))?;
+    let effect_unknown = statuses(
+        &tool.effect_unknown_statuses,
+        "leave the effect unknown (every 5xx and 408 already do)",
+    )
+    .map_err(|(span, message)| (span, "effect_unknown_statuses", message))?;
+    if let (Some(both), Some(field)) = (
+        not_executed.intersection(&effect_unknown).next(),
+        &tool.effect_unknown_statuses,
+    ) {
+        return Err((
+            field.span(),
+            "effect_unknown_statuses",
+            format!("{both} is also in not_executed_statuses; a status either proves that nothing happened or leaves the effect unknown, list it in one of them"),
+        ));
+    }
+    Ok((not_executed, effect_unknown))
 }

@@ -8,9 +8,12 @@
 //! A status that does not prove the effect absent (every 5xx and 408 unless listed in
 //! `not_executed_statuses`, and any in `effect_unknown_statuses`) is recorded with
 //! `effect: "unknown"`.
+//! The values of the headers' `${NAME}` references are masked in everything recorded, however
+//! the upstream echoes them.
 //! The deadline is the engine's ([`Tool::timeout`]): reaching it records `timed_out`.
 
 use crate::response::{body_value, describe, read_bounded, retry_after, status_error, ReadFailure};
+use crate::secret::{mask_outcome, Secret};
 use crate::spec::HttpToolSpec;
 use carmy::tool::{Tool, ToolContext, ToolFuture};
 use carmy::{OnInterrupted, ToolAnnotations, ToolError};
@@ -22,6 +25,7 @@ use std::time::Duration;
 /// A tool that forwards each call to an HTTP upstream.
 pub struct HttpTool {
     spec: HttpToolSpec,
+    secrets: Vec<Secret>,
     client: reqwest::Client,
     max_response_bytes: usize,
 }
@@ -38,6 +42,7 @@ impl HttpTool {
             .max_response_bytes
             .unwrap_or(default_max_response_bytes);
         Self {
+            secrets: spec.secrets(),
             spec,
             client,
             max_response_bytes,
@@ -102,7 +107,12 @@ impl HttpTool {
         Ok(request)
     }
 
+    /// [`Self::send`] with every configured secret masked in what it answers.
     async fn run(&self, context: ToolContext, arguments: Value) -> Result<Value, ToolError> {
+        mask_outcome(self.send(context, arguments).await, &self.secrets)
+    }
+
+    async fn send(&self, context: ToolContext, arguments: Value) -> Result<Value, ToolError> {
         let request = self.request(&context, arguments)?;
         let response = match request.send().await {
             Ok(response) => response,

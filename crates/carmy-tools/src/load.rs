@@ -3,8 +3,10 @@
 
 use crate::config::{EntryNames, RawFile, RawMcpServer, RawTool};
 use crate::error::{ConfigError, Reporter};
-use crate::fields::{check_name, on_interrupted, parse_method, policy_named, positive, statuses};
-use crate::secret::expand;
+use crate::fields::{
+    check_name, on_interrupted, parse_method, policy_named, positive, status_lists,
+};
+use crate::secret::{expand, Secret};
 use crate::spec::{
     Header, HttpToolSpec, McpServerSpec, McpTransport, ToolsConfig, DEFAULT_IDEMPOTENCY_HEADER,
 };
@@ -49,7 +51,16 @@ pub fn load(
         message: format!("cannot be read: {error}"),
     })?;
     let report = Reporter { file, text: &text };
-    let raw: RawFile = toml::from_str(&text).map_err(|error| parse_error(&report, &error))?;
+    let raw: RawFile = toml::from_str(&text)
+        .map_err(|error| single_table(&report).unwrap_or_else(|| parse_error(&report, &error)))?;
+    if raw.tools.is_empty() && raw.mcp_servers.is_empty() && !raw.example_tools {
+        return Err(report.error(
+            None,
+            None,
+            None,
+            "declares no tools: add [[tools]] or [[mcp_servers]] entries, or set example_tools = true to serve only the built-in example tools",
+        ));
+    }
     let checker = Checker {
         report: &report,
         lookup,
@@ -96,6 +107,35 @@ pub fn load(
     })
 }
 
+/// `[tools]` or `[mcp_servers]` written as a single table where a list of entries is meant.
+fn single_table(report: &Reporter<'_>) -> Option<ConfigError> {
+    let table: toml::Table = toml::from_str(report.text).ok()?;
+    let key = ["tools", "mcp_servers"]
+        .into_iter()
+        .find(|key| table.get(*key).is_some_and(toml::Value::is_table))?;
+    let offset = report
+        .text
+        .lines()
+        .scan(0, |start, line| {
+            let at = *start;
+            *start += line.len() + 1;
+            Some((at, line))
+        })
+        .find(|(_, line)| {
+            line.trim()
+                .strip_prefix('[')
+                .and_then(|rest| rest.strip_suffix(']'))
+                .is_some_and(|name| name.trim() == key)
+        })
+        .map(|(at, _)| at);
+    Some(report.error(
+        offset,
+        None,
+        Some(key),
+        format!("[{key}] is a single table; write [[{key}]] (double brackets) before each entry"),
+    ))
+}
+
 /// A TOML or shape error, with its line and, when it lies inside an entry, the entry's name.
 fn parse_error(report: &Reporter<'_>, error: &toml::de::Error) -> ConfigError {
     let span = error.span();
@@ -124,13 +164,25 @@ fn parse_error(report: &Reporter<'_>, error: &toml::de::Error) -> ConfigError {
             .max_by_key(|(start, _)| *start)
             .map(|(_, label)| label)
     });
-    let field = span.as_ref().and_then(|span| {
-        let key = report.text.get(span.clone())?.trim();
-        let plain = !key.is_empty()
+    let plain = |key: &str| {
+        !key.is_empty()
             && key
                 .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-        plain.then(|| key.to_owned())
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    };
+    // The span is the key itself (unknown or missing keys) or the value of `key = value` (type
+    // errors): then the key is the one on the value's line before its `=`.
+    let field = span.as_ref().and_then(|span| {
+        let key = report.text.get(span.clone())?.trim();
+        let after = report.text[span.end..].trim_start_matches([' ', '\t', '\r']);
+        if plain(key) && !after.is_empty() && !after.starts_with(['\n', ',', '}', '#']) {
+            return Some(key.to_owned());
+        }
+        let line_start = report.text[..span.start].rfind('\n').map_or(0, |at| at + 1);
+        let before = report.text.get(line_start..span.start)?;
+        let (key, _) = before.rsplit_once('=')?;
+        let key = key.rsplit(['{', ',']).next()?.trim();
+        plain(key).then(|| key.to_owned())
     });
     ConfigError {
         file: report.file.to_owned(),
@@ -140,6 +192,9 @@ fn parse_error(report: &Reporter<'_>, error: &toml::de::Error) -> ConfigError {
         message: error.message().trim().to_owned(),
     }
 }
+
+/// A stdio server's environment: names and expanded values.
+type Environment = Vec<(String, Secret)>;
 
 /// Validates entries of one file.
 struct Checker<'a> {
@@ -166,6 +221,14 @@ impl Checker<'_> {
         let url = UrlTemplate::parse(tool.url.get_ref())
             .map_err(|message| at(tool.url.span(), "url", message))?;
         let input_schema = self.schema(tool, &label, entry.span().start)?;
+        if let Some(undeclared) = url
+            .placeholders()
+            .find(|name| !declares(&input_schema, name))
+        {
+            return Err(at(tool.url.span(), "url", format!(
+                "placeholder {{{undeclared}}} is not declared in input_schema; add {undeclared:?} to its properties (and required), so agents know to send it"
+            )));
+        }
         let idempotency_header = match &tool.idempotency_header {
             None => Some(HeaderName::from_static(DEFAULT_IDEMPOTENCY_HEADER)),
             Some(header) if header.get_ref().is_empty() => None,
@@ -181,26 +244,8 @@ impl Checker<'_> {
         };
         let on_interrupted = on_interrupted(tool, idempotency_header.is_some())
             .map_err(|(span, message)| at(span, "on_interrupted", message))?;
-        let not_executed_statuses = statuses(
-            &tool.not_executed_statuses,
-            "the upstream documents as \"nothing happened\"",
-        )
-        .map_err(|(span, message)| at(span, "not_executed_statuses", message))?;
-        let effect_unknown_statuses = statuses(
-            &tool.effect_unknown_statuses,
-            "leave the effect unknown (every 5xx and 408 already do)",
-        )
-        .map_err(|(span, message)| at(span, "effect_unknown_statuses", message))?;
-        if let (Some(both), Some(field)) = (
-            not_executed_statuses
-                .intersection(&effect_unknown_statuses)
-                .next(),
-            &tool.effect_unknown_statuses,
-        ) {
-            return Err(at(field.span(), "effect_unknown_statuses", format!(
-                "{both} is also in not_executed_statuses; a status either proves that nothing happened or leaves the effect unknown, list it in one of them"
-            )));
-        }
+        let (not_executed_statuses, effect_unknown_statuses) =
+            status_lists(tool).map_err(|(span, field, message)| at(span, field, message))?;
         Ok(HttpToolSpec {
             name,
             description: tool.description.clone(),
@@ -303,10 +348,43 @@ impl Checker<'_> {
             out.push(Header {
                 name: header,
                 value: checked,
+                secrets: self.values_of(&variables),
                 variables,
             });
         }
         Ok(out)
+    }
+
+    /// A stdio server's environment, expanded, and the values of its `${NAME}` references.
+    fn environment(
+        &self,
+        env: &BTreeMap<String, Spanned<String>>,
+        label: &str,
+    ) -> Result<(Environment, Vec<Secret>), ConfigError> {
+        let mut out = Vec::new();
+        let mut secrets = Vec::new();
+        for (key, value) in env {
+            let (expanded, names) = expand(value.get_ref(), self.lookup).map_err(|error| {
+                self.report.error(
+                    Some(value.span().start),
+                    Some(label),
+                    Some(&format!("env.{key}")),
+                    error.to_string(),
+                )
+            })?;
+            secrets.extend(self.values_of(&names));
+            out.push((key.clone(), expanded));
+        }
+        Ok((out, secrets))
+    }
+
+    /// The values of the environment variables `names`, as secrets.
+    fn values_of(&self, names: &[String]) -> Vec<Secret> {
+        names
+            .iter()
+            .filter_map(|name| (self.lookup)(name))
+            .map(Secret::new)
+            .collect()
     }
 
     fn mcp_server(&self, entry: &Spanned<RawMcpServer>) -> Result<McpServerSpec, ConfigError> {
@@ -324,6 +402,7 @@ impl Checker<'_> {
             check_name(&server.prefix)
                 .map_err(|message| at(server.name.span(), "prefix", message))?;
         }
+        let mut secrets = Vec::new();
         let transport = match (&server.url, &server.command) {
             (Some(url), None) => {
                 let parsed = url::Url::parse(url.get_ref())
@@ -338,9 +417,11 @@ impl Checker<'_> {
                             format!("{:?} is not an http:// or https:// URL", url.get_ref()),
                         )
                     })?;
+                let headers = self.headers(&server.headers, &label)?;
+                secrets.extend(headers.iter().flat_map(|h| h.secrets.iter().cloned()));
                 McpTransport::Http {
                     url: parsed,
-                    headers: self.headers(&server.headers, &label)?,
+                    headers,
                 }
             }
             (None, Some(command)) => {
@@ -351,13 +432,8 @@ impl Checker<'_> {
                         "headers apply to url (Streamable HTTP) servers only".into(),
                     ));
                 }
-                let mut env = Vec::new();
-                for (key, value) in &server.env {
-                    let (expanded, _) = expand(value.get_ref(), self.lookup).map_err(|error| {
-                        at(value.span(), &format!("env.{key}"), error.to_string())
-                    })?;
-                    env.push((key.clone(), expanded));
-                }
+                let (env, names) = self.environment(&server.env, &label)?;
+                secrets.extend(names);
                 McpTransport::Stdio {
                     command: command.get_ref().clone(),
                     args: server.args.clone(),
@@ -389,6 +465,19 @@ impl Checker<'_> {
                 argument: server.key_argument.clone(),
                 required: server.key_required,
             },
+            secrets,
         })
     }
+}
+
+/// Whether `schema` declares the argument `name` (in `properties` or `required`).
+fn declares(schema: &Value, name: &str) -> bool {
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .is_some_and(|properties| properties.contains_key(name))
+        || schema
+            .get("required")
+            .and_then(Value::as_array)
+            .is_some_and(|required| required.iter().any(|entry| entry == name))
 }

@@ -64,6 +64,14 @@ pub struct HttpToolSpec {
 }
 
 impl HttpToolSpec {
+    /// The values of the `${NAME}` references of its headers, masked in every answer.
+    pub fn secrets(&self) -> Vec<Secret> {
+        self.headers
+            .iter()
+            .flat_map(|header| header.secrets.iter().cloned())
+            .collect()
+    }
+
     /// Whether an answer with `status` leaves the effect unknown (docs/semantics.md §10): every
     /// 5xx and 408 unless listed in `not_executed_statuses`, and every status listed in
     /// `effect_unknown_statuses`. Such a status does not prove the effect absent.
@@ -84,6 +92,8 @@ pub struct Header {
     pub value: HeaderValue,
     /// The environment variables the value was made from (for the tool table).
     pub variables: Vec<String>,
+    /// Their values, masked wherever an upstream echoes them back ([`crate::secret::mask`]).
+    pub secrets: Vec<Secret>,
 }
 
 impl fmt::Debug for Header {
@@ -121,6 +131,9 @@ pub struct McpServerSpec {
     pub on_interrupted: OnInterrupted,
     /// The request id argument of every imported tool (docs/semantics.md §11).
     pub key: KeySetting,
+    /// The values of the `${NAME}` references of its headers or environment, masked in
+    /// everything its tools answer ([`crate::secret::mask`]).
+    pub secrets: Vec<Secret>,
 }
 
 /// How an MCP server is reached.

@@ -188,3 +188,52 @@ async fn the_secret_is_in_no_log_line_record_error_body_or_tool_list() {
         assert!(!text.contains(secret), "the secret leaked: {text}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_secret_the_upstream_echoes_is_masked_in_the_record_and_the_replay() {
+    let secret = "sk_live_reflected_5f0c";
+    let upstream = Upstream::start().await;
+    let text = format!(
+        "[[tools]]\nname = \"reflect\"\nurl = \"{}/reflect\"\n[tools.headers]\nAuthorization = \"Bearer ${{CARMY_TEST_SECRET}}\"\n",
+        upstream.base()
+    );
+    let mut gateway = replica(
+        "http-reflected",
+        &write_tools_file(&text),
+        &[("CARMY_TEST_SECRET", secret), ("RUST_LOG", "trace")],
+    );
+    let http = client();
+    let body = call("reflect", json!({"a": 1}), "reflect-1");
+    let (status, first) = post(&http, &gateway, &body).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(
+        first["error"]["details"],
+        json!({"status": 401, "body": {"error": "unauthorized", "received": {"authorization": "Bearer ***"}}}),
+        "{first}"
+    );
+    let (_, replay) = post(&http, &gateway, &body).await;
+    assert_eq!(replay["replayed"], true, "{replay}");
+    assert_eq!(replay["error"], first["error"]);
+    let id = first["execution_id"].as_str().unwrap();
+    let record = http
+        .get(gateway.url(&format!("/v1/executions/{id}")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(record.contains("Bearer ***"), "{record}");
+    // The upstream did get it, once.
+    let arrivals = upstream.arrivals_at("/reflect");
+    assert_eq!(arrivals.len(), 1);
+    assert_eq!(
+        arrivals[0].authorization.as_deref(),
+        Some(&*format!("Bearer {secret}"))
+    );
+    assert!(gateway.terminate());
+    let log = std::fs::read_to_string(gateway.log_path()).unwrap();
+    for text in [&first.to_string(), &replay.to_string(), &record, &log] {
+        assert!(!text.contains(secret), "the secret leaked: {text}");
+    }
+}

@@ -35,6 +35,7 @@ input_schema = {{ type = "object", required = ["id"] }}
 name = "search"
 method = "GET"
 url = "{base}/search/{{kind}}"
+input_schema = {{ type = "object", properties = {{ kind = {{ type = "string" }} }} }}
 
 [[tools]]
 name = "nokey"

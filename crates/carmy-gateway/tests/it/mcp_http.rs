@@ -1,6 +1,6 @@
 //! The MCP front at the HTTP level (docs/semantics.md §11), with raw requests: the 2026-07-28
-//! per-request lifecycle and an older version sharing one record, the `Host` check and its
-//! setting, the API key (and a credential sent to a server without keys), the body limit and
+//! per-request lifecycle and an older version sharing one record, the `Host` and `Origin` checks
+//! and their settings, the API key (and a credential sent to a server without keys), the body limit and
 //! strict JSON.
 
 use super::mcp_client::Served;
@@ -66,8 +66,17 @@ async fn the_2026_07_28_lifecycle_and_an_older_version_share_one_record() {
 async fn only_allowed_hosts_are_served() {
     let default = Served::start(&[]).await;
     let body = call("h-1", &json!({}));
-    let (status, _) = post(&default, &[("host", "carmy.example")], &body).await;
+    let (status, text) = post(&default, &[("host", "carmy.example")], &body).await;
     assert_eq!(status, 403);
+    let problem: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(problem["code"], "HOST_NOT_ALLOWED", "{text}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("CARMY_MCP_ALLOWED_HOSTS"),
+        "{text}"
+    );
     let configured = Served::start(&["--mcp-allowed-hosts", "carmy.example,127.0.0.1"]).await;
     let (status, text) = post(&configured, &[("host", "carmy.example")], &body).await;
     assert_eq!(status, 200, "{text}");
@@ -75,6 +84,44 @@ async fn only_allowed_hosts_are_served() {
     let (status, text) = post(&any, &[("host", "elsewhere.example:9")], &body).await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(default.runs("echo"), 0);
+}
+
+#[tokio::test]
+async fn a_foreign_origin_is_refused_naming_the_setting_and_runs_nothing() {
+    let default = Served::start(&[]).await;
+    let body = call("o-1", &json!({}));
+    for origin in [
+        "https://evil.example",
+        "http://localhost.evil.example:8080",
+        "null",
+    ] {
+        let (status, text) = post(&default, &[("origin", origin)], &body).await;
+        assert_eq!(status, 403, "{origin}: {text}");
+        let problem: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(problem["code"], "ORIGIN_NOT_ALLOWED", "{text}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("CARMY_MCP_ALLOWED_ORIGINS"),
+            "{text}"
+        );
+    }
+    assert_eq!(default.runs("echo"), 0, "a refused call never runs");
+    // A page on this machine, and a client that sends no Origin, are served.
+    let (status, text) = post(&default, &[("origin", "http://localhost:5173")], &body).await;
+    assert_eq!(status, 200, "{text}");
+    let (status, text) = post(&default, &[], &call("o-2", &json!({}))).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(default.runs("echo"), 2);
+    let configured = Served::start(&["--mcp-allowed-origins", "https://app.example"]).await;
+    let (status, text) = post(&configured, &[("origin", "https://app.example")], &body).await;
+    assert_eq!(status, 200, "{text}");
+    let (status, _) = post(&configured, &[("origin", "http://localhost:5173")], &body).await;
+    assert_eq!(status, 403);
+    let any = Served::start(&["--mcp-allowed-origins", "*"]).await;
+    let (status, text) = post(&any, &[("origin", "https://evil.example")], &body).await;
+    assert_eq!(status, 200, "{text}");
 }
 
 #[tokio::test]

@@ -51,7 +51,7 @@ fn each_mistake_stops_the_gateway_naming_file_line_tool_and_field() {
         (
             "TOML syntax",
             "[[tools]]\nname = \"pay\"\nurl = \"http://127.0.0.1:9/pay\n".into(),
-            ", line 3: ",
+            ", line 3, field `url`: invalid basic string",
         ),
         (
             "unknown key",
@@ -162,6 +162,7 @@ name = "get_customer"
 method = "GET"
 url = "https://payments.example/v1/customers/{customer}"
 idempotency_header = ""
+input_schema = { type = "object", properties = { customer = { type = "string" } } }
 "#,
     );
     std::fs::write(
@@ -190,4 +191,84 @@ idempotency_header = ""
     assert!(lines[2].contains("POST   https://payments.example/v1/customers/{customer}/payments  timeout=10000ms  idempotency_header=idempotency-key  headers=[authorization: *** (from ${CARMY_TEST_PAYMENTS_TOKEN})]"), "{stdout}");
     assert!(lines[3].contains("GET    https://payments.example/v1/customers/{customer}  timeout=default  idempotency_header=(none)  headers=[]"), "{stdout}");
     assert_eq!(lines.len(), 4, "{stdout}");
+}
+
+/// The last line of standard error: the CLI's own message (a fault-injection build logs a
+/// warning first).
+fn last_line(stderr: &str) -> &str {
+    stderr.lines().last().unwrap_or_default()
+}
+
+#[test]
+fn files_that_do_not_say_what_they_mean_are_refused_with_one_line() {
+    let cases: Vec<(&str, String, String)> = vec![
+        (
+            "$NAME without braces",
+            format!("{GOOD_TOOL}[tools.headers]\nAuthorization = \"Bearer $CARMY_TEST_TOKEN\"\n"),
+            ", line 6, tool \"pay\", field `headers.Authorization`: $CARMY_TEST_TOKEN is not expanded: write ${CARMY_TEST_TOKEN} for the environment variable, or $$CARMY_TEST_TOKEN for a literal $".into(),
+        ),
+        (
+            "placeholder the schema does not declare",
+            "[[tools]]\nname = \"pay\"\nurl = \"http://127.0.0.1:9/customers/{customer}/pay\"\ninput_schema = { type = \"object\", properties = { amount = { type = \"integer\" } } }\n".into(),
+            ", line 3, tool \"pay\", field `url`: placeholder {customer} is not declared in input_schema; add \"customer\" to its properties (and required), so agents know to send it".into(),
+        ),
+        (
+            "empty file",
+            String::new(),
+            ": declares no tools: add [[tools]] or [[mcp_servers]] entries, or set example_tools = true to serve only the built-in example tools".into(),
+        ),
+        (
+            "no tools",
+            "example_tools = false\n".into(),
+            ": declares no tools: add [[tools]] or [[mcp_servers]] entries, or set example_tools = true to serve only the built-in example tools".into(),
+        ),
+        (
+            "[tools] for [[tools]]",
+            "\n[tools]\nname = \"pay\"\nurl = \"http://127.0.0.1:9/pay\"\n".into(),
+            ", line 2, field `tools`: [tools] is a single table; write [[tools]] (double brackets) before each entry".into(),
+        ),
+        (
+            "[mcp_servers] for [[mcp_servers]]",
+            "[mcp_servers]\nname = \"files\"\nurl = \"http://127.0.0.1:9/mcp\"\n".into(),
+            ", line 1, field `mcp_servers`: [mcp_servers] is a single table; write [[mcp_servers]] (double brackets) before each entry".into(),
+        ),
+        (
+            "a status in both lists",
+            format!("{GOOD_TOOL}not_executed_statuses = [503]\neffect_unknown_statuses = [409, 503]\n"),
+            ", line 6, tool \"pay\", field `effect_unknown_statuses`: 503 is also in not_executed_statuses; a status either proves that nothing happened or leaves the effect unknown, list it in one of them".into(),
+        ),
+        (
+            "a number as text",
+            format!("{GOOD_TOOL}timeout_ms = \"10\"\n"),
+            ", line 5, tool \"pay\", field `timeout_ms`: invalid type: string \"10\", expected u64".into(),
+        ),
+        (
+            "a flag as text",
+            format!("example_tools = \"yes\"\n{GOOD_TOOL}"),
+            ", line 1, field `example_tools`: invalid type: string \"yes\", expected a boolean".into(),
+        ),
+        (
+            "a list as a number",
+            format!("{GOOD_TOOL}not_executed_statuses = 429\n"),
+            ", line 5, tool \"pay\", field `not_executed_statuses`: invalid type: integer `429`, expected a sequence".into(),
+        ),
+    ];
+    for (what, text, expected) in &cases {
+        let file = write_tools_file(text);
+        let message = format!("carmy-gateway: tools file {}{expected}", file.display());
+        for args in [&[][..], &["check-config"][..]] {
+            let (code, stdout, stderr) = run(&file, args, &[]);
+            assert_eq!(code, Some(1), "{what} {args:?}: {stderr}");
+            assert_eq!(last_line(&stderr), message, "{what} {args:?}");
+            assert!(!stdout.contains("valid"), "{what}: {stdout}");
+        }
+    }
+    // Only the examples, said so: valid.
+    let file = write_tools_file("example_tools = true\n");
+    let (code, stdout, stderr) = run(&file, &["check-config"], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.starts_with(&format!("tools file {}: valid", file.display())),
+        "{stdout}"
+    );
 }

@@ -83,6 +83,14 @@ async fn answer(method: Method, uri: Uri, headers: HeaderMap, body: Bytes, nth: 
                 format!(r#"{{"payment_id":"pay_{nth}","charged":true}}"#),
             )
         }
+        // An error body that echoes the request's credentials, as careless upstreams do.
+        "/reflect" => {
+            let echo = serde_json::json!({
+                "error": "unauthorized",
+                "received": {"authorization": header(&headers, "authorization")},
+            });
+            reply(401, echo.to_string())
+        }
         "/redirect" => (StatusCode::FOUND, [("location", "/json")], "").into_response(),
         // The first request never gets an answer (its caller is killed meanwhile); later ones
         // fall through to the echo.

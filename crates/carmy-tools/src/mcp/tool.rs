@@ -1,8 +1,10 @@
 //! One tool of an upstream MCP server (docs/semantics.md §10): forwarded as `tools/call` with
 //! the execution id in `params._meta["io.carmy/idempotency_key"]`; a `CallToolResult` becomes
-//! the outcome (`structuredContent`, else the content list; `isError` → `failed`).
+//! the outcome (`structuredContent`, else the content list; `isError` → `failed`), with the
+//! server's configured secrets masked.
 
 use super::McpUpstream;
+use crate::secret::{mask_outcome, mask_text};
 use carmy::tool::{Tool, ToolContext, ToolFuture};
 use carmy::{ToolAnnotations, ToolError};
 use rmcp::model::{CallToolRequestParams, CallToolResult, MetaObject, RequestMetaObject};
@@ -48,7 +50,13 @@ impl McpTool {
         params
     }
 
+    /// [`Self::send`] with the server's configured secrets masked in what it answers.
     async fn run(&self, context: ToolContext, arguments: Value) -> Result<Value, ToolError> {
+        let outcome = self.send(context, arguments).await;
+        mask_outcome(outcome, &self.upstream.spec.secrets)
+    }
+
+    async fn send(&self, context: ToolContext, arguments: Value) -> Result<Value, ToolError> {
         let Some(peer) = self.upstream.peer() else {
             return Err(unavailable(&self.upstream.spec.name));
         };
@@ -63,6 +71,7 @@ impl McpTool {
                 json!({"code": error.code.0, "message": error.message, "data": error.data}),
             )),
             Err(error) => {
+                let error = mask_text(&error.to_string(), &self.upstream.spec.secrets);
                 tracing::warn!(tool = %self.name, execution_id = %context.execution_id, %error,
                     "MCP call failed after it may have been sent");
                 Err(ToolError::effect_unknown(
