@@ -164,11 +164,13 @@ env = {{ STATE_FILE = {state:?} }}
     };
     assert_eq!(
         marked("pay"),
-        json!({"name": "request_id", "required": false, "adopted": false})
+        json!({"name": "request_id", "required": false, "adopted": false,
+               "description": carmy::key_argument::DESCRIPTION})
     );
     assert_eq!(
         marked("adopt"),
-        json!({"name": "op_id", "required": false, "adopted": true})
+        json!({"name": "op_id", "required": false, "adopted": true,
+               "description": carmy::key_argument::DESCRIPTION})
     );
     assert_eq!(marked("lookup"), Value::Null);
     assert_eq!(marked("py.write")["name"], "request_id");
