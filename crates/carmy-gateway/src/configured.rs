@@ -63,7 +63,10 @@ pub async fn check_config(config: &Config) -> Result<(), GatewayError> {
         println!("example {}", EXAMPLE_TOOL_NAMES.join(", "));
         return Ok(());
     };
-    tools(&file, config.max_result_bytes)?;
+    let keys = crate::key_argument_config(config);
+    for tool in tools(&file, config.max_result_bytes)? {
+        carmy::key_argument::resolve(tool.as_ref(), &keys)?;
+    }
     println!("tools file {}: valid", file.file.display());
     if file.example_tools {
         println!("example {}", EXAMPLE_TOOL_NAMES.join(", "));
@@ -75,6 +78,9 @@ pub async fn check_config(config: &Config) -> Result<(), GatewayError> {
             .await
             .map_err(GatewayError::Mcp)?;
         let imported = upstream.tools().await.map_err(GatewayError::Mcp)?;
+        for tool in &imported {
+            carmy::key_argument::resolve(tool.as_ref(), &keys)?;
+        }
         let names: Vec<&str> = imported.iter().map(|tool| tool.name()).collect();
         println!(
             "mcp   {}: connected, tools: {}",

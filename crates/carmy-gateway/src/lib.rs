@@ -220,11 +220,16 @@ fn engine_config(config: &Config) -> EngineConfig {
         max_wait: Duration::from_millis(config.max_wait_ms),
         retention: config.retention.0,
         prune_interval: Duration::from_millis(config.prune_interval_ms),
-        key_argument: carmy::key_argument::KeyArgumentConfig {
-            name: config.mcp_key_argument.trim().to_owned(),
-            required: config.mcp_key_required,
-        },
+        key_argument: key_argument_config(config),
         ..EngineConfig::default()
+    }
+}
+
+/// The request id argument's settings from the gateway's (docs/semantics.md §11).
+pub(crate) fn key_argument_config(config: &Config) -> carmy::key_argument::KeyArgumentConfig {
+    carmy::key_argument::KeyArgumentConfig {
+        name: config.mcp_key_argument.trim().to_owned(),
+        required: config.mcp_key_required,
     }
 }
 

@@ -77,7 +77,9 @@ impl ServerHandler for CarmyMcp {
     fn get_info(&self) -> ServerConfig {
         let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
         info.server_info = Implementation::new("carmy", env!("CARGO_PKG_VERSION"));
-        info.instructions = Some(INSTRUCTIONS.to_owned());
+        let name = &self.engine.key_argument_config().name;
+        let name = if name.is_empty() { "request_id" } else { name };
+        info.instructions = Some(INSTRUCTIONS.replace("request_id", name));
         info
     }
 
@@ -132,7 +134,8 @@ impl ServerHandler for CarmyMcp {
     }
 }
 
-/// What `initialize` and `server/discover` tell the model about request ids.
+/// What `initialize` and `server/discover` tell the model about request ids (`request_id`
+/// stands for the configured argument name).
 pub(crate) const INSTRUCTIONS: &str = "Carmy runs these tools with retry safety: a tool that \
 changes something takes a `request_id`, a random id you choose for each new action (a UUID). If \
 you are not sure whether an action took effect (a timeout, an error, a lost answer), call the \

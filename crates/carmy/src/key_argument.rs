@@ -68,6 +68,8 @@ pub struct KeyArgument {
     /// (and part of the fingerprint); otherwise it is taken out of `arguments` before the
     /// schema check, the fingerprint and the tool.
     pub adopted: bool,
+    /// The description a model reads for it ([`DESCRIPTION`]).
+    pub description: &'static str,
 }
 
 /// A tool whose own schema already has a property of the gateway's argument name: a start-up
@@ -109,6 +111,7 @@ pub fn resolve(
             name: name.to_owned(),
             required,
             adopted: own(name),
+            description: DESCRIPTION,
         })),
         None => {
             let read_only = tool
@@ -127,6 +130,7 @@ pub fn resolve(
                 name: config.name.clone(),
                 required,
                 adopted: false,
+                description: DESCRIPTION,
             }))
         }
     }
@@ -147,7 +151,7 @@ pub fn listed_schema(schema: &Value, key: &KeyArgument) -> Value {
         if let Value::Object(properties) = properties {
             properties.insert(
                 key.name.clone(),
-                json!({"type": "string", "description": DESCRIPTION}),
+                json!({"type": "string", "description": key.description}),
             );
         }
     }
@@ -231,6 +235,7 @@ mod tests {
                 name: name.to_owned(),
                 required: false,
                 adopted,
+                description: DESCRIPTION,
             }))
         };
         let found = |t: FnTool| resolve(&t, &config);
@@ -268,7 +273,8 @@ mod tests {
             Ok(Some(KeyArgument {
                 name: "rid".into(),
                 required: true,
-                adopted: false
+                adopted: false,
+                description: DESCRIPTION,
             }))
         );
     }
@@ -281,6 +287,7 @@ mod tests {
             name: "request_id".into(),
             required: true,
             adopted: false,
+            description: DESCRIPTION,
         };
         let listed = listed_schema(&schema, &key);
         assert_eq!(
@@ -293,6 +300,7 @@ mod tests {
             name: "sku".into(),
             required: false,
             adopted: true,
+            description: DESCRIPTION,
         };
         assert_eq!(listed_schema(&schema, &adopted), schema);
     }

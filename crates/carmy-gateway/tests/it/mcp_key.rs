@@ -164,11 +164,13 @@ env = {{ STATE_FILE = {state:?} }}
     };
     assert_eq!(
         marked("pay"),
-        json!({"name": "request_id", "required": false, "adopted": false})
+        json!({"name": "request_id", "required": false, "adopted": false,
+               "description": carmy::key_argument::DESCRIPTION})
     );
     assert_eq!(
         marked("adopt"),
-        json!({"name": "op_id", "required": false, "adopted": true})
+        json!({"name": "op_id", "required": false, "adopted": true,
+               "description": carmy::key_argument::DESCRIPTION})
     );
     assert_eq!(marked("lookup"), Value::Null);
     assert_eq!(marked("py.write")["name"], "request_id");
@@ -183,21 +185,25 @@ url = "http://127.0.0.1:9/pay"
 input_schema = { type = "object", properties = { request_id = { type = "string" } } }
 "#,
     );
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_carmy-gateway"))
-        .env_remove("DATABASE_URL")
-        .env_remove("CARMY_API_KEYS")
-        .env("CARMY_LISTEN", "127.0.0.1:0")
-        .env("CARMY_TOOLS_FILE", &file)
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    for part in [
-        r#"tool "pay" already has an argument named "request_id""#,
-        r#"key_argument = "<another name>""#,
-        r#"key_argument = "request_id" to use the tool's own argument"#,
-    ] {
-        assert!(stderr.contains(part), "{part} not in {stderr}");
+    // Serving and check-config both stop.
+    for args in [&[][..], &["check-config"][..]] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_carmy-gateway"))
+            .args(args)
+            .env_remove("DATABASE_URL")
+            .env_remove("CARMY_API_KEYS")
+            .env("CARMY_LISTEN", "127.0.0.1:0")
+            .env("CARMY_TOOLS_FILE", &file)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        for part in [
+            r#"tool "pay" already has an argument named "request_id""#,
+            r#"key_argument = "<another name>""#,
+            r#"key_argument = "request_id" to use the tool's own argument"#,
+        ] {
+            assert!(stderr.contains(part), "{part} not in {stderr}");
+        }
     }
 }
 
@@ -267,17 +273,20 @@ async fn explicit_keys_win_over_the_argument_and_the_source_says_which_gave_the_
 
 #[tokio::test]
 async fn a_required_argument_is_listed_required_and_its_absence_refused() {
-    let gateway = Served::start(&["--mcp-key-required"]).await;
+    let gateway = Served::start(&["--mcp-key-required", "--mcp-key-argument", "op_key"]).await;
     let client = connect(&gateway.mcp(), None).await;
+    let info = client.peer_info().expect("initialize answered");
+    let instructions = info.instructions.as_deref().unwrap_or_default();
+    assert!(
+        instructions.contains("call the tool again with the same arguments and the same `op_key`"),
+        "{instructions}"
+    );
     let tools = client.list_all_tools().await.unwrap();
     let create = tools
         .iter()
         .find(|tool| tool.name == "create_order")
         .unwrap();
-    assert_eq!(
-        create.input_schema["required"],
-        json!(["sku", "request_id"])
-    );
+    assert_eq!(create.input_schema["required"], json!(["sku", "op_key"]));
     let refused = client
         .call_tool(call_with_meta(
             "create_order",
@@ -289,7 +298,7 @@ async fn a_required_argument_is_listed_required_and_its_absence_refused() {
     assert_eq!(refused.is_error, Some(true));
     assert_eq!(structured(&refused)["code"], "REQUEST_ID_ARGUMENT_REQUIRED");
     assert!(
-        text(&refused).contains("Retry this call with `request_id` set to a random id"),
+        text(&refused).contains("Retry this call with `op_key` set to a random id"),
         "{}",
         text(&refused)
     );

@@ -131,6 +131,11 @@ impl Engine {
         }
     }
 
+    /// The gateway's settings of the request id argument (docs/semantics.md §11).
+    pub fn key_argument_config(&self) -> &crate::key_argument::KeyArgumentConfig {
+        &self.config.key_argument
+    }
+
     /// The request id argument `tool` takes under this engine's settings (docs/semantics.md
     /// §11); `None` for none.
     ///

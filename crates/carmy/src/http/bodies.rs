@@ -120,8 +120,9 @@ pub(super) struct ToolEntry<'a> {
     pub(super) annotations: Option<&'a crate::tool::ToolAnnotations>,
     /// The request id argument the tool offers a model (docs/semantics.md §11), `null` for
     /// none: a framework that shows the tool to a model over this API adds this string property
-    /// to `input_schema` (described as Carmy's MCP front does), takes it out of the arguments
-    /// before the call unless `adopted`, and sends it as the call's `request_id`.
+    /// to `input_schema` with its `description` (unless `adopted`: then it is already there),
+    /// takes it out of the arguments before the call unless `adopted`, and sends it as the
+    /// call's `request_id`.
     pub(super) request_id_argument: Option<crate::key_argument::KeyArgument>,
 }
 
