@@ -20,6 +20,7 @@ mod mcp_rmcp;
 mod mcp_tools;
 mod mcp_upstreams;
 mod memory_cases;
+mod operator_keys;
 mod order_errors;
 mod partition;
 mod postgres_outages;
