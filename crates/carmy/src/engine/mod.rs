@@ -71,6 +71,11 @@ pub struct EngineConfig {
     pub prune_interval: Duration,
     /// Rows of each kind one pruning step deletes at most (default 1000).
     pub prune_batch: usize,
+    /// How long a tool that was running when this process's lease lapsed may still take to
+    /// finish after it is asked to stop (default 2 s; docs/semantics.md §12): its real outcome
+    /// (an order id) is recorded or kept as a late arrival; past the grace it is dropped and
+    /// recorded `cancelled`.
+    pub lease_loss_grace: Duration,
 }
 
 impl Default for EngineConfig {
@@ -86,6 +91,7 @@ impl Default for EngineConfig {
             retention: Some(crate::retention::DEFAULT_RETENTION),
             prune_interval: crate::retention::DEFAULT_PRUNE_INTERVAL,
             prune_batch: crate::retention::DEFAULT_PRUNE_BATCH,
+            lease_loss_grace: Duration::from_secs(2),
         }
     }
 }
