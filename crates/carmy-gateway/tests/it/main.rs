@@ -5,6 +5,7 @@
 mod config;
 #[cfg(feature = "fault-injection")]
 mod crash_points;
+mod decision_limits;
 mod example_orders;
 mod executions_cli;
 mod executions_cli_failures;
