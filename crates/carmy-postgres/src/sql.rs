@@ -241,8 +241,9 @@ pub const AUDIT_TRAIL_SQL: &str = "SELECT actor, at, execution_id, action, \
 /// Keeps a late outcome as an audit row (`late_arrival`) and reads who holds the identity now.
 /// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` owner instance (the actor),
 /// `$5` execution_id, `$6` status, `$7` outcome text, `$8` note. Returns `current` (the holder's
-/// execution id, or `NULL`). An outcome holding `\u0000` (which `jsonb` refuses) is kept as a
-/// JSON string of its text.
+/// execution id, or `NULL`). An outcome `jsonb` refuses (`\u0000`, a number beyond `numeric`'s
+/// range or precision) is kept as a JSON string of its text (`carmy.jsonb_or_text`, migration
+/// `V12`), so the write never fails because of the value (docs/semantics.md §12).
 pub const LATE_ARRIVAL_SQL: &str = "WITH holder AS ( \
          SELECT execution_id FROM carmy.reservations \
          WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
@@ -252,9 +253,8 @@ pub const LATE_ARRIVAL_SQL: &str = "WITH holder AS ( \
                 jsonb_build_object('principal', $1::text, 'session_id', $2::text, \
                                    'request_id', $3::text, \
                                    'current_execution_id', (SELECT execution_id FROM holder)), \
-                jsonb_build_object('state', $6::text, 'outcome', \
-                    CASE WHEN strpos($7::text, '\\u0000') = 0 THEN $7::text::jsonb \
-                         ELSE to_jsonb($7::text) END), \
+                jsonb_build_object('state', $6::text, \
+                                   'outcome', carmy.jsonb_or_text($7::text)), \
                 $8 \
          RETURNING 1 \
      ) \
@@ -265,12 +265,13 @@ pub const LATE_ARRIVAL_SQL: &str = "WITH holder AS ( \
 /// read as a big-endian `bigint`. Only one session prunes at a time.
 pub const PRUNE_LOCK_KEY: i64 = 0x6361_726d_7970_7275;
 
-/// One pruning step through the SQL function of migration `V9` (docs/semantics.md §12). Binds:
-/// `$1` retention in milliseconds, `$2` batch size. Returns one row: `locked` (false: another
+/// One pruning step through the SQL function of migrations `V9` and `V12` (docs/semantics.md
+/// §12), with `short_retention_ok` set: the gateway's `CARMY_RETENTION` was chosen on purpose.
+/// Binds: `$1` retention in milliseconds, `$2` batch size. Returns one row: `locked` (false: another
 /// session prunes, nothing was done), and the rows deleted of each kind, `records`, `released`,
 /// `audit`, `instances` (`bigint`).
 pub const PRUNE_SQL: &str = "SELECT locked, records, released, audit, instances \
-     FROM carmy.prune_expired($1::bigint * interval '1 millisecond', $2::integer)";
+     FROM carmy.prune_expired($1::bigint * interval '1 millisecond', $2::integer, true)";
 
 /// The highest applied migration; `NULL` when none. Reads [`crate::MIGRATION_TABLE`].
 pub const READY_SQL: &str = "SELECT max(version) FROM carmy.refinery_schema_history";

@@ -202,10 +202,11 @@ async fn migrate_twice_is_a_noop() {
             (8, "late_arrivals"),
             (9, "retention"),
             (10, "recovery_columns"),
-            (11, "replay_cache_changes")
+            (11, "replay_cache_changes"),
+            (12, "decision_limits")
         ]
     );
-    assert_eq!(latest_migration_version(), 11);
+    assert_eq!(latest_migration_version(), 12);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -267,7 +268,7 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     pool.close().await;
 }
 
@@ -427,12 +428,17 @@ async fn schema_is_documented_and_constrained() {
     // Every function is documented; the in-flight rule is stable, decisions are volatile.
     let expected = [
         ("decision_refused", "v"),
+        ("decision_value_refused", "v"),
         ("explain_undecided", "v"),
         ("in_flight_state", "s"),
+        ("json_problem", "i"),
+        ("jsonb_or_text", "i"),
         ("notify_outcome_waiters", "v"),
         ("notify_record_changed", "v"),
         ("outcome_is_record", "i"),
         ("prune_expired", "v"),
+        ("prune_expired_step", "v"),
+        ("record_damaged", "i"),
         ("record_expired", "s"),
         ("record_timestamp", "i"),
         ("release_execution", "v"),

@@ -124,11 +124,13 @@ impl ApiKeys {
 }
 
 /// An authenticated caller (docs/semantics.md §6, §12): its principal and, for an operator key,
-/// the operator's name. An operator may decide on and list any principal's executions; its
-/// own calls run as the principal named like the operator.
+/// the operator's name. An operator may decide on and list any principal's executions, and
+/// is no principal: every route that acts as a principal (calls, reading or cancelling an
+/// execution, an identity lookup) refuses it, whatever its name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Caller {
-    /// The principal whose records the caller reads and writes.
+    /// The principal whose records the caller reads and writes; for an operator, its name,
+    /// never used as a principal (check [`Caller::operator`] first).
     pub principal: String,
     /// `Some(name)` for an operator key of `CARMY_OPERATOR_KEYS`.
     pub operator: Option<String>,

@@ -58,6 +58,7 @@ pub mod outcome;
 mod registry;
 pub mod retention;
 pub mod runtime;
+pub mod storable;
 pub mod strict_json;
 pub mod tool;
 pub mod trace;

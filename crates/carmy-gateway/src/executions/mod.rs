@@ -23,6 +23,7 @@ use args::{
 use carmy::decision::{check_note, check_outcome, Decision, ReleaseRequest, ResolveRequest};
 use carmy::identity::validate_identifier;
 use carmy::outcome::{ExecutionError, ExecutionId};
+use carmy::storable::check_outcome_values;
 use carmy_postgres::{ConnectError, Operator, OperatorQuery};
 use failure::CliFailure;
 use serde_json::{json, Value};
@@ -284,6 +285,8 @@ fn resolve_request(resolve: &ResolveArgs) -> Result<ResolveRequest, CliFailure> 
             status.as_str()
         ))
     })?;
+    let max_bytes = carmy::engine::EngineConfig::default().max_result_bytes;
+    check_outcome_values(&data, error.as_ref(), max_bytes).map_err(CliFailure::invalid)?;
     Ok(ResolveRequest {
         decision: decision(execution_id, &resolve.decision)?,
         status,

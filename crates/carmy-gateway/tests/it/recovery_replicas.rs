@@ -210,7 +210,7 @@ async fn post_waiting(replica: &Replica, call: &Value, seconds: u64) -> (u16, Va
 }
 
 /// Waits until `replica` reads `request_id` as running; its execution id.
-async fn reserved(replica: &Replica, request_id: &str) -> Value {
+pub(crate) async fn reserved(replica: &Replica, request_id: &str) -> Value {
     let http = client();
     let path = format!("/v1/executions?request_id={request_id}");
     eventually(Duration::from_secs(10), "the call is reserved", || async {
@@ -276,7 +276,7 @@ async fn a_wait_shorter_than_the_tool_ends_running_and_the_server_caps_it() {
 }
 
 /// Sends `signal` (`STOP`, `CONT`) to `replica`'s process.
-fn signal(replica: &Replica, signal: &str) {
+pub(crate) fn signal(replica: &Replica, signal: &str) {
     let pid = replica.pid().expect("running").to_string();
     let sent = std::process::Command::new("kill")
         .args([&format!("-{signal}"), &pid])

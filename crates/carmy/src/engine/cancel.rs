@@ -39,7 +39,7 @@ impl Engine {
         self.running_map()
             .insert(execution_id.clone(), Running::new(token.clone(), reserved));
         if reserved && self.lease_lapsed() {
-            self.stop_for_lease_loss(execution_id);
+            self.stop_for_lease_loss(execution_id, false);
         }
         token
     }

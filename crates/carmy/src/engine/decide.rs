@@ -9,6 +9,7 @@ use crate::decision::{
 };
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
 use crate::runtime::{ExecutionLookup, InFlightState};
+use crate::storable::check_outcome_values;
 use serde_json::Value;
 
 /// The most records one listing returns.
@@ -69,6 +70,12 @@ impl Engine {
         check_note(&resolve.note).map_err(Refusal::Invalid)?;
         check_outcome(resolve.status, &resolve.data, resolve.error.as_ref())
             .map_err(Refusal::Invalid)?;
+        check_outcome_values(
+            &resolve.data,
+            resolve.error.as_ref(),
+            self.config.max_result_bytes,
+        )
+        .map_err(Refusal::Invalid)?;
         let request = ResolveRequest {
             decision: decision(caller, execution_id, resolve.note, resolve.force),
             status: resolve.status,

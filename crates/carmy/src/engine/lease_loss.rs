@@ -1,13 +1,16 @@
 //! Lease loss (docs/semantics.md §12): once the store reports that this process's lease lapsed
 //! ([`LeaseState::Lapsed`]), the other replicas read its reserved executions as interrupted, so
-//! the engine asks their tools to stop, through the same token as a cancel request; their
-//! outcome is recorded `cancelled` (effect unknown), or kept as a late arrival when the
-//! execution was decided meanwhile. The store refuses new reservations until a renewal succeeds.
+//! the engine asks their tools to stop, through the same token as a cancel request, and gives
+//! each tool that was running the grace ([`EngineConfig::lease_loss_grace`](super::EngineConfig))
+//! to finish: a tool that finishes within it has its real outcome recorded (or kept as a late
+//! arrival when the execution was decided meanwhile); one still running after it is recorded
+//! `cancelled` (effect unknown). The store refuses new reservations until a renewal succeeds.
 
 use super::Engine;
 use crate::outcome::ExecutionId;
 use crate::runtime::LeaseState;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// One execution this process runs.
@@ -17,6 +20,10 @@ pub(super) struct Running {
     reserved: bool,
     /// Whether it was asked to stop because the lease lapsed.
     stopped_for_lease_loss: bool,
+    /// Whether it was running when the lease lapsed, so its tool gets the grace to finish
+    /// ([`EngineConfig::lease_loss_grace`](super::EngineConfig::lease_loss_grace)); one
+    /// started while the lease read lapsed gets none.
+    grace: bool,
 }
 
 impl Running {
@@ -25,6 +32,7 @@ impl Running {
             token,
             reserved,
             stopped_for_lease_loss: false,
+            grace: false,
         }
     }
 
@@ -71,7 +79,7 @@ impl Engine {
                     }
                 };
                 for execution_id in &reserved {
-                    engine.stop_for_lease_loss(execution_id);
+                    engine.stop_for_lease_loss(execution_id, true);
                 }
                 drop(engine);
                 if lease
@@ -92,8 +100,9 @@ impl Engine {
             .is_some_and(|lease| *lease.borrow() == LeaseState::Lapsed)
     }
 
-    /// Asks one running execution's tool to stop because the lease lapsed (once).
-    pub(super) fn stop_for_lease_loss(&self, execution_id: &ExecutionId) {
+    /// Asks one running execution's tool to stop because the lease lapsed (once); with
+    /// `grace`, its tool may still finish within the grace (docs/semantics.md §12).
+    pub(super) fn stop_for_lease_loss(&self, execution_id: &ExecutionId, grace: bool) {
         let token = {
             let mut running = self.running_map();
             let Some(running) = running.get_mut(execution_id) else {
@@ -103,6 +112,7 @@ impl Engine {
                 return;
             }
             running.stopped_for_lease_loss = true;
+            running.grace = grace;
             running.token.clone()
         };
         tracing::warn!(%execution_id, "asking the tool to stop: this replica's lease lapsed, the other replicas report the execution interrupted");
@@ -114,5 +124,18 @@ impl Engine {
         self.running_map()
             .get(execution_id)
             .is_some_and(|running| running.stopped_for_lease_loss)
+    }
+
+    /// How long the tool of `execution_id`, asked to stop, may still take to finish: the
+    /// lease-loss grace when it was running as the lease lapsed (and the process is not
+    /// shutting down), else nothing.
+    pub(super) fn grace_after_stop(&self, execution_id: &ExecutionId) -> Option<Duration> {
+        if self.cancel_executions.is_cancelled() {
+            return None;
+        }
+        self.running_map()
+            .get(execution_id)
+            .filter(|running| running.stopped_for_lease_loss && running.grace)
+            .map(|_| self.config.lease_loss_grace)
     }
 }

@@ -74,6 +74,11 @@ pub struct EngineConfig {
     /// The request id a model holds (docs/semantics.md §11): its name and whether tools
     /// require it, unless a tool chooses otherwise ([`crate::key_argument::resolve`]).
     pub key_argument: crate::key_argument::KeyArgumentConfig,
+    /// How long a tool that was running when this process's lease lapsed may still take to
+    /// finish after it is asked to stop (default 2 s; docs/semantics.md §12): its real outcome
+    /// (an order id) is recorded or kept as a late arrival; past the grace it is dropped and
+    /// recorded `cancelled`.
+    pub lease_loss_grace: Duration,
 }
 
 impl Default for EngineConfig {
@@ -90,6 +95,7 @@ impl Default for EngineConfig {
             prune_interval: crate::retention::DEFAULT_PRUNE_INTERVAL,
             prune_batch: crate::retention::DEFAULT_PRUNE_BATCH,
             key_argument: crate::key_argument::KeyArgumentConfig::default(),
+            lease_loss_grace: Duration::from_secs(2),
         }
     }
 }

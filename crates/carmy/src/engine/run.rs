@@ -21,6 +21,9 @@ use tracing::Instrument;
 /// How a finished tool run ended, before it becomes an [`ExecutionResult`].
 type Ending = (ExecutionStatus, Value, Option<ExecutionError>);
 
+/// What a tool's call gives once it ends: its value or error, or the panic it raised.
+type RunOutput = std::thread::Result<Result<Value, ToolError>>;
+
 /// What a waiting caller is told by an execution's task: the outcome (recorded, when the call
 /// was protected) or why there is none.
 pub(super) type Delivery = Result<RecordedResult, Refusal>;
@@ -143,25 +146,20 @@ impl Engine {
                 fault::point(fault::DURING_TOOL);
             });
         }
-        let failed = |error| (ExecutionStatus::Failed, Value::Null, Some(error));
-        let (status, data, error) = tokio::select! {
-            outcome = tokio::time::timeout(deadline, run) => match outcome {
-                Ok(Ok(Ok(data))) => self.check_recordable(data),
-                Ok(Ok(Err(tool_error))) => {
-                    if let ToolErrorKind::NotExecuted { retry_after } = tool_error.kind {
-                        self.metrics.tool_not_executed(tool.name(), clock.elapsed());
-                        return Err(NotExecuted { error: tool_error, retry_after });
-                    }
-                    failed(tool_error.into())
-                }
-                Ok(Err(_panic)) => failed(ExecutionError::panicked()),
-                Err(_elapsed) => (
-                    ExecutionStatus::TimedOut,
-                    Value::Null,
-                    Some(ExecutionError::timeout(deadline)),
-                ),
+        let run = tokio::time::timeout(deadline, run);
+        tokio::pin!(run);
+        let ran = tokio::select! {
+            outcome = &mut run => Some(outcome),
+            () = cancel.cancelled() => match self.grace_after_stop(&execution_id) {
+                // Stopped because the lease lapsed: the tool may be finishing an effect whose
+                // identity (an order id) only its outcome names, so it gets a bounded grace.
+                Some(grace) => tokio::time::timeout(grace, &mut run).await.ok(),
+                None => None,
             },
-            () = cancel.cancelled() => (
+        };
+        let (status, data, error) = match ran {
+            Some(outcome) => self.ending(tool, outcome, deadline, clock)?,
+            None => (
                 ExecutionStatus::Cancelled,
                 Value::Null,
                 Some(if self.cancel_executions.is_cancelled() {
@@ -186,6 +184,39 @@ impl Engine {
             started_at,
             finished_at: now_millis(),
             resolution: None,
+        })
+    }
+
+    /// How a tool run that ended by itself (or reached its deadline) is recorded.
+    ///
+    /// # Errors
+    /// The tool's [`ToolErrorKind::NotExecuted`] error.
+    fn ending(
+        &self,
+        tool: &dyn Tool,
+        outcome: Result<RunOutput, tokio::time::error::Elapsed>,
+        deadline: std::time::Duration,
+        clock: std::time::Instant,
+    ) -> Result<Ending, NotExecuted> {
+        let failed = |error| (ExecutionStatus::Failed, Value::Null, Some(error));
+        Ok(match outcome {
+            Ok(Ok(Ok(data))) => self.check_recordable(data),
+            Ok(Ok(Err(tool_error))) => {
+                if let ToolErrorKind::NotExecuted { retry_after } = tool_error.kind {
+                    self.metrics.tool_not_executed(tool.name(), clock.elapsed());
+                    return Err(NotExecuted {
+                        error: tool_error,
+                        retry_after,
+                    });
+                }
+                failed(tool_error.into())
+            }
+            Ok(Err(_panic)) => failed(ExecutionError::panicked()),
+            Err(_elapsed) => (
+                ExecutionStatus::TimedOut,
+                Value::Null,
+                Some(ExecutionError::timeout(deadline)),
+            ),
         })
     }
 

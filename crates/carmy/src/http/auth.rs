@@ -8,7 +8,8 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue};
 
-/// The authenticated principal of a request; a handler that takes it answers 401 without one.
+/// The authenticated principal of a request; a handler that takes it answers 401 without one,
+/// and for an operator key.
 pub(crate) struct Principal(pub(crate) String);
 
 /// The authenticated caller of a request, with operator rights for an operator key
@@ -44,9 +45,14 @@ impl FromRequestParts<AppState> for AuthenticatedCaller {
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
+    /// An operator key is refused ([`ApiError::OperatorKey`]): operators are told apart from
+    /// principals by the kind of their key, never by name (docs/semantics.md §6).
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let AuthenticatedCaller(caller) =
             AuthenticatedCaller::from_request_parts(parts, state).await?;
+        if caller.operator.is_some() {
+            return Err(ApiError::OperatorKey);
+        }
         Ok(Self(caller.principal))
     }
 }

@@ -36,6 +36,10 @@ pub enum ApiError {
     /// (docs/semantics.md §6): it cannot be checked, so the call is not run as `anonymous`.
     #[error("this server has no API keys configured, so it cannot check the Authorization header: send the request without it (every caller is the principal anonymous), or configure API keys on the server (gateway: CARMY_API_KEYS or CARMY_API_KEYS_FILE)")]
     NoApiKeys,
+    /// 401 `UNAUTHORIZED`: an operator key (`CARMY_OPERATOR_KEYS`) on a route that acts as a
+    /// principal (docs/semantics.md §6): operators list, show and decide; they are no principal.
+    #[error("this is an operator key: it lists executions (GET /v1/executions) and decides them (POST /v1/executions/{{id}}/resolve or /release), but it is not a principal and cannot call tools, read, or cancel an execution as one; send an API key (CARMY_API_KEYS) for that")]
+    OperatorKey,
     /// 404 `NOT_FOUND`: no such route, or no such execution for this principal.
     #[error("{0}")]
     NotFound(String),
@@ -292,7 +296,7 @@ impl ApiError {
         match self {
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::UnknownTool { .. } | Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::Unauthorized | Self::NoApiKeys => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized | Self::NoApiKeys | Self::OperatorKey => StatusCode::UNAUTHORIZED,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -318,7 +322,7 @@ impl ApiError {
             Self::NotExecuted { code, .. } => code,
             Self::InvalidRequest(_) => "INVALID_REQUEST",
             Self::UnknownTool { .. } => "UNKNOWN_TOOL",
-            Self::Unauthorized | Self::NoApiKeys => "UNAUTHORIZED",
+            Self::Unauthorized | Self::NoApiKeys | Self::OperatorKey => "UNAUTHORIZED",
             Self::NotFound(_) => "NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
@@ -343,7 +347,7 @@ impl ApiError {
         match self {
             Self::InvalidRequest(_) => "Invalid request",
             Self::UnknownTool { .. } => "Unknown tool",
-            Self::Unauthorized | Self::NoApiKeys => "Unauthorized",
+            Self::Unauthorized | Self::NoApiKeys | Self::OperatorKey => "Unauthorized",
             Self::NotFound(_) => "Not found",
             Self::MethodNotAllowed => "Method not allowed",
             Self::PayloadTooLarge { .. } => "Payload too large",
@@ -453,7 +457,10 @@ impl IntoResponse for ApiError {
         let mut response = (status, text).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        if matches!(self, Self::Unauthorized | Self::NoApiKeys) {
+        if matches!(
+            self,
+            Self::Unauthorized | Self::NoApiKeys | Self::OperatorKey
+        ) {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         if let Some(pause) = self.retry_after() {

@@ -185,6 +185,7 @@ fn listed(error: &ApiError) {
         | ApiError::NotExecuted { .. }
         | ApiError::NotReady(_)
         | ApiError::NoApiKeys
+        | ApiError::OperatorKey
         | ApiError::ExecutionRunning { .. }
         | ApiError::ExecutionSuperseded { .. }
         | ApiError::RecordDamaged { .. }

@@ -253,12 +253,14 @@ pub(super) async fn list_executions(
     }
     if let Some(request_id) = query.request_id {
         let session_id = query.session_id.unwrap_or_else(|| DEFAULT_SESSION.into());
-        let mut own = caller.clone();
-        // An identity names one principal's record: the caller's own, operator or not.
-        own.operator = None;
+        // An identity names one principal's record: the caller's own. An operator is no
+        // principal (docs/semantics.md §6): it lists by state or session instead.
+        if caller.operator.is_some() {
+            return Err(ApiError::OperatorKey);
+        }
         let found = state
             .engine
-            .list(&own, in_flight, Some(session_id), Some(request_id), 1)
+            .list(&caller, in_flight, Some(session_id), Some(request_id), 1)
             .await?;
         let found = found.first().ok_or(ApiError::NotFound(
             "no record for this request_id and session_id".into(),
