@@ -198,6 +198,9 @@ fn engine_config(config: &Config) -> EngineConfig {
         max_wait: Duration::from_millis(config.max_wait_ms),
         retention: config.retention.0,
         prune_interval: Duration::from_millis(config.prune_interval_ms),
+        reconcile_interval: Duration::from_millis(config.reconcile_interval_ms),
+        reconcile_max_attempts: config.reconcile_max_attempts,
+        reconcile_inline: Duration::from_millis(config.reconcile_inline_ms),
         ..EngineConfig::default()
     }
 }

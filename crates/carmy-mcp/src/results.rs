@@ -106,6 +106,7 @@ pub(crate) fn from_refusal(
         Refusal::Uncertain {
             execution_id,
             state,
+            ..
         } => {
             let situation = match state {
                 InFlightState::Running => Situation::Running,
@@ -268,6 +269,7 @@ mod tests {
                 Refusal::Uncertain {
                     execution_id: id(),
                     state: running,
+                    reconciling: false,
                 },
                 "EXECUTION_UNCERTAIN",
                 json!("running"),
@@ -276,6 +278,7 @@ mod tests {
                 Refusal::Uncertain {
                     execution_id: id(),
                     state: InFlightState::Interrupted,
+                    reconciling: false,
                 },
                 "EXECUTION_UNCERTAIN",
                 json!("interrupted"),

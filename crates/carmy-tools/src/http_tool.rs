@@ -7,6 +7,7 @@
 //! reached the upstream and is recorded as `UPSTREAM_DISCONNECTED` with `effect: "unknown"`.
 //! The deadline is the engine's ([`Tool::timeout`]): reaching it records `timed_out`.
 
+use crate::probe::HttpProbe;
 use crate::response::{body_value, describe, read_bounded, retry_after, status_error, ReadFailure};
 use crate::spec::HttpToolSpec;
 use carmy::tool::{Tool, ToolContext, ToolFuture};
@@ -21,6 +22,7 @@ pub struct HttpTool {
     spec: HttpToolSpec,
     client: reqwest::Client,
     max_response_bytes: usize,
+    probe: Option<HttpProbe>,
 }
 
 impl HttpTool {
@@ -34,10 +36,15 @@ impl HttpTool {
         let max_response_bytes = spec
             .max_response_bytes
             .unwrap_or(default_max_response_bytes);
+        let probe = spec
+            .reconcile
+            .clone()
+            .map(|probe| HttpProbe::new(probe, client.clone()));
         Self {
             spec,
             client,
             max_response_bytes,
+            probe,
         }
     }
 
@@ -193,6 +200,12 @@ impl Tool for HttpTool {
 
     fn sends_idempotency_key(&self) -> bool {
         self.spec.idempotency_header.is_some()
+    }
+
+    fn probe(&self) -> Option<&dyn carmy::reconcile::Probe> {
+        self.probe
+            .as_ref()
+            .map(|probe| probe as &dyn carmy::reconcile::Probe)
     }
 
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_> {

@@ -17,6 +17,8 @@ use std::path::Path;
 use std::time::Duration;
 use toml::Spanned;
 
+mod probe;
+
 /// Headers a tools file may not set: the HTTP client owns them.
 const RESERVED_HEADERS: [&str; 6] = [
     "host",
@@ -205,6 +207,11 @@ impl Checker<'_> {
                 .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX)),
             on_interrupted,
             headers: self.headers(&tool.headers, &label)?,
+            reconcile: tool
+                .reconcile
+                .as_ref()
+                .map(|probe| self.probe(probe, &label))
+                .transpose()?,
         })
     }
 

@@ -252,6 +252,7 @@ impl App {
         self.engine.follow_record_changes();
         self.engine.stop_tools_on_lease_loss();
         self.engine.start_pruner();
+        self.engine.start_reconciler();
     }
 
     /// The configured listen address.

@@ -54,6 +54,7 @@ pub mod identity;
 pub mod memory;
 pub mod metrics;
 pub mod outcome;
+pub mod reconcile;
 mod registry;
 pub mod retention;
 pub mod runtime;

@@ -14,6 +14,7 @@ mod changes;
 pub mod decide;
 pub mod hints;
 mod lease_loss;
+pub mod reconcile;
 mod record;
 mod run;
 mod takeover;
@@ -71,6 +72,15 @@ pub struct EngineConfig {
     pub prune_interval: Duration,
     /// Rows of each kind one pruning step deletes at most (default 1000).
     pub prune_batch: usize,
+    /// How often a replica looks for interrupted executions due for a reconciliation probe
+    /// (docs/semantics.md §12, reconciliation); also the first backoff step.
+    pub reconcile_interval: Duration,
+    /// The longest pause between two probes of one execution.
+    pub reconcile_backoff_max: Duration,
+    /// Probes per execution before it is left for a person.
+    pub reconcile_max_attempts: u32,
+    /// The longest a retry that meets an interrupted execution waits for its probe.
+    pub reconcile_inline: Duration,
 }
 
 impl Default for EngineConfig {
@@ -86,6 +96,10 @@ impl Default for EngineConfig {
             retention: Some(crate::retention::DEFAULT_RETENTION),
             prune_interval: crate::retention::DEFAULT_PRUNE_INTERVAL,
             prune_batch: crate::retention::DEFAULT_PRUNE_BATCH,
+            reconcile_interval: Duration::from_secs(2),
+            reconcile_backoff_max: Duration::from_secs(300),
+            reconcile_max_attempts: 10,
+            reconcile_inline: Duration::from_secs(2),
         }
     }
 }
@@ -360,6 +374,13 @@ impl Engine {
         self.metrics.reserve_took(reserving.elapsed());
         match reserved {
             Ok(Reservation::Reserved) => {}
+            Ok(Reservation::Existing(Existing::Uncertain {
+                execution_id,
+                state: InFlightState::Interrupted,
+            })) if registered.tool.probe().is_some() => {
+                let tool = Arc::clone(&registered.tool);
+                return self.reconcile_retry(tool, call, key, execution_id).await;
+            }
             Ok(Reservation::Existing(Existing::Uncertain {
                 execution_id,
                 state: InFlightState::Interrupted,
