@@ -520,6 +520,86 @@ async fn two_replicas_decide_twenty_interrupted_executions_once_each() {
     assert_eq!(evidence(&db, unprobed_id).await, (Value::Null, 0));
 }
 
+#[tokio::test]
+async fn late_arrivals_that_contradict_the_reconciler_are_flagged() {
+    let db = TestDb::migrated().await;
+    let mut connection = db.connect().await;
+    let cases = [
+        (
+            "exec_1",
+            "reconciler",
+            "release",
+            "released",
+            "completed",
+            Some(true),
+        ),
+        (
+            "exec_2",
+            "reconciler",
+            "resolve",
+            "completed",
+            "failed",
+            Some(true),
+        ),
+        (
+            "exec_3",
+            "reconciler",
+            "resolve",
+            "completed",
+            "cancelled",
+            Some(false),
+        ),
+        (
+            "exec_4",
+            "reconciler",
+            "release",
+            "released",
+            "failed",
+            Some(false),
+        ),
+        (
+            "exec_5",
+            "operator:ops",
+            "release",
+            "released",
+            "completed",
+            None,
+        ),
+    ];
+    for (id, actor, action, state, late, expected) in cases {
+        sqlx::query(
+            "INSERT INTO carmy.audit_log (actor, execution_id, action, before, after, note) \
+             VALUES ($1, $2, $3, '{}', jsonb_build_object('state', $4::text), 'decided')",
+        )
+        .bind(actor)
+        .bind(id)
+        .bind(action)
+        .bind(state)
+        .execute(&mut connection)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO carmy.audit_log (actor, execution_id, action, before, after, note) \
+             VALUES ('inst_owner', $1, 'late_arrival', '{}', \
+                     jsonb_build_object('state', $2::text), 'late')",
+        )
+        .bind(id)
+        .bind(late)
+        .execute(&mut connection)
+        .await
+        .unwrap();
+        let flagged: Option<bool> = sqlx::query(
+            "SELECT contradicts_decision FROM carmy.late_arrivals WHERE execution_id = $1",
+        )
+        .bind(id)
+        .fetch_one(&mut connection)
+        .await
+        .unwrap()
+        .get(0);
+        assert_eq!(flagged, expected, "{id}: {action} by {actor}, then {late}");
+    }
+}
+
 #[test]
 fn check_config_shows_each_probe_with_its_secrets_masked() {
     let file = tools("http://127.0.0.1:9");
@@ -545,4 +625,47 @@ fn check_config_shows_each_probe_with_its_secrets_masked() {
     assert_eq!(lines.len(), 8, "{stdout}");
     assert!(lines[0].ends_with("reconcile GET http://127.0.0.1:9/lookup?idempotency_key={execution_id}  found=[200] absent=[404] absent_means=unknown  timeout=2000ms  headers=[authorization: *** (from ${CARMY_TEST_LOOKUP_TOKEN})]"), "{stdout}");
     assert!(lines[1].contains("absent_means=not_executed"), "{stdout}");
+}
+
+#[test]
+fn a_bad_probe_stops_the_gateway_naming_the_field() {
+    let cases = [
+        (
+            "absent_means = \"maybe\"",
+            "reconcile.absent_means",
+            "\"maybe\" is not \"unknown\"",
+        ),
+        (
+            "found_status = [200]\nabsent_status = [200]",
+            "reconcile.absent_status",
+            "200 is also in found_status",
+        ),
+        (
+            "tool = \"get_payment\"",
+            "reconcile.tool",
+            "not supported by this build",
+        ),
+        (
+            "timeout_ms = 0",
+            "reconcile.timeout_ms",
+            "must be at least 1",
+        ),
+    ];
+    for (keys, field, message) in cases {
+        let file = write_tools_file(&format!(
+            "[[tools]]\nname = \"pay\"\nurl = \"http://127.0.0.1:9/pay\"\n[tools.reconcile]\nurl = \"http://127.0.0.1:9/lookup?k={{execution_id}}\"\n{keys}\n"
+        ));
+        let output = std::process::Command::new(gateway_binary())
+            .arg("check-config")
+            .env_remove("DATABASE_URL")
+            .env("CARMY_TOOLS_FILE", &file)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{keys}: {stderr}");
+        assert!(
+            stderr.contains(field) && stderr.contains(message) && stderr.contains("tool \"pay\""),
+            "{keys}: {stderr}"
+        );
+    }
 }
