@@ -202,10 +202,11 @@ async fn migrate_twice_is_a_noop() {
             (8, "late_arrivals"),
             (9, "retention"),
             (10, "recovery_columns"),
-            (11, "replay_cache_changes")
+            (11, "replay_cache_changes"),
+            (15, "reconciliation")
         ]
     );
-    assert_eq!(latest_migration_version(), 11);
+    assert_eq!(latest_migration_version(), 15);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -267,7 +268,7 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 15]);
     pool.close().await;
 }
 
@@ -428,6 +429,7 @@ async fn schema_is_documented_and_constrained() {
     let expected = [
         ("decision_refused", "v"),
         ("explain_undecided", "v"),
+        ("flag_contradicting_late_arrival", "v"),
         ("in_flight_state", "s"),
         ("notify_outcome_waiters", "v"),
         ("notify_record_changed", "v"),
