@@ -6,7 +6,8 @@
 //! [`hints`] (what a front adds to a refusal: the closest tool, `Retry-After`), `lease_loss`
 //! (stopping the tools of reserved executions when the lease lapses), [`decide`]
 //! (resolve, release and listing, docs/semantics.md §12), `wait` (waiting for a running
-//! duplicate's outcome), `takeover` (re-running an interrupted execution of a `rerun` tool).
+//! duplicate's outcome), `takeover` (re-running an interrupted execution of a `rerun` tool),
+//! [`reconcile`] (probing interrupted executions and deciding what the probe found).
 
 pub mod answer;
 mod cancel;

@@ -1,6 +1,6 @@
 //! Reconciliation (docs/semantics.md §12, part "reconciliation"): running a tool's probe for an
 //! interrupted execution and deciding what it found through the same path as a person's
-//! resolve and release ([`Engine::record_resolution`], [`Engine::record_release`]), with actor
+//! resolve and release (`Engine::record_resolution`, `Engine::record_release`), with actor
 //! [`RECONCILER_ACTOR`]. Three callers: the reconciler every replica runs ([`Engine::start_reconciler`],
 //! executions claimed one replica at a time by the store), a retry that meets an interrupted
 //! execution (`engine::reconcile_retry`), and an operator's request.
