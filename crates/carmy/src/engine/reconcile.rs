@@ -41,6 +41,12 @@ pub enum Reconciled {
 }
 
 impl Reconciled {
+    /// Whether the execution may need another probe: it stays without an outcome (undecided,
+    /// or left for a `rerun` takeover that may be interrupted in turn).
+    pub fn probe_again(&self) -> bool {
+        matches!(self, Self::Undecided | Self::Rerun)
+    }
+
     /// The `result` label of `carmy_reconciliations_total`.
     pub fn label(&self, evidence: &Evidence) -> &'static str {
         match self {
@@ -240,7 +246,7 @@ impl Engine {
         let (reconciled, evidence) = self
             .reconcile_target(tool, &probe_target, Duration::MAX)
             .await?;
-        let retry_in = (reconciled == Reconciled::Undecided
+        let retry_in = (reconciled.probe_again()
             && target.attempts < self.config.reconcile_max_attempts)
             .then_some(self.config.reconcile_interval);
         self.keep_evidence(
@@ -273,7 +279,7 @@ impl Engine {
                 return Err(crate::runtime::StoreError::Unavailable(refusal.to_string()))
             }
         };
-        let retry_in = (reconciled == Reconciled::Undecided
+        let retry_in = (reconciled.probe_again()
             && target.attempts < self.config.reconcile_max_attempts)
             .then(|| {
                 backoff(
@@ -311,8 +317,9 @@ impl Engine {
             .reconcile_target(&tool, &target, self.config.reconcile_inline)
             .await?;
         let inconclusive = evidence["answer"] != "absent";
-        let retry_in =
-            (reconciled == Reconciled::Undecided).then_some(self.config.reconcile_interval);
+        let retry_in = reconciled
+            .probe_again()
+            .then_some(self.config.reconcile_interval);
         if let Err(error) = self.keep_evidence(&target, evidence, None, retry_in).await {
             tracing::warn!(%execution_id, %error, "a probe's evidence could not be kept");
         }
