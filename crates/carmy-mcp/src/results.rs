@@ -106,10 +106,11 @@ pub(crate) fn from_refusal(
         Refusal::Uncertain {
             execution_id,
             state,
-            ..
+            reconciling,
         } => {
             let situation = match state {
                 InFlightState::Running => Situation::Running,
+                InFlightState::Interrupted if *reconciling => Situation::Reconciling,
                 InFlightState::Interrupted => Situation::Interrupted,
             };
             (situation, Some(execution_id), Some(state.as_str()))
