@@ -4,6 +4,11 @@ tools behind Carmy"). Python 3 standard library only; keeps its payments in memo
 
     POST /v1/customers/{customer}/payments   {"amount": 500}  -> 201 {"payment_id", ...}
     GET  /v1/payments                        -> 200 {"payments": [...]}
+    GET  /v1/payments?idempotency_key=K      -> 200 the payment made with key K, or 404
+
+The lookup by key is what Carmy's reconciliation probe asks (examples/tools.toml,
+[tools.reconcile]). A payment for customer "cus_slow" is created at once but answered only after
+DEMO_SLOW_SECONDS (default 30): time to kill the gateway mid-call and see the probe find it.
 
 A POST whose Idempotency-Key was seen before creates nothing: it gets the first answer again,
 with the header Idempotent-Replayed: true (as Stripe does). With DEMO_TOKEN set, every request
@@ -13,6 +18,8 @@ must carry "Authorization: Bearer $DEMO_TOKEN". Listens on 127.0.0.1:$DEMO_PORT 
 import json
 import os
 import threading
+import time
+from urllib.parse import parse_qs
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PAYMENTS = []
@@ -41,9 +48,18 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if not self.authorized():
             return
-        if self.path.split("?")[0] == "/v1/payments":
+        path, _, query = self.path.partition("?")
+        if path == "/v1/payments":
+            keys = parse_qs(query).get("idempotency_key")
             with LOCK:
-                self.reply(200, {"payments": list(PAYMENTS)})
+                if not keys:
+                    self.reply(200, {"payments": list(PAYMENTS)})
+                elif keys[0] in BY_KEY:
+                    print(f"demo upstream: lookup of key {keys[0]}: payment {BY_KEY[keys[0]]['payment_id']}", flush=True)
+                    self.reply(200, BY_KEY[keys[0]])
+                else:
+                    print(f"demo upstream: lookup of key {keys[0]}: no payment", flush=True)
+                    self.reply(404, {"error": "no payment with this idempotency key"})
         else:
             self.reply(404, {"error": "no such route"})
 
@@ -76,6 +92,8 @@ class Handler(BaseHTTPRequestHandler):
             if key:
                 BY_KEY[key] = payment
         print(f"demo upstream: created payment {payment['payment_id']} (key {key})", flush=True)
+        if parts[2] == "cus_slow":
+            time.sleep(float(os.environ.get("DEMO_SLOW_SECONDS", "30")))
         self.reply(201, payment)
 
     def log_message(self, format, *args):

@@ -128,6 +128,24 @@ pub struct Config {
           value_parser = InRange::<u64>::at_least(1))]
     pub prune_interval_ms: u64,
 
+    /// How often (ms) this replica looks for interrupted executions of tools with a
+    /// `[tools.reconcile]` probe and probes them (docs/semantics.md §12, reconciliation); also
+    /// the first pause between two probes of one execution, doubled after each.
+    #[arg(long, env = "CARMY_RECONCILE_INTERVAL_MS", default_value_t = millis(EngineConfig::default().reconcile_interval),
+          value_parser = InRange::<u64>::new(1, 3_600_000))]
+    pub reconcile_interval_ms: u64,
+
+    /// Probes of one interrupted execution before it is left for a person.
+    #[arg(long, env = "CARMY_RECONCILE_MAX_ATTEMPTS", default_value_t = EngineConfig::default().reconcile_max_attempts,
+          value_parser = InRange::<u32>::new(1, 1000))]
+    pub reconcile_max_attempts: u32,
+
+    /// The longest (ms) a retry that meets an interrupted execution waits for its probe
+    /// before answering `EXECUTION_UNCERTAIN` (being reconciled).
+    #[arg(long, env = "CARMY_RECONCILE_INLINE_MS", default_value_t = millis(EngineConfig::default().reconcile_inline),
+          value_parser = InRange::<u64>::new(1, 60_000))]
+    pub reconcile_inline_ms: u64,
+
     /// Lease of this process's executions (ms): another replica reports an execution
     /// `interrupted` once its owner has not renewed for this long. From 3 ms (the shortest
     /// lease a renewal fits in: a third of it between renewals plus half of that to get the

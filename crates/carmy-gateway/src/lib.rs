@@ -221,6 +221,9 @@ fn engine_config(config: &Config) -> EngineConfig {
         retention: config.retention.0,
         prune_interval: Duration::from_millis(config.prune_interval_ms),
         key_argument: key_argument_config(config),
+        reconcile_interval: Duration::from_millis(config.reconcile_interval_ms),
+        reconcile_max_attempts: config.reconcile_max_attempts,
+        reconcile_inline: Duration::from_millis(config.reconcile_inline_ms),
         ..EngineConfig::default()
     }
 }

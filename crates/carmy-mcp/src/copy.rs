@@ -31,6 +31,9 @@ pub enum Situation {
     Running,
     /// `EXECUTION_UNCERTAIN`, `interrupted`: the process running it stopped.
     Interrupted,
+    /// `EXECUTION_UNCERTAIN`, `interrupted`, being reconciled: the tool's probe is asking the
+    /// upstream whether the effect happened (docs/semantics.md §12, reconciliation).
+    Reconciling,
     /// `EXECUTION_UNCERTAIN`, `running`: the tool ran, its outcome is not recorded yet.
     RecordingPending,
     /// `IDEMPOTENCY_CAPACITY`: the store is full.
@@ -101,6 +104,14 @@ pub const TABLE: &[Entry] = &[
         what: "This exact call was started earlier as execution {execution_id}, but the gateway running it stopped before its outcome was recorded.",
         effect_text: "Its effect may or may not have happened, and Carmy will not run it again.",
         next: "Check with a read-only tool{read_tools} whether the effect happened; if you cannot tell, ask the user or the operator before acting again.",
+    },
+    Entry {
+        situation: Situation::Reconciling,
+        code: "EXECUTION_UNCERTAIN",
+        effect: Effect::MayHaveHappened,
+        what: "This exact call was started earlier as execution {execution_id}, but the gateway running it stopped before its outcome was recorded; Carmy is asking the upstream whether it took effect.",
+        effect_text: "Its effect may or may not have happened; Carmy runs it again only if the upstream proves that nothing happened.",
+        next: "Wait a few seconds, then retry the same call unchanged to get the outcome the upstream reports; do not do the same thing another way meanwhile.",
     },
     Entry {
         situation: Situation::RecordingPending,
@@ -276,10 +287,11 @@ impl Entry {
 mod tests {
     use super::*;
 
-    const ALL: [Situation; 15] = [
+    const ALL: [Situation; 16] = [
         Situation::Conflict,
         Situation::Running,
         Situation::Interrupted,
+        Situation::Reconciling,
         Situation::RecordingPending,
         Situation::Capacity,
         Situation::StoreUnavailable,

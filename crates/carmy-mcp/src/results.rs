@@ -125,9 +125,11 @@ pub(crate) fn from_refusal(
         Refusal::Uncertain {
             execution_id,
             state,
+            reconciling,
         } => {
             let situation = match state {
                 InFlightState::Running => Situation::Running,
+                InFlightState::Interrupted if *reconciling => Situation::Reconciling,
                 InFlightState::Interrupted => Situation::Interrupted,
             };
             (situation, Some(execution_id), Some(state.as_str()))
@@ -343,6 +345,7 @@ mod tests {
                 Refusal::Uncertain {
                     execution_id: id(),
                     state: running,
+                    reconciling: false,
                 },
                 "EXECUTION_UNCERTAIN",
                 json!("running"),
@@ -351,6 +354,7 @@ mod tests {
                 Refusal::Uncertain {
                     execution_id: id(),
                     state: InFlightState::Interrupted,
+                    reconciling: false,
                 },
                 "EXECUTION_UNCERTAIN",
                 json!("interrupted"),

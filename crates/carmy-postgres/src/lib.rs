@@ -67,6 +67,7 @@ mod options;
 mod prune;
 mod ready;
 mod recheck;
+mod reconcile;
 pub mod sql;
 mod store;
 mod wait;

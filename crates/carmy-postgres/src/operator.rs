@@ -233,6 +233,36 @@ impl Operator {
         settle(&self.diagnosis, decide::release(&self.pool, request).await).await
     }
 
+    /// The last reconciliation probe's evidence kept on `execution_id` (docs/semantics.md §12,
+    /// reconciliation); `None` when never probed or no longer held without an outcome.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`].
+    pub async fn probe_evidence(
+        &self,
+        execution_id: &ExecutionId,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        settle(
+            &self.diagnosis,
+            crate::reconcile::evidence(&self.pool, execution_id).await,
+        )
+        .await
+    }
+
+    /// Makes an interrupted execution due for its tool's probe now, attempts counted afresh;
+    /// a running replica with the tool's probe claims it within its reconcile interval.
+    /// `false` when it is not interrupted without an outcome.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`].
+    pub async fn reconcile_soon(&self, execution_id: &ExecutionId) -> Result<bool, StoreError> {
+        settle(
+            &self.diagnosis,
+            crate::reconcile::reconcile_soon(&self.pool, execution_id).await,
+        )
+        .await
+    }
+
     /// Closes the connection.
     pub async fn close(self) {
         self.pool.close().await;

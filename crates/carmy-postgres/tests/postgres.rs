@@ -206,7 +206,7 @@ async fn migrate_twice_is_a_noop() {
             (12, "decision_limits")
         ]
     );
-    assert_eq!(latest_migration_version(), 12);
+    assert_eq!(latest_migration_version(), 13);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -268,7 +268,7 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]);
     pool.close().await;
 }
 
@@ -430,6 +430,7 @@ async fn schema_is_documented_and_constrained() {
         ("decision_refused", "v"),
         ("decision_value_refused", "v"),
         ("explain_undecided", "v"),
+        ("flag_contradicting_late_arrival", "v"),
         ("in_flight_state", "s"),
         ("json_problem", "i"),
         ("jsonb_or_text", "i"),

@@ -23,6 +23,8 @@
 //! key_required = false             # default: CARMY_MCP_KEY_REQUIRED
 //! [tools.headers]
 //! Authorization = "Bearer ${PAYMENTS_TOKEN}"
+//! [tools.reconcile]                # optional: see [`RawReconcile`]
+//! url = "https://payments.internal/v1/payments?idempotency_key={execution_id}"
 //!
 //! [[mcp_servers]]
 //! name = "files"
@@ -104,6 +106,47 @@ pub struct RawTool {
     /// Whether that argument is required (default `CARMY_MCP_KEY_REQUIRED`).
     pub key_required: Option<bool>,
     /// Headers sent on every request; values may use `${NAME}` from the environment.
+    #[serde(default)]
+    pub headers: BTreeMap<String, Spanned<String>>,
+    /// `[tools.reconcile]`: how to ask the upstream whether an interrupted execution's effect
+    /// happened (docs/semantics.md §12, reconciliation).
+    pub reconcile: Option<Spanned<RawReconcile>>,
+}
+
+/// A `[tools.reconcile]` table: an HTTP probe.
+///
+/// ```toml
+/// [tools.reconcile]
+/// method = "GET"                  # default GET
+/// url = "https://payments.internal/v1/payments?idempotency_key={execution_id}"
+/// found_status = [200]            # default [200]: the body becomes the outcome's data
+/// absent_status = [404]           # default [404]: the upstream says it did not happen
+/// absent_means = "unknown"        # default; or "not_executed"
+/// timeout_ms = 2000               # default 2000
+/// [tools.reconcile.headers]
+/// Authorization = "Bearer ${PAYMENTS_TOKEN}"
+/// ```
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReconcile {
+    /// `GET` (the default), `POST`, `PUT`, `PATCH` or `DELETE`.
+    pub method: Option<Spanned<String>>,
+    /// The probe's URL template: `{execution_id}`, `{request_id}` and the call's arguments, in
+    /// the path or the query.
+    pub url: Option<Spanned<String>>,
+    /// Statuses meaning "the effect happened".
+    pub found_status: Option<Spanned<Vec<u16>>>,
+    /// Statuses meaning "the effect did not happen".
+    pub absent_status: Option<Spanned<Vec<u16>>>,
+    /// `unknown` (the default) or `not_executed`.
+    pub absent_means: Option<Spanned<String>>,
+    /// The probe's deadline in milliseconds (at least 1).
+    pub timeout_ms: Option<Spanned<u64>>,
+    /// A configured tool to call as the probe (not supported by this build).
+    pub tool: Option<Spanned<String>>,
+    /// That tool's arguments (not supported by this build).
+    pub arguments: Option<Spanned<toml::Value>>,
+    /// Headers of the probe's request; values may use `${NAME}` (kept secret).
     #[serde(default)]
     pub headers: BTreeMap<String, Spanned<String>>,
 }

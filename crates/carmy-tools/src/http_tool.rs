@@ -12,6 +12,7 @@
 //! the upstream echoes them.
 //! The deadline is the engine's ([`Tool::timeout`]): reaching it records `timed_out`.
 
+use crate::probe::HttpProbe;
 use crate::response::{body_value, describe, read_bounded, retry_after, status_error, ReadFailure};
 use crate::secret::{mask_outcome, Secret};
 use crate::spec::HttpToolSpec;
@@ -28,6 +29,7 @@ pub struct HttpTool {
     secrets: Vec<Secret>,
     client: reqwest::Client,
     max_response_bytes: usize,
+    probe: Option<HttpProbe>,
 }
 
 impl HttpTool {
@@ -41,11 +43,16 @@ impl HttpTool {
         let max_response_bytes = spec
             .max_response_bytes
             .unwrap_or(default_max_response_bytes);
+        let probe = spec
+            .reconcile
+            .clone()
+            .map(|probe| HttpProbe::new(probe, client.clone()));
         Self {
             secrets: spec.secrets(),
             spec,
             client,
             max_response_bytes,
+            probe,
         }
     }
 
@@ -216,6 +223,12 @@ impl Tool for HttpTool {
 
     fn sends_idempotency_key(&self) -> bool {
         self.spec.idempotency_header.is_some()
+    }
+
+    fn probe(&self) -> Option<&dyn carmy::reconcile::Probe> {
+        self.probe
+            .as_ref()
+            .map(|probe| probe as &dyn carmy::reconcile::Probe)
     }
 
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_> {

@@ -7,7 +7,7 @@
 //! Modules: [`config`] (the file as written), [`load`] (validation, [`ConfigError`]), [`spec`]
 //! (the validated form), [`secret`] (`${NAME}` expansion, masked values), [`template`] (URL
 //! templates, percent-encoded path arguments), [`client`] (the pooled upstream client),
-//! [`http_tool`] (the HTTP tool), [`mcp`] (upstream MCP servers), `response` (responses to outcomes), [`table`] (the tool table
+//! [`http_tool`] (the HTTP tool), [`mcp`] (upstream MCP servers), [`probe`] (reconciliation probes), `response` (responses to outcomes), [`table`] (the tool table
 //! of `carmy-gateway check-config`).
 
 pub mod client;
@@ -17,6 +17,7 @@ mod fields;
 pub mod http_tool;
 pub mod load;
 pub mod mcp;
+pub mod probe;
 mod response;
 pub mod secret;
 pub mod spec;

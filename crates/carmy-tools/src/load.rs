@@ -21,6 +21,8 @@ use std::path::Path;
 use std::time::Duration;
 use toml::Spanned;
 
+mod probe;
+
 /// Headers a tools file may not set: the HTTP client owns them.
 const RESERVED_HEADERS: [&str; 6] = [
     "host",
@@ -268,6 +270,11 @@ impl Checker<'_> {
                 required: tool.key_required,
             },
             headers: self.headers(&tool.headers, &label)?,
+            reconcile: tool
+                .reconcile
+                .as_ref()
+                .map(|probe| self.probe(probe, &label))
+                .transpose()?,
         })
     }
 

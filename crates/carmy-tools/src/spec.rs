@@ -61,6 +61,28 @@ pub struct HttpToolSpec {
     pub key: KeySetting,
     /// Headers sent on every request.
     pub headers: Vec<Header>,
+    /// The reconciliation probe (`[tools.reconcile]`, docs/semantics.md §12), if any.
+    pub reconcile: Option<ProbeSpec>,
+}
+
+/// A validated `[tools.reconcile]`: an HTTP request asking whether an execution's effect
+/// happened.
+#[derive(Debug, Clone)]
+pub struct ProbeSpec {
+    /// The HTTP method (default GET).
+    pub method: Method,
+    /// The URL template (placeholders in the path or the query).
+    pub url: UrlTemplate,
+    /// Statuses meaning found (default 200).
+    pub found_status: BTreeSet<u16>,
+    /// Statuses meaning absent (default 404).
+    pub absent_status: BTreeSet<u16>,
+    /// Whether absent proves the effect did not happen (`absent_means = "not_executed"`).
+    pub absent_not_executed: bool,
+    /// The probe's deadline (default 2 s).
+    pub timeout: Duration,
+    /// Headers of the probe's request (sensitive).
+    pub headers: Vec<Header>,
 }
 
 impl HttpToolSpec {

@@ -1,7 +1,7 @@
 //! The tool table `carmy-gateway check-config` prints: one line per tool with its kind, method,
 //! URL template, deadline and headers, header values masked.
 
-use crate::spec::{McpTransport, ToolsConfig};
+use crate::spec::{McpTransport, ProbeSpec, ToolsConfig};
 use std::fmt::Write;
 
 /// The table of `config` as text, one tool or server per line; never a secret.
@@ -26,6 +26,9 @@ pub fn tool_table(config: &ToolsConfig) -> String {
                 .map_or("(none)", |h| h.as_str()),
             headers.join(", "),
         );
+        if let Some(probe) = &tool.reconcile {
+            let _ = writeln!(out, "      {:<24} {}", "", probe_line(probe));
+        }
     }
     for server in &config.mcp_servers {
         let reach = match &server.transport {
@@ -43,4 +46,35 @@ pub fn tool_table(config: &ToolsConfig) -> String {
         );
     }
     out
+}
+
+/// A tool's probe as the table shows it: `reconcile GET <url> found=[200] absent=[404]
+/// absent_means=unknown timeout=2000ms headers=[…]`, header values masked.
+fn probe_line(probe: &ProbeSpec) -> String {
+    let list = |statuses: &std::collections::BTreeSet<u16>| {
+        statuses
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let headers: Vec<String> = probe
+        .headers
+        .iter()
+        .map(|header| format!("{}: {}", header.name, header.masked()))
+        .collect();
+    format!(
+        "reconcile {} {}  found=[{}] absent=[{}] absent_means={}  timeout={}ms  headers=[{}]",
+        probe.method.as_str(),
+        probe.url.as_str(),
+        list(&probe.found_status),
+        list(&probe.absent_status),
+        if probe.absent_not_executed {
+            "not_executed"
+        } else {
+            "unknown"
+        },
+        probe.timeout.as_millis(),
+        headers.join(", "),
+    )
 }

@@ -36,6 +36,20 @@ impl UrlTemplate {
     /// A message saying what is wrong (unbalanced braces, a placeholder outside the path, not
     /// an http(s) URL, …).
     pub fn parse(text: &str) -> Result<Self, String> {
+        Self::parse_checked(text, false)
+    }
+
+    /// Parses `text` like [`UrlTemplate::parse`], also allowing placeholders in the query
+    /// (a reconciliation probe's `?idempotency_key={execution_id}`); each value is
+    /// percent-encoded all the same, so it stays inside its own query value.
+    ///
+    /// # Errors
+    /// As [`UrlTemplate::parse`].
+    pub fn parse_with_query(text: &str) -> Result<Self, String> {
+        Self::parse_checked(text, true)
+    }
+
+    fn parse_checked(text: &str, query: bool) -> Result<Self, String> {
         let parts = split(text)?;
         let sample: String = parts
             .iter()
@@ -64,7 +78,7 @@ impl UrlTemplate {
             match part {
                 Part::Literal(literal) => offset += literal.len(),
                 Part::Placeholder(name) => {
-                    if offset < path_start || text[..offset].contains('?') {
+                    if offset < path_start || (!query && text[..offset].contains('?')) {
                         return Err(format!(
                             "placeholder {{{name}}} in {text:?} is outside the path; placeholders may fill path segments only"
                         ));

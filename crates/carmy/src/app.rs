@@ -244,14 +244,16 @@ impl App {
     /// requests to this engine's executions, the follower of changes made to finished records
     /// behind the store's back ([`Engine::follow_record_changes`]: a replay cache drops its
     /// copies, docs/semantics.md §8.4), the watch that stops running tools when the lease
-    /// lapses ([`Engine::stop_tools_on_lease_loss`]), and the pruner of retention
-    /// ([`Engine::start_pruner`], docs/semantics.md §12). [`App::serve`] calls it; an embedder that serves
+    /// lapses ([`Engine::stop_tools_on_lease_loss`]), the pruner of retention
+    /// ([`Engine::start_pruner`], docs/semantics.md §12) and the reconciler
+    /// ([`Engine::start_reconciler`], §12 reconciliation). [`App::serve`] calls it; an embedder that serves
     /// the [`App::router`] itself calls it once, inside a Tokio runtime.
     pub fn start_background(&self) {
         self.engine.listen_for_remote_cancels();
         self.engine.follow_record_changes();
         self.engine.stop_tools_on_lease_loss();
         self.engine.start_pruner();
+        self.engine.start_reconciler();
     }
 
     /// The configured listen address.

@@ -171,7 +171,8 @@ impl IdempotencyStore for ReplayCache {
     crate::forward_store!(inner =>
         release, resolve_execution, release_execution, take_over, wait_for_outcome,
         record_late_arrival, audit_trail, check_ready, request_cancel, cancel_requests,
-        lease_state, record_changes, shutdown,
+        lease_state, record_changes, shutdown, claim_reconciliations, record_probe,
+        probe_evidence,
     );
 
     fn reserve<'a>(

@@ -35,6 +35,8 @@
 //! - [`http`]: the API of docs/semantics.md §7, with [`http::error`] (the one mapping of refusals
 //!   to status codes and problem details) and the principal extractor;
 //! - [`retention`] (when finished records expire, and the pruner);
+//! - [`reconcile`] (probes that ask a tool's upstream whether an interrupted execution's effect
+//!   happened, docs/semantics.md §12);
 //! - [`auth`] (API keys), [`metrics`], [`trace`] (W3C `traceparent`), [`fault`]
 //!   (fault-injection points), [`app`] (the builder).
 
@@ -55,6 +57,7 @@ pub mod key_argument;
 pub mod memory;
 pub mod metrics;
 pub mod outcome;
+pub mod reconcile;
 mod registry;
 pub mod retention;
 pub mod runtime;

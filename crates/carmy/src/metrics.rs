@@ -16,6 +16,8 @@
 //! | `carmy_resolutions_total` | counter | `action` (`resolve`, `release`) | uncertain executions closed by an operator or owner (§12) |
 //! | `carmy_late_arrivals_total` | counter | | outcomes that arrived after their execution was resolved, released or taken over (§12) |
 //! | `carmy_takeovers_total` | counter | `tool` | interrupted executions this process took over and ran again (`on_interrupted = "rerun"`, §12) |
+//! | `carmy_late_arrivals_contradicting_total` | counter | | late arrivals that contradict the reconciler's decision: its probe was wrong (§12, reconciliation) |
+//! | `carmy_reconciliations_total` | counter | `tool`, `result` | reconciliation probes run by this process, by what came of them (§12, reconciliation) |
 //!
 //! The last three count the recovery features of docs/semantics.md §12:
 //! [`Metrics::records_pruned`] (called by the pruner, [`crate::retention::run_pruner`], on the
@@ -145,6 +147,12 @@ struct CallLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReconcileLabels {
+    tool: String,
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResolutionLabels {
     action: Resolution,
 }
@@ -177,6 +185,8 @@ pub struct Metrics {
     late_arrivals: Counter,
     takeovers: Family<ToolLabels, Counter>,
     records_damaged: Counter,
+    reconciliations: Family<ReconcileLabels, Counter>,
+    contradicting: Counter,
 }
 
 impl Default for Metrics {
@@ -195,6 +205,8 @@ impl Default for Metrics {
             late_arrivals: Counter::default(),
             takeovers: Family::default(),
             records_damaged: Counter::default(),
+            reconciliations: Family::default(),
+            contradicting: Counter::default(),
         };
         for action in [Resolution::Resolve, Resolution::Release] {
             // Created up front so that both read 0 before anything is resolved.
@@ -286,6 +298,33 @@ impl Metrics {
             "Records found unreadable (RECORD_DAMAGED answers) by this process",
             m.records_damaged,
         );
+        registry.register(
+            "carmy_reconciliations",
+            "Reconciliation probes run by this process, by tool and result",
+            m.reconciliations,
+        );
+        registry.register(
+            "carmy_late_arrivals_contradicting",
+            "Late arrivals that contradict the reconciler's decision (its probe was wrong)",
+            m.contradicting,
+        );
+    }
+
+    /// Counts one late arrival that contradicts the reconciler's decision.
+    pub(crate) fn late_arrival_contradicting(&self) {
+        self.contradicting.inc();
+    }
+
+    /// Counts one reconciliation probe of `tool` and what came of it (docs/semantics.md §12,
+    /// reconciliation): `resolved`, `released`, `rerun`, `absent`, `inconclusive`,
+    /// `decided_elsewhere`.
+    pub(crate) fn reconciled(&self, tool: &str, result: &str) {
+        self.reconciliations
+            .get_or_create(&ReconcileLabels {
+                tool: tool.into(),
+                result: result.into(),
+            })
+            .inc();
     }
 
     /// Counts one call answered with `outcome` (`tool`: see the module docs).

@@ -305,4 +305,47 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// [`StoreError::Unavailable`] when the store could not be told (the lease then lapses on
     /// its own).
     fn shutdown(&self) -> StoreFuture<'_, ()>;
+
+    /// Claims interrupted executions of `claim.tools` due for a reconciliation probe
+    /// (docs/semantics.md §12, reconciliation), one replica at a time: each returned execution
+    /// is held for `claim.hold` (no other replica gets it meanwhile) and its attempt counted.
+    /// Never an execution with an outcome or a live owner. A process-local store never has an
+    /// interrupted execution: the default answers none. A wrapper must forward it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn claim_reconciliations<'a>(
+        &'a self,
+        claim: &'a crate::reconcile::ReconcileClaim,
+    ) -> StoreFuture<'a, Vec<crate::reconcile::ReconcileTarget>> {
+        let _ = claim;
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// Keeps a probe's answer on the execution's record as evidence and sets when it is due
+    /// again (docs/semantics.md §12, reconciliation); nothing when the execution no longer
+    /// holds a record without an outcome. The default keeps nothing. A wrapper must forward it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn record_probe<'a>(
+        &'a self,
+        record: &'a crate::reconcile::ProbeRecord,
+    ) -> StoreFuture<'a, ()> {
+        let _ = record;
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The last probe's evidence kept for `execution_id` (`None` when never probed). The
+    /// default has none. A wrapper must forward it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn probe_evidence<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<serde_json::Value>> {
+        let _ = execution_id;
+        Box::pin(async { Ok(None) })
+    }
 }

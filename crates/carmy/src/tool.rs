@@ -227,6 +227,14 @@ pub trait Tool: Send + Sync + 'static {
         KeySetting::default()
     }
 
+    /// The tool's reconciliation probe (the tools file's `[tools.reconcile]`,
+    /// docs/semantics.md §12, reconciliation): how to ask the upstream whether an interrupted
+    /// execution's effect happened. `None` (the default): interrupted executions wait for a
+    /// person.
+    fn probe(&self) -> Option<&dyn crate::reconcile::Probe> {
+        None
+    }
+
     /// Runs the tool. The future runs detached from the HTTP connection; it is dropped when the
     /// deadline passes (recorded `timed_out`) or the execution is cancelled (`cancelled`).
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_>;

@@ -32,6 +32,25 @@ pub enum ExecutionsAction {
     /// Free an interrupted execution's identity so the next attempt runs the tool again; the
     /// execution stays in history. One decision per execution; writes an audit row.
     Release(ReleaseArgs),
+    /// Have a running replica probe an interrupted execution's upstream now (the tool's
+    /// `[tools.reconcile]`), and show what the probe found and what came of it.
+    Reconcile(ReconcileArgs),
+}
+
+/// `executions reconcile`.
+#[derive(Clone, Debug, PartialEq, Eq, Args)]
+pub struct ReconcileArgs {
+    /// The execution's id (`exec_…`).
+    pub execution_id: String,
+    /// Print JSON (as `show --json`) instead of a readable block.
+    #[arg(long)]
+    pub json: bool,
+    /// How long (ms) to wait for a replica's probe.
+    #[arg(long, default_value_t = 10_000)]
+    pub wait_ms: u64,
+    /// The replicas' retention, for `expires_at`.
+    #[command(flatten)]
+    pub retention: RetentionArg,
 }
 
 /// `executions list`.

@@ -14,6 +14,7 @@
 
 pub mod args;
 pub mod failure;
+mod reconcile;
 pub mod render;
 
 use crate::config::Config;
@@ -37,6 +38,7 @@ pub async fn main(config: &Config, args: ExecutionsArgs) -> ExitCode {
         ExecutionsAction::Show(show) => show.json,
         ExecutionsAction::Resolve(resolve) => resolve.decision.json,
         ExecutionsAction::Release(release) => release.decision.json,
+        ExecutionsAction::Reconcile(reconcile) => reconcile.json,
     };
     match run(config, args.action).await {
         Ok(text) => {
@@ -70,6 +72,7 @@ async fn run(config: &Config, action: ExecutionsAction) -> Result<String, CliFai
         ExecutionsAction::Show(show) => show_execution(url, &show).await,
         ExecutionsAction::Resolve(resolve) => resolve_execution(url, &resolve).await,
         ExecutionsAction::Release(release) => release_execution(url, &release).await,
+        ExecutionsAction::Reconcile(args) => reconcile::reconcile_execution(url, &args).await,
     }
 }
 
@@ -170,19 +173,21 @@ async fn show_execution(url: Option<&str>, show: &ShowArgs) -> Result<String, Cl
         .audit_trail(&execution_id)
         .await
         .map_err(unavailable)?;
+    let evidence = operator
+        .probe_evidence(&execution_id)
+        .await
+        .map_err(unavailable)?;
     operator.close().await;
-    Ok(if show.json {
-        format!(
-            "{}\n",
-            render::detail_json(&detail, &audit, show.retention.duration())
-        )
-    } else {
-        render::detail_block(&detail, &audit)
-    })
+    Ok(render::shown(
+        &detail,
+        &audit,
+        evidence.as_ref(),
+        show.json.then(|| show.retention.duration()),
+    ))
 }
 
 /// Connects and checks the schema.
-async fn connect(url: Option<&str>) -> Result<Operator, CliFailure> {
+pub(crate) async fn connect(url: Option<&str>) -> Result<Operator, CliFailure> {
     let url = url.ok_or_else(CliFailure::no_database)?;
     let operator = Operator::connect(url, carmy_postgres::DEFAULT_ACQUIRE_TIMEOUT)
         .await
@@ -198,7 +203,7 @@ async fn connect(url: Option<&str>) -> Result<Operator, CliFailure> {
 }
 
 /// An execution id as given: a plausible one ([`ExecutionId::parse`]).
-fn execution_id(text: &str) -> Result<ExecutionId, CliFailure> {
+pub(crate) fn execution_id(text: &str) -> Result<ExecutionId, CliFailure> {
     ExecutionId::parse(text).ok_or_else(|| {
         CliFailure::invalid(format!(
             "{:?} is not an execution id: ids look like exec_ followed by 32 hex digits (see \

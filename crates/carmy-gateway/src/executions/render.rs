@@ -107,6 +107,54 @@ pub fn detail_json(
     value
 }
 
+/// `show`'s answer: [`detail_json`] with `reconcile_evidence` when `json` gives the replicas'
+/// retention, else [`detail_block`] with a `probe` line (docs/semantics.md §12,
+/// reconciliation).
+pub fn shown(
+    detail: &ExecutionDetail,
+    audit: &[AuditEntry],
+    evidence: Option<&Value>,
+    json: Option<Option<std::time::Duration>>,
+) -> String {
+    match json {
+        Some(retention) => {
+            let mut value = detail_json(detail, audit, retention);
+            value["reconcile_evidence"] = evidence.cloned().unwrap_or(Value::Null);
+            format!("{value}\n")
+        }
+        None => {
+            let mut text = detail_block(detail, audit);
+            if let Some(evidence) = evidence {
+                text.push_str(&format!("{:<11} {}\n", "probe", probe_line(evidence)));
+            }
+            text
+        }
+    }
+}
+
+/// The last probe's evidence in one line: `absent: GET <url> answered 404 at <time> (attempt
+/// 3): <detail>`.
+fn probe_line(evidence: &Value) -> String {
+    let text = |name: &str| evidence[name].as_str().unwrap_or_default().to_owned();
+    let mut line = text("answer");
+    if !text("request").is_empty() {
+        line.push_str(&format!(": {}", text("request")));
+    }
+    if let Some(status) = evidence["status"].as_u64() {
+        line.push_str(&format!(" answered {status}"));
+    }
+    if !text("at").is_empty() {
+        line.push_str(&format!(" at {}", text("at")));
+    }
+    if let Some(attempts) = evidence["attempts"].as_u64() {
+        line.push_str(&format!(" (attempt {attempts})"));
+    }
+    if !text("detail").is_empty() {
+        line.push_str(&format!(": {}", text("detail")));
+    }
+    printable(&line)
+}
+
 /// Columns padded to their widest cell, two spaces apart.
 fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|cell| cell.chars().count()).collect();

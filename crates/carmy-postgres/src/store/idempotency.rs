@@ -5,9 +5,11 @@
 use super::PostgresStore;
 use crate::cancel::{release_unused, request_cancel};
 use crate::decide;
+use crate::reconcile;
 use crate::wait;
 use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
+use carmy::reconcile::{Evidence, ProbeRecord, ReconcileClaim, ReconcileTarget};
 use carmy::retention::PruneStep;
 use carmy::runtime::{
     Claim, Decided, ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, LeaseState,
@@ -58,6 +60,30 @@ impl IdempotencyStore for PostgresStore {
     ) -> StoreFuture<'a, Option<ExecutionLookup>> {
         let found = self.find_execution_impl(principal, execution_id);
         Box::pin(async move { self.finish(found.await).await })
+    }
+
+    fn claim_reconciliations<'a>(
+        &'a self,
+        claim: &'a ReconcileClaim,
+    ) -> StoreFuture<'a, Vec<ReconcileTarget>> {
+        Box::pin(async move { self.finish(reconcile::claim(&self.pool, claim).await).await })
+    }
+
+    fn record_probe<'a>(&'a self, record: &'a ProbeRecord) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.finish(reconcile::record(&self.pool, record).await)
+                .await
+        })
+    }
+
+    fn probe_evidence<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<Evidence>> {
+        Box::pin(async move {
+            self.finish(reconcile::evidence(&self.pool, execution_id).await)
+                .await
+        })
     }
 
     fn check_ready(&self) -> StoreFuture<'_, ()> {

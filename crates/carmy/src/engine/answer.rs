@@ -55,6 +55,9 @@ pub enum Refusal {
         execution_id: ExecutionId,
         /// `running` or `interrupted`.
         state: InFlightState,
+        /// The tool's probe is asking its upstream (docs/semantics.md §12, reconciliation):
+        /// the answer may be known soon.
+        reconciling: bool,
     },
     /// The tool ran but its outcome is not recorded yet; the engine keeps trying and a later
     /// retry replays it (docs/semantics.md §4).
@@ -189,6 +192,7 @@ pub(crate) fn from_existing(
         } => Err(Refusal::Uncertain {
             execution_id,
             state,
+            reconciling: false,
         }),
     }
 }

@@ -116,6 +116,7 @@ impl Engine {
                 return Err(Refusal::Uncertain {
                     execution_id: execution_id.clone(),
                     state: InFlightState::Interrupted,
+                    reconciling: false,
                 })
             }
             RecordState::InFlight(InFlightState::Running) => {}

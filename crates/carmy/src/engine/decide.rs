@@ -82,6 +82,16 @@ impl Engine {
             data: resolve.data,
             error: resolve.error,
         };
+        self.record_resolution(request).await
+    }
+
+    /// Takes a checked resolution (note and outcome checked): the one path of every resolve,
+    /// a person's and the reconciler's (docs/semantics.md §12).
+    pub(super) async fn record_resolution(
+        &self,
+        request: ResolveRequest,
+    ) -> Result<ExecutionResult, Refusal> {
+        let execution_id = &request.decision.execution_id;
         let result = self
             .store
             .resolve_execution(&request)
@@ -105,6 +115,13 @@ impl Engine {
     ) -> Result<Released, Refusal> {
         check_note(&release.note).map_err(Refusal::Invalid)?;
         let request = decision(caller, execution_id, release.note, release.force);
+        self.record_release(request).await
+    }
+
+    /// Takes a checked release (note checked): the one path of every release, a person's and
+    /// the reconciler's (docs/semantics.md §12).
+    pub(super) async fn record_release(&self, request: Decision) -> Result<Released, Refusal> {
+        let execution_id = &request.execution_id;
         let released = self
             .store
             .release_execution(&request)

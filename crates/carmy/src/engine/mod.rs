@@ -6,7 +6,8 @@
 //! [`hints`] (what a front adds to a refusal: the closest tool, `Retry-After`), `lease_loss`
 //! (stopping the tools of reserved executions when the lease lapses), [`decide`]
 //! (resolve, release and listing, docs/semantics.md §12), `wait` (waiting for a running
-//! duplicate's outcome), `takeover` (re-running an interrupted execution of a `rerun` tool).
+//! duplicate's outcome), `takeover` (re-running an interrupted execution of a `rerun` tool),
+//! [`reconcile`] (probing interrupted executions and deciding what the probe found).
 
 pub mod answer;
 mod cancel;
@@ -14,6 +15,7 @@ mod changes;
 pub mod decide;
 pub mod hints;
 mod lease_loss;
+pub mod reconcile;
 mod record;
 mod run;
 mod takeover;
@@ -79,6 +81,15 @@ pub struct EngineConfig {
     /// (an order id) is recorded or kept as a late arrival; past the grace it is dropped and
     /// recorded `cancelled`.
     pub lease_loss_grace: Duration,
+    /// How often a replica looks for interrupted executions due for a reconciliation probe
+    /// (docs/semantics.md §12, reconciliation); also the first backoff step.
+    pub reconcile_interval: Duration,
+    /// The longest pause between two probes of one execution.
+    pub reconcile_backoff_max: Duration,
+    /// Probes per execution before it is left for a person.
+    pub reconcile_max_attempts: u32,
+    /// The longest a retry that meets an interrupted execution waits for its probe.
+    pub reconcile_inline: Duration,
 }
 
 impl Default for EngineConfig {
@@ -96,6 +107,10 @@ impl Default for EngineConfig {
             prune_batch: crate::retention::DEFAULT_PRUNE_BATCH,
             key_argument: crate::key_argument::KeyArgumentConfig::default(),
             lease_loss_grace: Duration::from_secs(2),
+            reconcile_interval: Duration::from_secs(2),
+            reconcile_backoff_max: Duration::from_secs(300),
+            reconcile_max_attempts: 10,
+            reconcile_inline: Duration::from_secs(2),
         }
     }
 }
@@ -388,6 +403,13 @@ impl Engine {
         self.metrics.reserve_took(reserving.elapsed());
         match reserved {
             Ok(Reservation::Reserved) => {}
+            Ok(Reservation::Existing(Existing::Uncertain {
+                execution_id,
+                state: InFlightState::Interrupted,
+            })) if registered.tool.probe().is_some() => {
+                let tool = Arc::clone(&registered.tool);
+                return self.reconcile_retry(tool, call, key, execution_id).await;
+            }
             Ok(Reservation::Existing(Existing::Uncertain {
                 execution_id,
                 state: InFlightState::Interrupted,

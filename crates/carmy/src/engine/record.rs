@@ -54,6 +54,8 @@ impl Engine {
             }
         };
         self.metrics.late_arrival();
+        self.flag_contradiction(&execution_id, result.result().status)
+            .await;
         tracing::warn!(
             %execution_id,
             current = current.as_ref().map(ExecutionId::as_str),

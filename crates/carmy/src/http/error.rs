@@ -69,12 +69,14 @@ pub enum ApiError {
     },
     /// 409 `EXECUTION_UNCERTAIN`: same identity and fingerprint, not finished. `Retry-After`
     /// carries `retry_after` (whole seconds) when it is known, for `running`.
-    #[error("{}{}", uncertain_detail(*.state), retry_hint(*.retry_after))]
+    #[error("{}{}", uncertain_detail(*.state, *.reconciling), retry_hint(*.retry_after))]
     ExecutionUncertain {
         /// The execution that holds the identity.
         execution_id: ExecutionId,
         /// `running` or `interrupted`.
         state: InFlightState,
+        /// Its tool's probe is asking the upstream (docs/semantics.md §12, reconciliation).
+        reconciling: bool,
         /// How long to wait before retrying ([`Engine::running_retry_after`](crate::engine::Engine::running_retry_after)).
         retry_after: Option<std::time::Duration>,
     },
@@ -162,9 +164,11 @@ impl From<Refusal> for ApiError {
             Refusal::Uncertain {
                 execution_id,
                 state,
+                reconciling,
             } => Self::ExecutionUncertain {
                 execution_id,
                 state,
+                reconciling,
                 retry_after: None,
             },
             Refusal::RecordingPending { execution_id } => Self::RecordingPending { execution_id },
@@ -228,6 +232,7 @@ impl ApiError {
             } => Self::ExecutionUncertain {
                 execution_id,
                 state: InFlightState::Running,
+                reconciling: false,
                 retry_after: Some(engine.running_retry_after(tool)),
             },
             other => other,
@@ -279,10 +284,13 @@ fn conflict_detail(differs: Option<&[&'static str]>) -> String {
     )
 }
 
-fn uncertain_detail(state: InFlightState) -> &'static str {
+fn uncertain_detail(state: InFlightState, reconciling: bool) -> &'static str {
     match state {
         InFlightState::Running => {
             "an execution with this request_id is still running; retry later to get its outcome"
+        }
+        InFlightState::Interrupted if reconciling => {
+            "an execution with this request_id was interrupted and is being reconciled: the gateway is asking the upstream whether its effect happened; retry the same call later to get the outcome it finds"
         }
         InFlightState::Interrupted => {
             "an execution with this request_id was interrupted and its outcome is unknown; reconcile (e.g. search for its effect) instead of retrying"

@@ -6,6 +6,7 @@ mod auth;
 mod bodies;
 pub mod error;
 mod openapi;
+mod reconcile_route;
 mod recovery;
 
 use crate::auth::ApiKeys;
@@ -63,6 +64,7 @@ pub(crate) fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(cancel_execution))
         .routes(routes!(recovery::resolve_execution))
         .routes(routes!(recovery::release_execution))
+        .routes(routes!(reconcile_route::reconcile_execution))
         .routes(routes!(list_tools))
         .routes(routes!(healthz))
         .routes(routes!(readyz))

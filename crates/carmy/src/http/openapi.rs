@@ -132,6 +132,7 @@ pub(crate) fn every_error() -> Vec<ApiError> {
         ApiError::ExecutionUncertain {
             execution_id: id.clone(),
             state: InFlightState::Running,
+            reconciling: false,
             retry_after: None,
         },
         ApiError::RecordingPending {

@@ -201,6 +201,30 @@ macro_rules! forward_store {
             self.$inner.drop_cached(change)
         }
     };
+    (@one $inner:tt claim_reconciliations) => {
+        fn claim_reconciliations<'a>(
+            &'a self,
+            claim: &'a $crate::reconcile::ReconcileClaim,
+        ) -> $crate::runtime::StoreFuture<'a, Vec<$crate::reconcile::ReconcileTarget>> {
+            self.$inner.claim_reconciliations(claim)
+        }
+    };
+    (@one $inner:tt record_probe) => {
+        fn record_probe<'a>(
+            &'a self,
+            record: &'a $crate::reconcile::ProbeRecord,
+        ) -> $crate::runtime::StoreFuture<'a, ()> {
+            self.$inner.record_probe(record)
+        }
+    };
+    (@one $inner:tt probe_evidence) => {
+        fn probe_evidence<'a>(
+            &'a self,
+            execution_id: &'a $crate::outcome::ExecutionId,
+        ) -> $crate::runtime::StoreFuture<'a, Option<$crate::reconcile::Evidence>> {
+            self.$inner.probe_evidence(execution_id)
+        }
+    };
     (@one $inner:tt shutdown) => {
         fn shutdown(&self) -> $crate::runtime::StoreFuture<'_, ()> {
             self.$inner.shutdown()

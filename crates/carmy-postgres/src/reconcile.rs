@@ -1,0 +1,133 @@
+//! Reconciliation on PostgreSQL (docs/semantics.md §12, part "reconciliation"; migration
+//! `V13`): claiming interrupted executions due for a probe one replica at a time (`FOR UPDATE
+//! SKIP LOCKED` on `reconcile_due_at`, no leader), and keeping each probe's evidence. The
+//! decisions themselves go through `carmy.resolve_execution` / `carmy.release_execution`
+//! ([`crate::decide`]), like a person's.
+
+use crate::decode::decode_key;
+use crate::failure::Failure;
+use carmy::outcome::ExecutionId;
+use carmy::reconcile::{Evidence, ProbeRecord, ReconcileClaim, ReconcileTarget};
+use sqlx::postgres::PgPool;
+use sqlx::Row;
+use std::time::Duration;
+
+/// Claims due executions. Binds: `$1` tool names (`text[]`), `$2` the attempts bound, `$3` the
+/// most rows, `$4` the hold in milliseconds, `$5` one execution id to claim whether due or not
+/// (on demand; `NULL` for the due ones), `$6` only this principal's (`NULL`: any). A row is due when it is running, its owner's lease
+/// lapsed, its `reconcile_due_at` passed (or was never set) and it has attempts left; the claim
+/// moves `reconcile_due_at` past the hold and counts the attempt, so a replica scanning at the
+/// same time skips the locked rows and, after this commits, finds them not due.
+pub const CLAIM_SQL: &str = "WITH due AS ( \
+         SELECT r.execution_id FROM carmy.reservations r \
+         WHERE r.state = 'running' \
+           AND r.tool = ANY($1::text[]) \
+           AND CASE WHEN $5::text IS NULL \
+                    THEN (r.reconcile_due_at IS NULL OR r.reconcile_due_at <= now()) \
+                         AND r.reconcile_attempts < $2 \
+                    ELSE r.execution_id = $5 END \
+           AND ($6::text IS NULL OR r.principal = $6) \
+           AND carmy.in_flight_state(r.owner_instance) = 'interrupted' \
+         ORDER BY r.reconcile_due_at NULLS FIRST, r.created_at \
+         LIMIT $3 \
+         FOR UPDATE SKIP LOCKED \
+     ) \
+     UPDATE carmy.reservations r \
+     SET reconcile_due_at = now() + $4::bigint * interval '1 millisecond', \
+         reconcile_attempts = r.reconcile_attempts + 1 \
+     FROM due WHERE r.execution_id = due.execution_id \
+     RETURNING r.execution_id, r.principal, r.session_id, r.request_id, r.tool, \
+               r.reconcile_attempts";
+
+/// Keeps a probe's evidence on a record still without an outcome. Binds: `$1` execution id,
+/// `$2` the evidence (`jsonb` text), `$3` when to probe again in milliseconds (`NULL`: never).
+pub const RECORD_PROBE_SQL: &str = "UPDATE carmy.reservations \
+     SET reconcile_evidence = $2::text::jsonb, \
+         reconcile_due_at = CASE WHEN $3::bigint IS NULL THEN 'infinity'::timestamptz \
+                                 ELSE now() + $3::bigint * interval '1 millisecond' END \
+     WHERE execution_id = $1 AND state = 'running'";
+
+/// The evidence kept on an execution. Binds: `$1` execution id.
+pub const EVIDENCE_SQL: &str = "SELECT reconcile_evidence::text AS evidence \
+     FROM carmy.reservations WHERE execution_id = $1";
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// [`CLAIM_SQL`] for `claim`.
+pub(crate) async fn claim(
+    pool: &PgPool,
+    claim: &ReconcileClaim,
+) -> Result<Vec<ReconcileTarget>, Failure> {
+    let rows = sqlx::query(CLAIM_SQL)
+        .bind(&claim.tools)
+        .bind(i32::try_from(claim.max_attempts).unwrap_or(i32::MAX))
+        .bind(i64::try_from(claim.limit).unwrap_or(i64::MAX))
+        .bind(millis(claim.hold))
+        .bind(claim.execution_id.as_ref().map(ExecutionId::as_str))
+        .bind(claim.principal.as_deref())
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let attempts: i32 = row.try_get("reconcile_attempts")?;
+            Ok(ReconcileTarget {
+                execution_id: ExecutionId::from_stored(row.try_get::<String, _>("execution_id")?),
+                key: decode_key(row)?,
+                tool: row.try_get("tool")?,
+                attempts: u32::try_from(attempts).unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+/// [`RECORD_PROBE_SQL`] for `record`.
+pub(crate) async fn record(pool: &PgPool, record: &ProbeRecord) -> Result<(), Failure> {
+    sqlx::query(RECORD_PROBE_SQL)
+        .bind(record.execution_id.as_str())
+        .bind(record.evidence.to_string())
+        .bind(record.retry_in.map(millis))
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// [`EVIDENCE_SQL`] for `execution_id`.
+pub(crate) async fn evidence(
+    pool: &PgPool,
+    execution_id: &ExecutionId,
+) -> Result<Option<Evidence>, Failure> {
+    let row = sqlx::query(EVIDENCE_SQL)
+        .bind(execution_id.as_str())
+        .fetch_optional(pool)
+        .await?;
+    let Some(text) = row
+        .map(|row| row.try_get::<Option<String>, _>("evidence"))
+        .transpose()?
+        .flatten()
+    else {
+        return Ok(None);
+    };
+    Ok(serde_json::from_str(&text).ok())
+}
+
+/// Makes an interrupted execution due for a probe at once, its attempts counted afresh
+/// (`carmy-gateway executions reconcile`). Binds: `$1` execution id. Matches nothing for an
+/// execution with an outcome or a live owner.
+pub const RECONCILE_SOON_SQL: &str = "UPDATE carmy.reservations \
+     SET reconcile_due_at = now(), reconcile_attempts = 0 \
+     WHERE execution_id = $1 AND state = 'running' \
+       AND carmy.in_flight_state(owner_instance) = 'interrupted'";
+
+/// [`RECONCILE_SOON_SQL`] for `execution_id`: whether it matched.
+pub(crate) async fn reconcile_soon(
+    pool: &PgPool,
+    execution_id: &ExecutionId,
+) -> Result<bool, Failure> {
+    let done = sqlx::query(RECONCILE_SOON_SQL)
+        .bind(execution_id.as_str())
+        .execute(pool)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
