@@ -30,6 +30,7 @@ mod recovery_http;
 mod recovery_replicas;
 mod replay_cache_replicas;
 mod round_trips;
+mod runtime_role;
 mod security;
 mod shutdown_and_cancel;
 mod takeover;
