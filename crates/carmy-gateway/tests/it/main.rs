@@ -8,6 +8,7 @@ mod crash_points;
 mod example_orders;
 mod executions_cli;
 mod executions_cli_failures;
+mod failover;
 mod hostile_input;
 mod http_tool_faults;
 mod http_tools;
