@@ -102,6 +102,17 @@ pub struct Config {
           value_parser = InRange::<u64>::at_least(1))]
     pub db_acquire_timeout_ms: u64,
 
+    /// `statement_timeout` and `idle_in_transaction_session_timeout` (ms) of this process's
+    /// database sessions (docs/semantics.md §14.1); 0 leaves the server's or role's settings.
+    #[arg(long, env = "CARMY_DB_STATEMENT_TIMEOUT_MS", default_value_t = millis(carmy_postgres::DEFAULT_STATEMENT_TIMEOUT))]
+    pub db_statement_timeout_ms: u64,
+
+    /// Refuse to start when the primary has standbys and its commits do not wait for a
+    /// synchronous one (a failover could lose reported outcomes; docs/semantics.md §14).
+    /// Without it, the gateway only warns.
+    #[arg(long, env = "CARMY_REQUIRE_SYNC_REPLICA")]
+    pub require_sync_replica: bool,
+
     /// Group commit (docs/semantics.md §8): the most reservations (and, separately, the most
     /// outcomes) PostgreSQL takes in one statement and one commit. A batch is whatever queued
     /// while the previous one was in flight, never waited for; 1 turns batching off.
@@ -226,8 +237,9 @@ pub struct Config {
 pub enum Command {
     /// Serve the API (the default).
     Serve,
-    /// Apply the database migrations under the migration lock, then exit.
-    Migrate,
+    /// Apply the database migrations under the migration lock, then exit; optionally grant
+    /// the least-privilege roles (docs/semantics.md §14.2). Run it as the schema's owner.
+    Migrate(MigrateArgs),
     /// Validate the tools file (and reach each MCP server), print the tool table with secrets
     /// masked, then exit without serving.
     CheckConfig,
@@ -236,6 +248,19 @@ pub enum Command {
     /// decided, 5 still running, 6 database unavailable, 7 decision may or may not have been
     /// applied, 1 anything else.
     Executions(crate::executions::args::ExecutionsArgs),
+}
+
+/// The flags of `carmy-gateway migrate`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+pub struct MigrateArgs {
+    /// After migrating, give this existing role exactly what a gateway needs (no DDL, no
+    /// DELETE or UPDATE of audit rows; docs/semantics.md §14.2); run gateways as it.
+    #[arg(long, value_name = "ROLE")]
+    pub grant_runtime: Option<String>,
+    /// After migrating, give this existing role read access to every table and view of the
+    /// schema carmy, and nothing else.
+    #[arg(long, value_name = "ROLE")]
+    pub grant_reader: Option<String>,
 }
 
 /// How logs are written to standard error.

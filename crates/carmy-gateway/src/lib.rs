@@ -27,7 +27,7 @@ use carmy::App;
 use carmy_mcp::McpConfig;
 use carmy_postgres::{PostgresStore, PostgresStoreOptions};
 use clap::Parser;
-use config::{Command, Config, LogFormat};
+use config::{Command, Config, LogFormat, MigrateArgs};
 use orders::{MemoryOrderBook, OrderBook, PostgresOrderBook};
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -177,12 +177,21 @@ async fn postgres_stores(
     url: &str,
     examples: bool,
 ) -> Result<(Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>), GatewayError> {
+    let mut options = PostgresStoreOptions::new(url.to_owned());
+    options.lease_ttl = Duration::from_millis(config.lease_ttl_ms);
+    options.batch_max_rows = config.db_batch_max_rows;
+    options.statement_timeout = Duration::from_millis(config.db_statement_timeout_ms);
+    // The pool's sessions carry the settings of docs/semantics.md §14.1.
+    let connect = options
+        .session_connect_options()
+        .map_err(|error| GatewayError::Database(error.to_string()))?;
+    check_database_path(&connect, &options).await?;
     carmy_postgres::migrate(url).await?;
     let pool = carmy_postgres::pool_options(
         config.db_pool_size,
         Duration::from_millis(config.db_acquire_timeout_ms),
     )
-    .connect(url)
+    .connect_with(connect)
     .await
     .map_err(|error| GatewayError::Database(error.to_string()))?;
     if examples {
@@ -190,9 +199,7 @@ async fn postgres_stores(
             .await
             .map_err(GatewayError::Database)?;
     }
-    let mut options = PostgresStoreOptions::new(url.to_owned());
-    options.lease_ttl = Duration::from_millis(config.lease_ttl_ms);
-    options.batch_max_rows = config.db_batch_max_rows;
+    check_replication(&pool, config.require_sync_replica).await?;
     let store = Arc::new(
         PostgresStore::from_pool(pool.clone(), options)
             .await
@@ -209,6 +216,76 @@ async fn postgres_stores(
         store
     };
     Ok((shared, Arc::new(PostgresOrderBook::new(pool))))
+}
+
+/// Refuses a transaction-mode pooler between the gateway and PostgreSQL, before anything
+/// (the migration lock included) runs through it, and warns when the session settings did not
+/// reach the server (docs/semantics.md §14.1, §14.3).
+async fn check_database_path(
+    connect: &sqlx::postgres::PgConnectOptions,
+    options: &PostgresStoreOptions,
+) -> Result<(), GatewayError> {
+    let statement_timeout = match carmy_postgres::check_path(connect).await {
+        Ok(statement_timeout) => statement_timeout,
+        Err(refused @ carmy_postgres::PathError::TransactionPooler(_)) => {
+            return Err(GatewayError::Database(refused.to_string()))
+        }
+        // Unreachable, refused, …: the migration that follows reports it as before.
+        Err(carmy_postgres::PathError::Probe(_)) => return Ok(()),
+    };
+    if !options.statement_timeout.is_zero() && statement_timeout == "0" {
+        tracing::warn!(
+            "the database sessions have no statement_timeout although CARMY_DB_STATEMENT_TIMEOUT_MS asks for one: a pooler dropped the startup options (PgBouncer's ignore_startup_parameters); set it on the role (ALTER ROLE … SET statement_timeout, docs/operations.md)"
+        );
+    }
+    Ok(())
+}
+
+/// Warns (or, with `CARMY_REQUIRE_SYNC_REPLICA`, refuses to start) when the primary's commits
+/// do not wait for a synchronous standby although it has standbys (docs/semantics.md §14).
+async fn check_replication(pool: &sqlx::PgPool, require_sync: bool) -> Result<(), GatewayError> {
+    let found = carmy_postgres::check_replication(pool)
+        .await
+        .map_err(|error| {
+            GatewayError::Database(format!("cannot read the replication settings: {error}"))
+        })?;
+    match found.warning() {
+        Some(warning) if require_sync => Err(GatewayError::Database(format!(
+            "{warning} (refused: CARMY_REQUIRE_SYNC_REPLICA=true)"
+        ))),
+        Some(warning) => {
+            tracing::warn!("{warning}");
+            Ok(())
+        }
+        None => {
+            tracing::info!(replication = ?found, "database replication checked");
+            Ok(())
+        }
+    }
+}
+
+/// `migrate --grant-runtime/--grant-reader` (docs/semantics.md §14.2): the example orders
+/// table is made first, so that the runtime role is granted it too.
+async fn grant_roles(url: &str, args: &MigrateArgs) -> Result<(), GatewayError> {
+    if let Some(role) = &args.grant_runtime {
+        let pool = carmy_postgres::pool_options(1, Duration::from_secs(10))
+            .connect(url)
+            .await
+            .map_err(|error| GatewayError::Database(error.to_string()))?;
+        PostgresOrderBook::prepare(&pool)
+            .await
+            .map_err(GatewayError::Database)?;
+        pool.close().await;
+        carmy_postgres::grant_runtime(url, role)
+            .await
+            .map_err(|error| GatewayError::Database(error.to_string()))?;
+    }
+    if let Some(role) = &args.grant_reader {
+        carmy_postgres::grant_reader(url, role)
+            .await
+            .map_err(|error| GatewayError::Database(error.to_string()))?;
+    }
+    Ok(())
 }
 
 /// The engine's settings from the gateway's.
@@ -320,7 +397,7 @@ pub async fn main_with_args(
 
 async fn run(config: Config) -> Result<ExitCode, GatewayError> {
     match config.command.clone().unwrap_or(Command::Serve) {
-        Command::Migrate => {
+        Command::Migrate(args) => {
             let url = config
                 .database_url
                 .as_deref()
@@ -330,6 +407,7 @@ async fn run(config: Config) -> Result<ExitCode, GatewayError> {
                 version = carmy_postgres::latest_migration_version(),
                 "migrations applied"
             );
+            grant_roles(url, &args).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::CheckConfig => configured::check_config(&config)

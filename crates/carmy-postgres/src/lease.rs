@@ -12,9 +12,10 @@
 
 use crate::diagnosis::Diagnosis;
 use crate::failure::Failure;
+use crate::session::lease_lock_timeout;
 use crate::sql::{END_LEASE_SQL, LEASE_SQL};
 use carmy::runtime::{LeaseState, StoreError};
-use sqlx::postgres::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPool};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
@@ -219,20 +220,36 @@ impl Lease {
 
     /// Renews every `interval` until `stopped` turns true (or its sender is gone). A renewal in
     /// progress is never cut short, so a stop never races with a half-sent renewal.
+    ///
+    /// A renewal that gave up waiting for a row lock on its `carmy.instances` row (its
+    /// connection's `lock_timeout`, a quarter interval: someone else's `SELECT … FOR UPDATE`) is
+    /// retried after an eighth of the interval, not a whole one, so the lease holds through a
+    /// lock released before it would lapse (docs/semantics.md §14.1).
     pub(crate) async fn run(
         self: Arc<Self>,
         interval: Duration,
         mut stopped: watch::Receiver<bool>,
     ) {
+        let mut wait = interval;
         loop {
             tokio::select! {
-                () = tokio::time::sleep(interval) => {}
+                () = tokio::time::sleep(wait) => {}
                 changed = stopped.wait_for(|stop| *stop) => {
                     let _ = changed;
                     return;
                 }
             }
+            wait = interval;
             if let Err(error) = self.renew().await {
+                if waited_for_a_lock(&error) {
+                    wait = (lease_lock_timeout(interval) / 2).max(Duration::from_millis(1));
+                    tracing::warn!(
+                        instance_id = %self.instance_id,
+                        retry_in_ms = wait.as_millis(),
+                        "lease renewal gave up waiting for a row lock on carmy.instances held by another session (see pg_locks; e.g. a SELECT … FOR UPDATE): retrying soon"
+                    );
+                    continue;
+                }
                 let error = self.diagnosis.explain(error).await;
                 tracing::warn!(%error, instance_id = %self.instance_id, "lease renewal failed");
             }
@@ -240,15 +257,16 @@ impl Lease {
     }
 }
 
-/// A pool of one connection for the lease alone, with the settings of `pool`'s connections. It
+/// A pool of one connection for the lease alone, opened with `connect` (the store's connect
+/// options with the lease's session settings, docs/semantics.md §14.1). It
 /// waits for that connection at most half a renewal interval (a sixth of `ttl`), so a renewal
 /// that cannot connect fails, with its cause, in time for the next one instead of letting the
 /// lease lapse silently, and before the deadline of [`Lease::ensure_held`].
-pub(crate) fn lease_pool(pool: &PgPool, ttl: Duration) -> PgPool {
+pub(crate) fn lease_pool(connect: PgConnectOptions, ttl: Duration) -> PgPool {
     sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(lease_acquire_timeout(ttl))
-        .connect_lazy_with((*pool.connect_options()).clone())
+        .connect_lazy_with(connect)
 }
 
 /// How long a renewal waits for the lease's connection ([`lease_pool`]): half a renewal
@@ -260,6 +278,15 @@ pub(crate) fn lease_acquire_timeout(ttl: Duration) -> Duration {
 /// The renewal interval for a lease of `ttl`: a third of it, at least 1 ms.
 pub(crate) fn renewal_interval(ttl: Duration) -> Duration {
     (ttl / 3).max(Duration::from_millis(1))
+}
+
+/// Whether `error` is PostgreSQL's `lock_not_available` (SQLSTATE 55P03): the statement gave
+/// up waiting for a lock after its `lock_timeout`.
+fn waited_for_a_lock(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|error| error.code())
+        .is_some_and(|code| code == "55P03")
 }
 
 /// The machine's host name, for operators reading `carmy.instances`; `None` when unknown.

@@ -32,8 +32,11 @@
 //! `decide`, `wait`, `options`
 //! ([`PostgresStoreOptions`], [`OptionsError`]), `lease`, `cancel`, `diagnosis`, `failure`,
 //! `decode`, `hot`, `batch`, `combined` and `grouped` (group commit of `reserve` and
-//! `complete`, both in one commit), `ready`,
-//! `recheck`, `migrate`, `prune` (retention, docs/semantics.md §12: `carmy.prune_expired` of
+//! `complete`, both in one commit), `ready`, `recheck`, `migrate`, `session` (defensive
+//! session settings, docs/semantics.md §14.1), `grants` (least-privilege roles, §14.2),
+//! `pooler` (§14.3), `replication` (synchronous standbys, §14), `reconcile` (claims and
+//! evidence of reconciliation probes, §12), `prune` (retention, docs/semantics.md §12:
+//! `carmy.prune_expired` of
 //! migration `V9`, one replica at a time).
 //!
 //! ```no_run
@@ -58,21 +61,26 @@ mod decide;
 mod decode;
 mod diagnosis;
 mod failure;
+mod grants;
 mod grouped;
 mod hot;
 mod lease;
 mod migrate;
 mod operator;
 mod options;
+mod pooler;
 mod prune;
 mod ready;
 mod recheck;
 mod reconcile;
+mod replication;
+mod session;
 pub mod sql;
 mod store;
 mod wait;
 
 pub use cancel::{CANCEL_CHANNEL, CHANGED_CHANNEL, DECIDED_CHANNEL, RECORDED_CHANNEL};
+pub use grants::{grant_reader, grant_runtime, GrantError, READER_GRANTS_SQL, RUNTIME_GRANTS_SQL};
 pub use migrate::{
     latest_migration_version, migrate, MigrateError, MIGRATION_LOCK_KEY, MIGRATION_TABLE,
     RETIRED_MIGRATIONS,
@@ -80,7 +88,9 @@ pub use migrate::{
 pub use operator::{ExecutionDetail, Operator, OperatorQuery, OwnerProcess, StateFilter};
 pub use options::{
     pool_options, ConnectError, OptionsError, PostgresStoreOptions, DEFAULT_ACQUIRE_TIMEOUT,
-    DEFAULT_BATCH_MAX_ROWS, DEFAULT_LEASE_TTL, DEFAULT_MAX_CONNECTIONS, MAX_BATCH_MAX_ROWS,
-    MAX_LEASE_TTL, MIN_LEASE_TTL, MIN_RENEWABLE_LEASE_TTL, PING_IF_IDLE_FOR,
+    DEFAULT_BATCH_MAX_ROWS, DEFAULT_LEASE_TTL, DEFAULT_MAX_CONNECTIONS, DEFAULT_STATEMENT_TIMEOUT,
+    MAX_BATCH_MAX_ROWS, MAX_LEASE_TTL, MIN_LEASE_TTL, MIN_RENEWABLE_LEASE_TTL, PING_IF_IDLE_FOR,
 };
+pub use pooler::{check_path, PathError};
+pub use replication::{check_replication, Replication, REPLICATION_SQL};
 pub use store::PostgresStore;

@@ -54,6 +54,17 @@ pub enum MigrateError {
     /// applied.
     #[error("migration history does not fit this build: {0}")]
     History(String),
+    /// The schema is behind this build and the connected role may not change it (it does not
+    /// own the schema `carmy`: the runtime role of docs/semantics.md §14.2). Nothing was applied.
+    #[error("schema carmy is at version {found}, this build needs {need}, and role {role:?} may not change it: run carmy-gateway migrate as the schema's owner")]
+    NotPermitted {
+        /// The newest applied version, or `none`.
+        found: String,
+        /// [`latest_migration_version`].
+        need: i32,
+        /// The connected role.
+        role: String,
+    },
     /// Releasing the advisory lock failed after a successful migration (the lock is released
     /// anyway when the connection closes, which happens right after).
     #[error("cannot release the migration lock: {0}")]
@@ -140,6 +151,12 @@ async fn migrate_locked(
         .await
         .map_err(MigrateError::Prepare)?;
     *locked = true;
+    if !may_change_schema(session)
+        .await
+        .map_err(MigrateError::Prepare)?
+    {
+        return check_without_changing(session).await;
+    }
     session
         .execute(sqlx::raw_sql("CREATE SCHEMA IF NOT EXISTS carmy"))
         .await
@@ -164,6 +181,51 @@ async fn migrate_locked(
         );
     }
     Ok(())
+}
+
+/// Whether the connected role may change the schema `carmy`: it owns it (directly or through a
+/// role it belongs to), or, while there is none, may create schemas in the database. A gateway
+/// running as the runtime role of docs/semantics.md §14.2 may not.
+async fn may_change_schema(session: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    session
+        .fetch_one(sqlx::raw_sql(
+            "SELECT coalesce( \
+                 (SELECT pg_has_role(current_user, n.nspowner, 'USAGE') \
+                  FROM pg_namespace n WHERE n.nspname = 'carmy'), \
+                 has_database_privilege(current_database(), 'CREATE'))",
+        ))
+        .await?
+        .try_get(0)
+}
+
+/// For a role that may not change the schema (docs/semantics.md §14.2): `Ok` when the applied
+/// history fits this build and is at least at [`latest_migration_version`] (nothing to do),
+/// [`MigrateError::NotPermitted`] when it is behind.
+async fn check_without_changing(session: &mut PgConnection) -> Result<(), MigrateError> {
+    let applied = applied_versions(session)
+        .await
+        .map_err(MigrateError::Prepare)?;
+    check_history(&applied, &embedded_versions()).map_err(MigrateError::History)?;
+    let need = latest_migration_version();
+    let found = applied.last().copied();
+    if found.is_some_and(|found| found >= need) {
+        tracing::info!(
+            version = found,
+            "schema carmy is up to date; this role may not change it, so nothing was migrated"
+        );
+        return Ok(());
+    }
+    let role: String = session
+        .fetch_one(sqlx::raw_sql("SELECT current_user::text"))
+        .await
+        .map_err(MigrateError::Prepare)?
+        .try_get(0)
+        .map_err(MigrateError::Prepare)?;
+    Err(MigrateError::NotPermitted {
+        found: found.map_or_else(|| "none".to_owned(), |found| found.to_string()),
+        need,
+        role,
+    })
 }
 
 /// The versions of the embedded migrations, ascending.

@@ -1,6 +1,7 @@
 //! The store's settings ([`PostgresStoreOptions`]), their defaults and accepted ranges
 //! ([`OptionsError`]), and the pool settings shared with the gateway ([`pool_options`]).
 
+use crate::session::{Job, Session};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of [`PostgresStoreOptions::lease_ttl`]: 30 seconds.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+pub use crate::session::DEFAULT_STATEMENT_TIMEOUT;
 /// Default of [`PostgresStoreOptions::batch_max_rows`]: 64 calls per statement.
 pub const DEFAULT_BATCH_MAX_ROWS: usize = 64;
 /// The largest accepted [`PostgresStoreOptions::batch_max_rows`]: 1000.
@@ -155,6 +157,13 @@ pub struct PostgresStoreOptions {
     /// batching). From 1 to [`MAX_BATCH_MAX_ROWS`] (1000); default [`DEFAULT_BATCH_MAX_ROWS`]
     /// (64).
     pub batch_max_rows: usize,
+    /// `statement_timeout` and `idle_in_transaction_session_timeout` of the store's connections
+    /// (docs/semantics.md §14.1): a statement of Carmy's that runs longer, or a transaction left
+    /// idle longer, is ended by the server, so neither can hold a connection or its locks
+    /// without bound. [`Duration::ZERO`] leaves the server's (or the role's) settings alone. The
+    /// lease's connection has its own, shorter bounds (its renewal interval, and a quarter of it
+    /// as `lock_timeout`). Default [`DEFAULT_STATEMENT_TIMEOUT`] (30 s).
+    pub statement_timeout: Duration,
 }
 
 /// Options with defaults for the database at this URL ([`PostgresStoreOptions::new`]), so that
@@ -181,7 +190,8 @@ impl From<&String> for PostgresStoreOptions {
 
 impl PostgresStoreOptions {
     /// Options for `database_url` with every default: 10 connections, 5 s acquire timeout,
-    /// 30 s lease, a fresh random instance id, batches of up to 64 calls.
+    /// 30 s lease, a fresh random instance id, batches of up to 64 calls, 30 s statement
+    /// timeout.
     pub fn new(database_url: impl Into<String>) -> Self {
         Self {
             database_url: database_url.into(),
@@ -190,6 +200,26 @@ impl PostgresStoreOptions {
             lease_ttl: DEFAULT_LEASE_TTL,
             instance_id: format!("inst_{}", uuid::Uuid::new_v4().simple()),
             batch_max_rows: DEFAULT_BATCH_MAX_ROWS,
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
+        }
+    }
+
+    /// The connect options of a pool to give [`PostgresStore::from_pool`](crate::PostgresStore::from_pool):
+    /// `database_url` with the session settings of docs/semantics.md §14.1 (`statement_timeout`,
+    /// `idle_in_transaction_session_timeout`, `application_name` = `carmy pool <instance_id>`).
+    ///
+    /// # Errors
+    /// [`OptionsError::DatabaseUrl`] or [`OptionsError::MaxConnections`].
+    pub fn session_connect_options(&self) -> Result<PgConnectOptions, OptionsError> {
+        Ok(self.session().apply(&self.connect_options()?, Job::Pool))
+    }
+
+    /// The session settings of this store's connections.
+    pub(crate) fn session(&self) -> Session {
+        Session {
+            instance_id: self.instance_id.clone(),
+            statement_timeout: self.statement_timeout,
+            renewal_interval: crate::lease::renewal_interval(self.lease_ttl),
         }
     }
 

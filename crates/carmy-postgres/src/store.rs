@@ -16,6 +16,7 @@ use crate::lease::{lease_pool, renewal_interval, Lease};
 use crate::options::{pool_options, ConnectError, PostgresStoreOptions};
 use crate::ready::check_ready;
 use crate::recheck::after_update;
+use crate::session::Job;
 use crate::sql::{COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, RESERVE_SQL};
 use carmy::fingerprint::{Fingerprint, FingerprintParts};
 use carmy::outcome::{ExecutionId, RecordedResult};
@@ -111,8 +112,8 @@ impl PostgresStore {
     /// under `verify-ca` / `verify-full`).
     pub async fn connect(options: impl Into<PostgresStoreOptions>) -> Result<Self, ConnectError> {
         let options = options.into();
-        let connect = options.connect_options()?;
         options.lease_ttl_millis()?;
+        let connect = options.session_connect_options()?;
         let pool = pool_options(options.max_connections, options.acquire_timeout)
             .connect_with(connect.clone())
             .await;
@@ -143,8 +144,12 @@ impl PostgresStore {
     ) -> Result<Self, ConnectError> {
         let ttl_millis = options.lease_ttl_millis()?;
         let diagnosis = Arc::new(Diagnosis::new(pool.clone()));
+        // Each connection's job and bounds (docs/semantics.md §14.1), also on a pool made
+        // without them.
+        let session = options.session();
+        let connect = (*pool.connect_options()).clone();
         let lease = Arc::new(Lease::new(
-            lease_pool(&pool, options.lease_ttl),
+            lease_pool(session.apply(&connect, Job::Lease), options.lease_ttl),
             Arc::clone(&diagnosis),
             options.instance_id.clone(),
             ttl_millis,
@@ -161,9 +166,8 @@ impl PostgresStore {
         tokio::spawn(Arc::clone(&lease).watch_lapse(stopped.clone()));
         let renewer =
             tokio::spawn(Arc::clone(&lease).run(renewal_interval(options.lease_ttl), stopped));
-        let connect = (*pool.connect_options()).clone();
         let hot = hot_pool(
-            connect.clone(),
+            session.apply(&connect, Job::Hot),
             pool.options().get_max_connections(),
             pool.options().get_acquire_timeout(),
         );
@@ -188,7 +192,11 @@ impl PostgresStore {
             recorded: recorded.clone(),
             changes: changes.clone(),
         };
-        tokio::spawn(listen_for_cancels(connect, heard, stop.subscribe()));
+        tokio::spawn(listen_for_cancels(
+            session.apply(&connect, Job::Listen),
+            heard,
+            stop.subscribe(),
+        ));
         Ok(Self {
             pool,
             instance_id: options.instance_id,

@@ -84,7 +84,16 @@ fn migrate_help_lists_only_the_options_migrate_reads() {
         .filter_map(|line| line.trim_start().strip_prefix("--"))
         .map(|rest| rest.split_whitespace().next().unwrap_or_default())
         .collect();
-    assert_eq!(options, ["database-url", "log-format"], "{help}");
+    assert_eq!(
+        options,
+        [
+            "grant-runtime",
+            "grant-reader",
+            "database-url",
+            "log-format"
+        ],
+        "{help}"
+    );
 }
 
 #[test]
