@@ -5,8 +5,8 @@
 mod config;
 #[cfg(feature = "fault-injection")]
 mod crash_points;
-mod effect_unknown;
 mod decision_limits;
+mod effect_unknown;
 mod example_orders;
 mod executions_cli;
 mod executions_cli_failures;
