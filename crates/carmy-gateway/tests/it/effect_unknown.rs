@@ -86,7 +86,8 @@ async fn statuses_leave_the_effect_unknown(gateway: &Replica, upstream: &Upstrea
         let words = text(&result);
         assert!(
             words.contains("Its effect may have happened.")
-                && words.contains("retrying the same call only returns this record"),
+                && words.contains("retrying the same call")
+                && words.contains("only returns this record"),
             "{tool}: {words}"
         );
         assert!(!words.to_lowercase().contains("new request id"), "{words}");
