@@ -99,7 +99,7 @@ async fn count_all(gateway: &Gateway, dir: &Path) -> Result<Instructions, String
         (0..calls)
             .map(|index| {
                 let id = format!("cg-{tag}-{front}-{index}");
-                if front == "mcp" {
+                if front.ends_with("mcp") {
                     load::mcp_call_body(&id)
                 } else {
                     load::call_body(&id, false)
