@@ -115,21 +115,13 @@ async fn count_all(gateway: &Gateway, dir: &Path) -> Result<Instructions, String
             new("warm", WARM_UP),
             new("http", CALLS),
         ),
-        (
-            Scenario::Replay,
-            new("http", CALLS),
-            new("http", CALLS),
-        ),
+        (Scenario::Replay, new("http", CALLS), new("http", CALLS)),
         (
             Scenario::McpNewIdentity,
             new("warm-mcp", WARM_UP),
             new("mcp", CALLS),
         ),
-        (
-            Scenario::McpReplay,
-            new("mcp", CALLS),
-            new("mcp", CALLS),
-        ),
+        (Scenario::McpReplay, new("mcp", CALLS), new("mcp", CALLS)),
     ] {
         eprintln!("instructions per call: {}", scenario.label());
         load::sequential(gateway.address, scenario, &warm).await?;
