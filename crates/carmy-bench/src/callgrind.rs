@@ -9,7 +9,8 @@
 //! and dumps the counters (`callgrind_control --dump`): the dump's total, divided by the calls,
 //! is the figure. Everything the process ran in between counts (the HTTP server, the engine,
 //! the store's statements as sqlx encodes and decodes them, the background tasks), nothing of
-//! PostgreSQL. Replays are of the `replay-*` identities, warmed into the replay cache first.
+//! PostgreSQL. Replays are of the identities its counted new identities made (the other steps
+//! may have emptied the table), each replayed once uncounted first.
 //!
 //! Needs `valgrind` on `PATH` (`scripts/bench` installs it on Debian when missing); without it
 //! the figures are skipped.
@@ -56,7 +57,6 @@ pub async fn measure(
     binary: &Path,
     database_url: &str,
     env: &[(&'static str, String)],
-    replay_identities: usize,
 ) -> Result<Option<Instructions>, String> {
     if !on_path("valgrind") || !on_path("callgrind_control") {
         eprintln!("instructions per call: skipped (valgrind is not installed)");
@@ -86,36 +86,20 @@ pub async fn measure(
         database_url,
         env,
     )?;
-    let counted = count_all(&gateway, &dir, replay_identities).await;
+    let counted = count_all(&gateway, &dir).await;
     gateway.stop();
     let _ = std::fs::remove_dir_all(&dir);
     counted.map(Some)
 }
 
 /// The four counts on `gateway`, dumps going to `dir`.
-async fn count_all(
-    gateway: &Gateway,
-    dir: &Path,
-    replay_identities: usize,
-) -> Result<Instructions, String> {
+async fn count_all(gateway: &Gateway, dir: &Path) -> Result<Instructions, String> {
     let tag = uuid::Uuid::new_v4().simple().to_string();
     let new = |front: &str, calls: usize| -> Vec<String> {
         (0..calls)
             .map(|index| {
                 let id = format!("cg-{tag}-{front}-{index}");
-                if front == "mcp" {
-                    load::mcp_call_body(&id)
-                } else {
-                    load::call_body(&id, false)
-                }
-            })
-            .collect()
-    };
-    let replays = |mcp: bool, calls: usize| -> Vec<String> {
-        (0..calls)
-            .map(|index| {
-                let id = load::replay_request_id(index % replay_identities.max(1) + 1);
-                if mcp {
+                if front.ends_with("mcp") {
                     load::mcp_call_body(&id)
                 } else {
                     load::call_body(&id, false)
@@ -131,21 +115,13 @@ async fn count_all(
             new("warm", WARM_UP),
             new("http", CALLS),
         ),
-        (
-            Scenario::Replay,
-            replays(false, CALLS),
-            replays(false, CALLS),
-        ),
+        (Scenario::Replay, new("http", CALLS), new("http", CALLS)),
         (
             Scenario::McpNewIdentity,
             new("warm-mcp", WARM_UP),
             new("mcp", CALLS),
         ),
-        (
-            Scenario::McpReplay,
-            replays(true, CALLS),
-            replays(true, CALLS),
-        ),
+        (Scenario::McpReplay, new("mcp", CALLS), new("mcp", CALLS)),
     ] {
         eprintln!("instructions per call: {}", scenario.label());
         load::sequential(gateway.address, scenario, &warm).await?;

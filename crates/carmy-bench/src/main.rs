@@ -249,13 +249,7 @@ async fn run(
     let instructions = if args.no_callgrind {
         None
     } else {
-        callgrind::measure(
-            gateway_binary,
-            &database.url,
-            &main_env,
-            args.replay_identities,
-        )
-        .await?
+        callgrind::measure(gateway_binary, &database.url, &main_env).await?
     };
     let mut report = Report {
         finished_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
