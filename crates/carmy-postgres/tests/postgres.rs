@@ -203,7 +203,8 @@ async fn migrate_twice_is_a_noop() {
             (9, "retention"),
             (10, "recovery_columns"),
             (11, "replay_cache_changes"),
-            (12, "decision_limits")
+            (12, "decision_limits"),
+            (13, "reconciliation")
         ]
     );
     assert_eq!(latest_migration_version(), 13);

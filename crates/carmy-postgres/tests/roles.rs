@@ -3,14 +3,13 @@
 //! DELETE or UPDATE of audit rows, no DDL, no TRUNCATE) nor migrate; the reader role reads and
 //! changes nothing.
 
-use carmy::fingerprint::Fingerprint;
-use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
-use carmy::runtime::{Claim, ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation};
+mod common;
+
+use carmy::runtime::IdempotencyStore;
 use carmy_postgres::{
     grant_reader, grant_runtime, migrate, GrantError, MigrateError, PostgresStore,
 };
 use carmy_test_support::{server_url, TestDb};
-use chrono::Utc;
 use sqlx::{Connection, PgConnection};
 
 /// `url` with its user replaced by `role`.
@@ -32,40 +31,6 @@ async fn sqlstate(connection: &mut PgConnection, sql: &str) -> Option<String> {
                 .unwrap_or_else(|| format!("not a database error: {error}")),
         ),
     }
-}
-
-/// Reserves and completes one call on `store`.
-async fn one_call(store: &PostgresStore, request: &str) {
-    let key = IdempotencyKey::new("p", "s", request);
-    let fingerprint = Fingerprint {
-        version: "v1".to_owned(),
-        digest: "b".repeat(64),
-    };
-    let claim = Claim {
-        key: &key,
-        fingerprint: &fingerprint,
-    };
-    let intent = ExecutionIntent {
-        execution_id: ExecutionId::generate(),
-        tool: "create_order".to_owned(),
-        parts: None,
-        retention: None,
-    };
-    let reserved = store.reserve(claim, &intent).await.unwrap();
-    assert!(matches!(reserved, Reservation::Reserved), "{reserved:?}");
-    let result = ExecutionResult {
-        execution_id: intent.execution_id.clone(),
-        status: ExecutionStatus::Completed,
-        data: serde_json::json!({ "order_id": 7 }),
-        error: None,
-        tool: intent.tool.clone(),
-        request_id: Some(request.to_owned()),
-        session_id: "s".to_owned(),
-        started_at: Utc::now(),
-        finished_at: Utc::now(),
-        resolution: None,
-    };
-    store.complete(claim, &result.into()).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,7 +61,7 @@ async fn the_runtime_role_serves_but_cannot_rewrite_history_and_the_reader_only_
     options.database_url = runtime_url.clone();
     let store = PostgresStore::connect(options).await.unwrap();
     store.check_ready().await.unwrap();
-    one_call(&store, "as-runtime").await;
+    common::one_call(&store, "as-runtime").await;
     let mut session = PgConnection::connect(&runtime_url).await.unwrap();
     // The owner writes one audit row to try to rewrite.
     let mut owner = db.connect().await;
@@ -118,7 +83,7 @@ async fn the_runtime_role_serves_but_cannot_rewrite_history_and_the_reader_only_
         "CREATE TABLE carmy.intruder (id int)",
         "DROP VIEW carmy.uncertain_executions",
         "ALTER TABLE carmy.audit_log DISABLE TRIGGER ALL",
-        "ALTER FUNCTION carmy.prune_expired(interval, integer) SECURITY INVOKER",
+        "ALTER FUNCTION carmy.prune_expired(interval, integer, boolean) SECURITY INVOKER",
     ] {
         assert_eq!(
             sqlstate(&mut session, refused).await.as_deref(),
@@ -133,11 +98,12 @@ async fn the_runtime_role_serves_but_cannot_rewrite_history_and_the_reader_only_
             .unwrap();
     assert_eq!(audit, (1, "kept".to_owned()), "the audit row is untouched");
     // Pruning goes through carmy.prune_expired only, which keeps the retention rules.
-    let pruned: i64 =
-        sqlx::query_scalar("SELECT records FROM carmy.prune_expired(interval '0', 1000)")
-            .fetch_one(&mut session)
-            .await
-            .unwrap();
+    let pruned: i64 = sqlx::query_scalar(
+        "SELECT records FROM carmy.prune_expired(interval '0', 1000, short_retention_ok => true)",
+    )
+    .fetch_one(&mut session)
+    .await
+    .unwrap();
     assert_eq!(pruned, 1, "the finished record past a zero retention");
 
     // The reader reads every view and changes nothing.

@@ -4,52 +4,15 @@
 //! `carmy.instances` for a few seconds neither lapses two replicas' leases nor holds up their
 //! calls.
 
-use carmy::fingerprint::Fingerprint;
-use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
-use carmy::runtime::{
-    Claim, ExecutionIntent, IdempotencyKey, IdempotencyStore, LeaseState, Reservation,
-};
+mod common;
+
+use carmy::runtime::{IdempotencyStore, LeaseState};
 use carmy_postgres::PostgresStore;
 use carmy_test_support::{eventually_eq, TestDb};
-use chrono::Utc;
 use sqlx::Connection;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Reserves and completes one call on `store`.
-async fn one_call(store: &PostgresStore, request: &str) {
-    let key = IdempotencyKey::new("p", "s", request);
-    let fingerprint = Fingerprint {
-        version: "v1".to_owned(),
-        digest: "a".repeat(64),
-    };
-    let claim = Claim {
-        key: &key,
-        fingerprint: &fingerprint,
-    };
-    let intent = ExecutionIntent {
-        execution_id: ExecutionId::generate(),
-        tool: "create_order".to_owned(),
-        parts: None,
-        retention: None,
-    };
-    let reserved = store.reserve(claim, &intent).await.unwrap();
-    assert!(matches!(reserved, Reservation::Reserved), "{reserved:?}");
-    let result = ExecutionResult {
-        execution_id: intent.execution_id.clone(),
-        status: ExecutionStatus::Completed,
-        data: serde_json::json!({ "order_id": 1 }),
-        error: None,
-        tool: intent.tool.clone(),
-        request_id: Some(request.to_owned()),
-        session_id: "s".to_owned(),
-        started_at: Utc::now(),
-        finished_at: Utc::now(),
-        resolution: None,
-    };
-    store.complete(claim, &result.into()).await.unwrap();
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_connection_names_its_job_and_replica_and_is_bounded() {
@@ -57,7 +20,7 @@ async fn every_connection_names_its_job_and_replica_and_is_bounded() {
     let mut options = db.options();
     options.statement_timeout = Duration::from_millis(700);
     let store = PostgresStore::connect(options).await.unwrap();
-    one_call(&store, "named").await;
+    common::one_call(&store, "named").await;
     let id = store.instance_id().to_owned();
     let observer = db.pool().await;
     eventually_eq(
@@ -184,7 +147,7 @@ async fn a_dba_lock_on_instances_neither_lapses_the_leases_nor_holds_up_calls() 
     }
     // Calls go on while the lock is held: each finishes before the DBA lets go.
     for (n, store) in stores.iter().enumerate() {
-        one_call(store, &format!("during-lock-{n}")).await;
+        common::one_call(store, &format!("during-lock-{n}")).await;
     }
     tokio::time::sleep(Duration::from_millis(3500)).await;
     sqlx::raw_sql("COMMIT").execute(&mut dba).await.unwrap();
