@@ -10,12 +10,13 @@
 //! `carmy-gateway` serves; `carmy-gateway migrate` applies the database migrations and exits;
 //! `carmy-gateway check-config` validates the tools file and prints the tool table;
 //! `carmy-gateway executions list|show|resolve|release` is the operator's recovery loop
-//! ([`executions`], docs/semantics.md §12).
+//! ([`executions`], docs/semantics.md §12). Logs and OpenTelemetry trace export: [`telemetry`].
 
 pub mod config;
 pub mod configured;
 pub mod executions;
 pub mod orders;
+pub mod telemetry;
 pub mod tools;
 
 use carmy::auth::ApiKeys;
@@ -27,7 +28,7 @@ use carmy::App;
 use carmy_mcp::McpConfig;
 use carmy_postgres::{PostgresStore, PostgresStoreOptions};
 use clap::Parser;
-use config::{Command, Config, LogFormat, MigrateArgs};
+use config::{Command, Config, MigrateArgs};
 use orders::{MemoryOrderBook, OrderBook, PostgresOrderBook};
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -345,22 +346,6 @@ pub fn mcp_config(config: &Config) -> McpConfig {
     }
 }
 
-/// Logs to standard error at `RUST_LOG`'s level, else at `default_level`.
-fn init_logging(format: LogFormat, default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    // Colours only for a person at a terminal, never in a file or a log collector.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    // A second initialisation (tests) is harmless: keep the first subscriber.
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
-}
-
 /// Runs the gateway with command-line `args` (the first is the program name); returns the exit
 /// code. Errors are logged (a tools-file mistake is printed as one line), never with secrets.
 pub async fn main_with_args(
@@ -374,13 +359,15 @@ pub async fn main_with_args(
         // rmcp logs every MCP request at INFO: one line per call is noise in production.
         _ => "info,rmcp=warn",
     };
-    init_logging(config.log_format, level);
+    // Traces are exported when OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/operations.md
+    // "Traces"); flushed below, after the drain.
+    let telemetry = telemetry::init(config.log_format, level);
     #[cfg(feature = "fault-injection")]
     let _fault_scenario = {
         tracing::warn!("built with fault injection: FAILPOINTS is honoured; never use this build in production");
         fail::FailScenario::setup()
     };
-    match run(config).await {
+    let code = match run(config).await {
         Ok(code) => code,
         // A mistake in the tools file is the operator's to fix: the CLI's own one-line message
         // (docs/semantics.md §10), not a log line.
@@ -392,7 +379,9 @@ pub async fn main_with_args(
             tracing::error!(%error, "carmy-gateway failed");
             ExitCode::FAILURE
         }
-    }
+    };
+    telemetry.shutdown().await;
+    code
 }
 
 async fn run(config: Config) -> Result<ExitCode, GatewayError> {

@@ -32,7 +32,8 @@ pub(crate) enum Prepared {
     Answer(CallToolResult),
 }
 
-/// Prepares `request` from `caller` with `meta` (the request's and the call's `_meta`).
+/// Prepares `request` from `caller` with `meta` (the request's and the call's `_meta`) and
+/// the `traceparent` it came with (docs/semantics.md §13; a malformed one is dropped).
 ///
 /// # Errors
 /// [`ErrorData`] (invalid params) for a malformed identity member, a tool whose own property
@@ -42,6 +43,7 @@ pub(crate) fn prepare(
     config: &McpConfig,
     caller: &Caller,
     meta: &Map<String, Value>,
+    traceparent: Option<&str>,
     request: CallToolRequestParams,
 ) -> Result<Prepared, ErrorData> {
     let tool = engine
@@ -100,7 +102,8 @@ pub(crate) fn prepare(
         metadata: None,
     };
     let mut call = ValidatedCall::from_values(caller.principal.clone(), values)
-        .map_err(|rejected| ErrorData::invalid_params(rejected.into_message(), None))?;
+        .map_err(|rejected| ErrorData::invalid_params(rejected.into_message(), None))?
+        .with_traceparent(traceparent);
     if identity.source == Some(IdSource::Argument) {
         // The model's retry of a call that is still running waits a little for its outcome
         // (as `Prefer: wait` does), within the time the answer is due.

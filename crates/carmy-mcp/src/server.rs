@@ -110,9 +110,8 @@ impl ServerHandler for CarmyMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let caller = context
-            .extensions
-            .get::<axum::http::request::Parts>()
+        let parts = context.extensions.get::<axum::http::request::Parts>();
+        let caller = parts
             .and_then(|parts| parts.extensions.get::<Caller>())
             .ok_or_else(|| {
                 tracing::error!("an MCP request reached the handler without its caller");
@@ -122,7 +121,25 @@ impl ServerHandler for CarmyMcp {
         if let Some(own) = request.meta.clone() {
             meta.extend(own.0 .0);
         }
-        match prepare(&self.engine, &self.config, caller, &meta, request)? {
+        // W3C Trace Context (docs/semantics.md §13): `_meta.traceparent`, as MCP clients carry
+        // it, else the HTTP request's header.
+        let traceparent = meta
+            .get("traceparent")
+            .and_then(serde_json::Value::as_str)
+            .or_else(|| {
+                parts
+                    .and_then(|parts| parts.headers.get("traceparent"))
+                    .and_then(|value| value.to_str().ok())
+            })
+            .map(str::to_owned);
+        match prepare(
+            &self.engine,
+            &self.config,
+            caller,
+            &meta,
+            traceparent.as_deref(),
+            request,
+        )? {
             Prepared::Answer(result) => Ok(with_source(result, None).into()),
             Prepared::Run(ready) => {
                 let source = ready.source;

@@ -22,6 +22,7 @@ use reqwest::header::{HeaderValue, CONTENT_TYPE};
 use reqwest::Method;
 use serde_json::{Map, Value};
 use std::time::Duration;
+use tracing::Instrument;
 
 /// A tool that forwards each call to an HTTP upstream.
 pub struct HttpTool {
@@ -68,14 +69,20 @@ impl HttpTool {
         remaining
     }
 
+    /// The request for `arguments`, with `traceparent` (the upstream span's, or the caller's
+    /// when traces are not exported).
     fn request(
         &self,
         context: &ToolContext,
+        traceparent: Option<&str>,
         arguments: Value,
     ) -> Result<reqwest::RequestBuilder, ToolError> {
         let mut url = self.spec.url.render(&arguments).map_err(|message| {
             ToolError::not_executed("INVALID_REQUEST", format!("arguments: {message}"))
         })?;
+        if let Some(host) = url.host_str() {
+            tracing::Span::current().record("server.address", host);
+        }
         let remaining = self.remaining_arguments(arguments);
         let mut request = if self.spec.method == Method::GET {
             if !remaining.is_empty() {
@@ -104,23 +111,35 @@ impl HttpTool {
                 .expect("execution ids are ASCII letters, digits and _");
             request = request.header(name.clone(), key);
         }
-        if let Some(traceparent) = context
-            .traceparent
-            .as_deref()
-            .and_then(|t| HeaderValue::from_str(t).ok())
-        {
+        if let Some(traceparent) = traceparent.and_then(|t| HeaderValue::from_str(t).ok()) {
             request = request.header("traceparent", traceparent);
         }
         Ok(request)
     }
 
     /// [`Self::send`] with every configured secret masked in what it answers.
+    /// Runs in a `carmy.upstream` span (docs/operations.md "Traces"): `http.request.method`,
+    /// `server.address`, and `http.response.status_code` once answered; the request's
+    /// `traceparent` names this span when traces are exported.
     async fn run(&self, context: ToolContext, arguments: Value) -> Result<Value, ToolError> {
-        mask_outcome(self.send(context, arguments).await, &self.secrets)
+        let span = carmy::trace::exported_span(|| {
+            tracing::info_span!(
+                "carmy.upstream",
+                http.request.method = self.spec.method.as_str(),
+                server.address = tracing::field::Empty,
+                http.response.status_code = tracing::field::Empty,
+            )
+        });
+        let outcome = self.send(context, arguments).instrument(span).await;
+        mask_outcome(outcome, &self.secrets)
     }
 
     async fn send(&self, context: ToolContext, arguments: Value) -> Result<Value, ToolError> {
-        let request = self.request(&context, arguments)?;
+        let traceparent = carmy::trace::outgoing_traceparent(
+            &tracing::Span::current(),
+            context.traceparent.as_deref(),
+        );
+        let request = self.request(&context, traceparent.as_deref(), arguments)?;
         let response = match request.send().await {
             Ok(response) => response,
             Err(error) if error.is_connect() => {
@@ -134,6 +153,7 @@ impl HttpTool {
             Err(error) => return Err(self.disconnected(&context, &describe(&error))),
         };
         let status = response.status();
+        tracing::Span::current().record("http.response.status_code", i64::from(status.as_u16()));
         tracing::debug!(tool = %self.spec.name, execution_id = %context.execution_id,
             status = status.as_u16(), "upstream answered");
         if self.spec.not_executed_statuses.contains(&status.as_u16()) {

@@ -77,6 +77,23 @@ pub enum CallOutcome {
     Superseded,
 }
 
+impl CallOutcome {
+    /// The `outcome` attribute of a call's trace span (docs/operations.md "Traces"): `new`,
+    /// `replayed`, `conflict`, `uncertain` (running, interrupted or recording pending), else
+    /// the refusal's `carmy_calls_total` label (`rejected`, `capacity`, `unavailable`, …).
+    pub fn trace_label(self) -> &'static str {
+        match self {
+            Self::New => "new",
+            Self::Replay => "replayed",
+            Self::Conflict => "conflict",
+            Self::UncertainRunning | Self::UncertainInterrupted | Self::RecordingPending => {
+                "uncertain"
+            }
+            other => other.as_str(),
+        }
+    }
+}
+
 /// What a resolution did: the `action` label of `carmy_resolutions_total`.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Resolution {

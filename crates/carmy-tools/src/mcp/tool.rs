@@ -41,7 +41,13 @@ impl McpTool {
             IDEMPOTENCY_META_KEY.to_owned(),
             json!(context.execution_id.as_str()),
         );
-        if let Some(traceparent) = &context.traceparent {
+        // The tool's span when traces are exported (docs/operations.md "Traces"), else the
+        // caller's value.
+        let traceparent = carmy::trace::outgoing_traceparent(
+            &tracing::Span::current(),
+            context.traceparent.as_deref(),
+        );
+        if let Some(traceparent) = traceparent {
             meta.insert("traceparent".to_owned(), json!(traceparent));
         }
         let mut params =

@@ -11,6 +11,7 @@ use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStat
 use crate::runtime::{ExecutionLookup, InFlightState};
 use crate::storable::check_outcome_values;
 use serde_json::Value;
+use tracing::Instrument;
 
 /// The most records one listing returns.
 pub const MAX_LISTED: usize = 1000;
@@ -92,11 +93,14 @@ impl Engine {
         request: ResolveRequest,
     ) -> Result<ExecutionResult, Refusal> {
         let execution_id = &request.decision.execution_id;
+        let span = decision_span("resolve", &request.decision);
         let result = self
             .store
             .resolve_execution(&request)
+            .instrument(span.clone())
             .await?
             .map_err(|refusal| refused(refusal, execution_id))?;
+        span.record("outcome", result.status.as_str());
         self.metrics.resolved(crate::metrics::Resolution::Resolve);
         tracing::info!(%execution_id, actor = %request.decision.actor, status = result.status.as_str(), "execution resolved");
         Ok(result)
@@ -122,11 +126,14 @@ impl Engine {
     /// the reconciler's (docs/semantics.md §12).
     pub(super) async fn record_release(&self, request: Decision) -> Result<Released, Refusal> {
         let execution_id = &request.execution_id;
+        let span = decision_span("release", &request);
         let released = self
             .store
             .release_execution(&request)
+            .instrument(span.clone())
             .await?
             .map_err(|refusal| refused(refusal, execution_id))?;
+        span.record("outcome", "released");
         self.metrics.resolved(crate::metrics::Resolution::Release);
         tracing::info!(%execution_id, actor = %request.actor, "execution released");
         Ok(released)
@@ -171,6 +178,23 @@ impl Engine {
 
 /// `caller`'s decision on `execution_id`: an operator's acts on any principal's execution, an
 /// owner's only on its own (docs/semantics.md §12).
+/// The `carmy.decision` span of one resolve or release (docs/operations.md "Traces"): `action`,
+/// `execution_id`, `actor`, `principal` (the decider's scope; empty for an operator or the
+/// reconciler) and, once taken, `outcome` (the resolved status or `released`).
+fn decision_span(action: &'static str, decision: &Decision) -> tracing::Span {
+    crate::trace::exported_span(|| {
+        tracing::info_span!(
+            "carmy.decision",
+            action,
+            execution_id = decision.execution_id.as_str(),
+            actor = decision.actor.as_str(),
+            principal = decision.principal.as_deref().unwrap_or_default(),
+            force = decision.force,
+            outcome = tracing::field::Empty,
+        )
+    })
+}
+
 fn decision(caller: &Caller, execution_id: &ExecutionId, note: String, force: bool) -> Decision {
     Decision {
         execution_id: execution_id.clone(),

@@ -315,9 +315,11 @@ impl Engine {
     /// The [`Refusal`] of docs/semantics.md §3 for every row without an outcome.
     ///
     /// Every call is counted once in `carmy_calls_total` by its [`CallOutcome`](crate::metrics::CallOutcome) and runs in a
-    /// `carmy.call` span (fields `tool`, `request_id`, `session_id`, `traceparent`, and
-    /// `execution_id` once known); a tool run gets a `carmy.execution` span inside it
-    /// (docs/semantics.md §13).
+    /// `carmy.call` span (fields `tool`, `principal`, `request_id`, `session_id`,
+    /// `traceparent`, and `execution_id` and `outcome` once known), a child of the incoming
+    /// `traceparent` in exported traces; the reservation runs in `carmy.reserve`, a tool run in
+    /// `carmy.execution` (logs) with `carmy.tool` and `carmy.complete` below the call
+    /// (docs/semantics.md §13, docs/operations.md "Traces").
     pub async fn execute(self: &Arc<Self>, call: ValidatedCall) -> Result<Answer, Refusal> {
         let tool_label = if self.tools.snapshot().get(call.tool()).is_some() {
             call.tool().to_owned()
@@ -327,22 +329,26 @@ impl Engine {
         let span = tracing::info_span!(
             "carmy.call",
             tool = call.tool(),
+            principal = call.principal(),
             request_id = call.request_id(),
             session_id = call.session_id(),
             traceparent = call.traceparent(),
             execution_id = tracing::field::Empty,
+            outcome = tracing::field::Empty,
         );
+        crate::trace::link_to_caller(&span, call.traceparent());
         let engine = Arc::clone(self);
         // Counted inside the task, so a caller that stops waiting is counted all the same.
         let task = self.executions.spawn(
             async move {
                 let answer = engine.execute_attached(call).await;
+                let current = tracing::Span::current();
                 if let Some(execution_id) = answer::execution_id_of(&answer) {
-                    tracing::Span::current().record("execution_id", execution_id.as_str());
+                    current.record("execution_id", execution_id.as_str());
                 }
-                engine
-                    .metrics
-                    .call_answered(&tool_label, answer::call_outcome(&answer));
+                let outcome = answer::call_outcome(&answer);
+                current.record("outcome", outcome.trace_label());
+                engine.metrics.call_answered(&tool_label, outcome);
                 answer
             }
             .instrument(span),
@@ -399,6 +405,9 @@ impl Engine {
                 },
                 &intent,
             )
+            .instrument(crate::trace::exported_span(|| {
+                tracing::info_span!("carmy.reserve", execution_id = intent.execution_id.as_str())
+            }))
             .await;
         self.metrics.reserve_took(reserving.elapsed());
         match reserved {

@@ -20,6 +20,7 @@ use crate::tool::{OnInterrupted, Tool};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// Executions one replica claims per round.
 const CLAIM_BATCH: usize = 16;
@@ -67,7 +68,35 @@ impl Engine {
     ///
     /// # Errors
     /// [`Refusal::StoreUnavailable`] when the decision could not be taken.
+    ///
+    /// Runs in a `carmy.reconcile` span (`execution_id`, `tool`, and `result` once known); the
+    /// decision it takes is a `carmy.decision` span inside it (docs/operations.md "Traces").
     pub(super) async fn reconcile_target(
+        &self,
+        tool: &Arc<dyn Tool>,
+        target: &ProbeTarget,
+        deadline: Duration,
+    ) -> Result<(Reconciled, Evidence), Refusal> {
+        let span = crate::trace::exported_span(|| {
+            tracing::info_span!(
+                "carmy.reconcile",
+                execution_id = target.execution_id.as_str(),
+                tool = tool.name(),
+                result = tracing::field::Empty,
+            )
+        });
+        let reconciled = self
+            .probe_and_decide(tool, target, deadline)
+            .instrument(span.clone())
+            .await;
+        if let Ok((reconciled, evidence)) = &reconciled {
+            span.record("result", reconciled.label(evidence));
+        }
+        reconciled
+    }
+
+    /// [`Engine::reconcile_target`]'s work, in its span.
+    async fn probe_and_decide(
         &self,
         tool: &Arc<dyn Tool>,
         target: &ProbeTarget,

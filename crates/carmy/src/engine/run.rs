@@ -74,6 +74,25 @@ impl Engine {
             tool = tool.name(),
             traceparent = call.traceparent(),
         );
+        // The call's span (this runs inside it): the tool's and the completion's spans are its
+        // children in exported traces, whatever task they run in.
+        let call_span = tracing::Span::current();
+        let tool_span = crate::trace::exported_span(|| {
+            tracing::info_span!(
+                parent: &call_span,
+                "carmy.tool",
+                tool = tool.name(),
+                execution_id = execution_id.as_str(),
+                attempt = i64::from(attempt),
+            )
+        });
+        let complete_span = crate::trace::exported_span(|| {
+            tracing::info_span!(
+                parent: &call_span,
+                "carmy.complete",
+                execution_id = execution_id.as_str(),
+            )
+        });
         let fingerprint = call.fingerprint().clone();
         let arguments = call.into_arguments();
         let protected = key.is_some();
@@ -86,12 +105,16 @@ impl Engine {
             let execution_id = context.execution_id.clone();
             let result = match engine
                 .run_tool(tool.as_ref(), context, arguments, &cancel)
+                .instrument(tool_span)
                 .await
             {
                 Ok(result) => result,
                 Err(not_executed) => {
                     if let Some(key) = key {
-                        engine.release_now(key, execution_id.clone()).await;
+                        engine
+                            .release_now(key, execution_id.clone())
+                            .instrument(complete_span)
+                            .await;
                     }
                     let _ = done_tx.send(Err(not_executed.into_refusal(execution_id)));
                     return;
@@ -102,7 +125,10 @@ impl Engine {
             match key {
                 Some(key) => {
                     fault::point(fault::AFTER_TOOL);
-                    engine.record(&key, &fingerprint, result, done_tx).await;
+                    engine
+                        .record(&key, &fingerprint, result, done_tx)
+                        .instrument(complete_span)
+                        .await;
                 }
                 // The caller may have gone; nothing else wants the outcome.
                 None => drop(done_tx.send(Ok(result))),
