@@ -65,6 +65,9 @@ impl Replica {
             .env_remove("DATABASE_URL")
             .env_remove("CARMY_API_KEYS")
             .env_remove("CARMY_OPERATOR_KEYS")
+            // Traces are exported only by the tests that ask for it (tests/it/traces.rs).
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .env("CARMY_LISTEN", "127.0.0.1:0")
             .env("CARMY_LOG_FORMAT", "json")
             .env("RUST_LOG", "info,tower_http=warn")

@@ -44,4 +44,5 @@ mod shutdown_and_cancel;
 mod takeover;
 mod test_script;
 mod tools_file;
+mod traces;
 mod upstream;
