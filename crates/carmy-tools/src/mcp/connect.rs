@@ -3,7 +3,7 @@
 //! it to end while relaying `notifications/tools/list_changed`.
 
 use crate::spec::{McpServerSpec, McpTransport};
-use rmcp::model::ClientConfig;
+use rmcp::model::{ClientCapabilities, ClientConfig};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -26,8 +26,12 @@ impl ClientHandler for Listener {
         std::future::ready(())
     }
 
+    /// Declares the tasks extension: a server may answer a call with a task, which the tool
+    /// follows to its end (docs/semantics.md §10, "Upstream tasks").
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::default()
+        let mut config = ClientConfig::default();
+        config.capabilities = ClientCapabilities::builder().enable_tasks().build();
+        config
     }
 }
 
