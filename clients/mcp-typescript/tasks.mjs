@@ -45,7 +45,7 @@ async function startGateway() {
       CARMY_LISTEN: `127.0.0.1:${port}`,
       CARMY_API_KEYS: `${KEY}=typescript,${OTHER}=other`,
       CARMY_LEASE_TTL_MS: "1500",
-      RUST_LOG: "warn",
+      RUST_LOG: "error",
     },
     stdio: ["ignore", "ignore", "inherit"],
   });
