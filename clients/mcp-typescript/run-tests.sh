@@ -7,6 +7,9 @@
 # 2. Uses the gateway binary CARMY_GATEWAY_BIN if set; otherwise builds it (`cargo build -p
 #    carmy-gateway`) and uses target/debug/carmy-gateway.
 # 3. Starts the gateway on a free port, runs model-loop.mjs against it, stops the gateway.
+# 4. Runs tasks.mjs (MCP tasks through the SDK's 2026-07-28 client, @modelcontextprotocol/client)
+#    on two gateways of a fresh database on the PostgreSQL server of DATABASE_URL (scripts/test
+#    sets it; psql creates and drops the database). Fails without DATABASE_URL.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -35,3 +38,15 @@ for _ in $(seq 1 300); do
 done
 curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || { cat "$log" >&2; exit 1; }
 node model-loop.mjs "http://127.0.0.1:$port" mcp-ts-key
+
+kill "$gateway" 2>/dev/null || true
+wait "$gateway" 2>/dev/null || true
+if [[ -z "${DATABASE_URL:-}" ]]; then
+  echo "run-tests.sh: DATABASE_URL is not set: tasks.mjs needs a PostgreSQL server (run through scripts/test)" >&2
+  exit 1
+fi
+database="carmy_mcp_ts_$(node -e 'console.log(require("crypto").randomBytes(6).toString("hex"))')"
+psql "$DATABASE_URL" -qc "CREATE DATABASE \"$database\"" >/dev/null
+trap 'kill "$gateway" 2>/dev/null || true; rm -f "$log"; psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS \"$database\" WITH (FORCE)" >/dev/null || true' EXIT
+tasks_url="$(node -e 'const u=new URL(process.argv[1]);u.pathname="/"+process.argv[2];console.log(u.toString())' "$DATABASE_URL" "$database")"
+node tasks.mjs "$CARMY_GATEWAY_BIN" "$tasks_url"

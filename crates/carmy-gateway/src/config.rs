@@ -222,6 +222,13 @@ pub struct Config {
           value_parser = InRange::<u64>::at_least(1))]
     pub mcp_answer_within_ms: u64,
 
+    /// How long an MCP call with a request id, from a client that declared the tasks extension
+    /// (`io.modelcontextprotocol/tasks`), may take before it is answered with a task that any
+    /// replica answers `tasks/get` for (docs/semantics.md §11), in milliseconds.
+    #[arg(long, env = "CARMY_MCP_TASK_AFTER_MS", default_value_t = 1_000,
+          value_parser = InRange::<u64>::at_least(0))]
+    pub mcp_task_after_ms: u64,
+
     /// A TOML file declaring the tools to serve (HTTP upstreams, MCP servers; see the README's
     /// "Put your own tools behind Carmy"). Unset serves the example tools.
     #[arg(long, env = "CARMY_TOOLS_FILE")]

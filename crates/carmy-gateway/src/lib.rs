@@ -341,6 +341,7 @@ pub fn mcp_config(config: &Config) -> McpConfig {
         request_id_meta_keys: listed(&config.mcp_request_id_meta),
         require_request_id: config.mcp_require_request_id,
         answer_within: Duration::from_millis(config.mcp_answer_within_ms),
+        task_after: Duration::from_millis(config.mcp_task_after_ms),
         max_body_bytes: config.max_body_bytes,
         body_timeout: Duration::from_millis(config.body_timeout_ms),
     }

@@ -13,6 +13,7 @@
 //! - `prepare`: a `tools/call` made ready for the engine, with the request id argument a model
 //!   holds taken out of its arguments and checked;
 //! - `server`: the SDK's server handler over the engine;
+//! - `tasks`: MCP tasks (`tasks/get`, `tasks/cancel`) answered from the store;
 //! - `results`: the one mapping of [`carmy::engine::Answer`] and [`carmy::engine::Refusal`] to MCP
 //!   results and JSON-RPC errors;
 //! - [`copy`]: the texts a language model reads, in one table.
@@ -22,6 +23,7 @@ mod identity;
 mod prepare;
 mod results;
 mod server;
+mod tasks;
 mod transport;
 
 use axum::Router;
@@ -64,6 +66,9 @@ pub const EXECUTION_META: &str = "io.carmy/execution";
 /// The default of [`McpConfig::answer_within`]: below the 60 s that common MCP clients wait.
 pub const DEFAULT_ANSWER_WITHIN: Duration = Duration::from_secs(45);
 
+/// The default of [`McpConfig::task_after`].
+pub const DEFAULT_TASK_AFTER: Duration = Duration::from_secs(1);
+
 /// Settings of the MCP front (docs/semantics.md §11).
 #[derive(Clone, Debug)]
 pub struct McpConfig {
@@ -85,6 +90,10 @@ pub struct McpConfig {
     /// again with the same request id" (`CARMY_MCP_ANSWER_WITHIN_MS`, default
     /// [`DEFAULT_ANSWER_WITHIN`]); the execution runs on and is recorded.
     pub answer_within: Duration,
+    /// How long a call with a request id from a client that declared the tasks extension may
+    /// run before it is answered with a task (`CARMY_MCP_TASK_AFTER_MS`, default
+    /// [`DEFAULT_TASK_AFTER`]; docs/semantics.md §11, "Tasks"); the execution runs on.
+    pub task_after: Duration,
     /// Largest request body, in bytes (the HTTP API's limit); larger bodies get 413.
     pub max_body_bytes: usize,
     /// How long a body may take to arrive once the headers did (the HTTP API's limit); slower
@@ -103,6 +112,7 @@ impl Default for McpConfig {
                 .collect(),
             require_request_id: false,
             answer_within: DEFAULT_ANSWER_WITHIN,
+            task_after: DEFAULT_TASK_AFTER,
             max_body_bytes: carmy::http::DEFAULT_MAX_BODY_BYTES,
             body_timeout: carmy::http::DEFAULT_BODY_TIMEOUT,
         }

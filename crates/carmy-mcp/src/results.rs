@@ -25,11 +25,28 @@ pub(crate) fn from_answer(
     read_tools: impl FnOnce() -> Vec<String>,
     key: Option<&str>,
 ) -> CallToolResult {
-    let result = answer.result.result();
+    from_result(
+        answer.result.result(),
+        answer.replayed,
+        expires_at,
+        read_tools,
+        key,
+    )
+}
+
+/// The result of the recorded outcome `result` (`replayed`: the tool did not run for this
+/// answer), as [`from_answer`] and `tasks/get` (crate::tasks) give it.
+pub(crate) fn from_result(
+    result: &ExecutionResult,
+    replayed: bool,
+    expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    read_tools: impl FnOnce() -> Vec<String>,
+    key: Option<&str>,
+) -> CallToolResult {
     let mut meta = execution_meta(
         Some(result.execution_id.as_str()),
         Some(result.status.as_str()),
-        answer.replayed,
+        replayed,
     );
     if let (Some(at), Some(execution)) = (expires_at, meta.0.get_mut(EXECUTION_META)) {
         execution["expires_at"] =
@@ -39,7 +56,7 @@ pub(crate) fn from_answer(
         let text = result.data.to_string();
         let mut content = vec![ContentBlock::text(text)];
         if let Some(key) = key {
-            let note = if answer.replayed {
+            let note = if replayed {
                 crate::copy::DONE_EARLIER
             } else {
                 crate::copy::DONE

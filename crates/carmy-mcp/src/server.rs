@@ -6,20 +6,22 @@
 use crate::identity::IdSource;
 use crate::prepare::{prepare, Prepared, Ready};
 use crate::results;
+use crate::tasks;
 use crate::transport::Caller;
 use crate::{McpConfig, EXECUTION_META};
 use carmy::engine::Engine;
 use carmy::key_argument::{listed_schema, KeyArgument};
 use carmy::Tool as CarmyTool;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ErrorData,
+    GetTaskParams, GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// One handler, cloned for every request (the SDK builds a service per stateless request).
 #[derive(Clone)]
@@ -75,7 +77,12 @@ fn listed(tool: &dyn CarmyTool, key: Option<&KeyArgument>) -> Tool {
 
 impl ServerHandler for CarmyMcp {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let mut info = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        );
         info.server_info = Implementation::new("carmy", env!("CARGO_PKG_VERSION"));
         let name = &self.engine.key_argument_config().name;
         let name = if name.is_empty() { "request_id" } else { name };
@@ -110,13 +117,11 @@ impl ServerHandler for CarmyMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let caller = caller(&context)?;
         let parts = context.extensions.get::<axum::http::request::Parts>();
-        let caller = parts
-            .and_then(|parts| parts.extensions.get::<Caller>())
-            .ok_or_else(|| {
-                tracing::error!("an MCP request reached the handler without its caller");
-                ErrorData::internal_error("internal error", None)
-            })?;
+        let tasks = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
         let mut meta = context.meta.0 .0.clone();
         if let Some(own) = request.meta.clone() {
             meta.extend(own.0 .0);
@@ -143,12 +148,48 @@ impl ServerHandler for CarmyMcp {
             Prepared::Answer(result) => Ok(with_source(result, None).into()),
             Prepared::Run(ready) => {
                 let source = ready.source;
-                self.run(ready)
-                    .await
-                    .map(|result| with_source(result, source).into())
+                self.run(ready, tasks).await.map(|response| match response {
+                    CallToolResponse::Complete(result) => with_source(result, source).into(),
+                    other => other,
+                })
             }
         }
     }
+
+    /// `tasks/get`: the task of the caller's execution, read from the store (crate::tasks).
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let caller = caller(&context)?;
+        tasks::get(&self.engine, &caller.principal, &request.task_id, || {
+            self.read_tools()
+        })
+        .await
+    }
+
+    /// `tasks/cancel`: Carmy's cancel of the caller's execution (crate::tasks).
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let caller = caller(&context)?;
+        tasks::cancel(&self.engine, &caller.principal, &request.task_id).await
+    }
+}
+
+/// The [`Caller`] the transport recorded for this request.
+fn caller(context: &RequestContext<RoleServer>) -> Result<&Caller, ErrorData> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Caller>())
+        .ok_or_else(|| {
+            tracing::error!("an MCP request reached the handler without its caller");
+            ErrorData::internal_error("internal error", None)
+        })
 }
 
 /// What `initialize` and `server/discover` tell the model about request ids (`request_id`
@@ -174,32 +215,84 @@ impl CarmyMcp {
     }
 
     /// Runs a prepared call; a call with a request id still running after
-    /// [`McpConfig::answer_within`] is answered "still running" and runs on.
-    async fn run(&self, ready: Ready) -> Result<CallToolResult, ErrorData> {
+    /// [`McpConfig::answer_within`] is answered "still running" and runs on. When the client
+    /// declared the tasks extension (`tasks`), a call with a request id still running after
+    /// [`McpConfig::task_after`] (at once for a tool whose calls are always tasks) is answered
+    /// with a task whose id is its execution id (docs/semantics.md §11, "Tasks").
+    async fn run(&self, ready: Ready, tasks: bool) -> Result<CallToolResponse, ErrorData> {
         let Ready { call, key, .. } = ready;
         let tool = call.tool().to_owned();
         let identity = call.key();
         let execution = self.engine.execute(call);
+        tokio::pin!(execution);
         let outcome = match &identity {
             Some(identity) => {
-                match tokio::time::timeout(self.config.answer_within, execution).await {
+                let answer_within = self.config.answer_within;
+                let always = tasks && self.task_always(&tool);
+                let first = match (tasks, always) {
+                    (true, true) => RESERVE_GRACE,
+                    (true, false) => self.config.task_after,
+                    (false, _) => answer_within,
+                }
+                .min(answer_within);
+                match tokio::time::timeout(first, &mut execution).await {
+                    // A tool whose calls are always tasks: its recorded outcome is a task too.
+                    Ok(Ok(answer)) if always => {
+                        let id = &answer.result.result().execution_id;
+                        return Ok(CallToolResponse::Task(tasks::created(id)));
+                    }
                     Ok(outcome) => outcome,
                     Err(_) => {
-                        let execution_id = match self.engine.lookup(identity).await {
-                            Ok(record) => record.map(|record| record.execution_id),
-                            Err(_) => None,
-                        };
-                        let retry_after = self.engine.running_retry_after(&tool);
-                        return Ok(results::still_running(
-                            execution_id.as_ref(),
-                            retry_after,
-                            key.as_deref(),
-                        ));
+                        let execution_id = self.running_execution(identity).await;
+                        if let (true, Some(id)) = (tasks, &execution_id) {
+                            return Ok(CallToolResponse::Task(tasks::created(id)));
+                        }
+                        let rest = answer_within.saturating_sub(first);
+                        match tokio::time::timeout(rest, &mut execution).await {
+                            Ok(outcome) => outcome,
+                            Err(_) => {
+                                let retry_after = self.engine.running_retry_after(&tool);
+                                return Ok(results::still_running(
+                                    execution_id.as_ref(),
+                                    retry_after,
+                                    key.as_deref(),
+                                )
+                                .into());
+                            }
+                        }
                     }
                 }
             }
             None => execution.await,
         };
+        self.answer(outcome, key.as_deref()).map(Into::into)
+    }
+
+    /// The execution holding `identity`, if the store could tell.
+    async fn running_execution(
+        &self,
+        identity: &carmy::runtime::IdempotencyKey,
+    ) -> Option<carmy::ExecutionId> {
+        match self.engine.lookup(identity).await {
+            Ok(record) => record.map(|record| record.execution_id),
+            Err(_) => None,
+        }
+    }
+
+    /// Whether calls of `tool` are answered with a task at once (`task = "always"`).
+    fn task_always(&self, tool: &str) -> bool {
+        self.engine
+            .tools()
+            .iter()
+            .any(|candidate| candidate.name() == tool && candidate.mcp_task_always())
+    }
+
+    /// The engine's answer as a `tools/call` result.
+    fn answer(
+        &self,
+        outcome: Result<carmy::engine::Answer, carmy::engine::Refusal>,
+        key: Option<&str>,
+    ) -> Result<CallToolResult, ErrorData> {
         match outcome {
             Ok(answer) => {
                 let expires_at = self.engine.expires_at(answer.result.result());
@@ -207,13 +300,17 @@ impl CarmyMcp {
                     &answer,
                     expires_at,
                     || self.read_tools(),
-                    key.as_deref(),
+                    key,
                 ))
             }
-            Err(refusal) => results::from_refusal(refusal, &self.read_tools(), key.as_deref()),
+            Err(refusal) => results::from_refusal(refusal, &self.read_tools(), key),
         }
     }
 }
+
+/// How long a call of a tool whose calls are always tasks may take to be reserved (or to end)
+/// before it is answered; one not reserved by then is waited for as usual.
+const RESERVE_GRACE: Duration = Duration::from_millis(200);
 
 /// Adds `source` (where the request id came from, or `null`) to the result's
 /// `_meta["io.carmy/execution"]`.

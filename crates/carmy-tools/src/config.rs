@@ -21,6 +21,7 @@
 //! on_interrupted = "uncertain"     # default; "rerun" re-runs an interrupted execution
 //! key_argument = "request_id"      # the request id a model holds over MCP; "" for none
 //! key_required = false             # default: CARMY_MCP_KEY_REQUIRED
+//! task = "auto"                    # "always": an MCP client with tasks gets a task at once
 //! [tools.headers]
 //! Authorization = "Bearer ${PAYMENTS_TOKEN}"
 //! [tools.reconcile]                # optional: see [`RawReconcile`]
@@ -99,6 +100,10 @@ pub struct RawTool {
     /// idempotent annotations).
     /// Read as text so that an unknown policy is reported naming the field.
     pub on_interrupted: Option<Spanned<String>>,
+    /// `auto` (the default: an MCP call still running after `CARMY_MCP_TASK_AFTER_MS` becomes
+    /// a task) or `always` (every call of a client that declared tasks is a task at once;
+    /// docs/semantics.md §11, "Tasks").
+    pub task: Option<Spanned<String>>,
     /// The request id argument a model holds over MCP (docs/semantics.md §11): its name (one
     /// of the tool's own properties is adopted), `""` for none; by default the gateway's
     /// `CARMY_MCP_KEY_ARGUMENT` unless the tool is annotated read-only.
@@ -180,6 +185,8 @@ pub struct RawMcpServer {
     /// `uncertain` (the default) or `rerun` for every imported tool (docs/semantics.md §12;
     /// the execution id travels in `_meta` as the call's idempotency key).
     pub on_interrupted: Option<Spanned<String>>,
+    /// `task` of every imported tool (as for `[[tools]]`, docs/semantics.md §11).
+    pub task: Option<Spanned<String>>,
     /// `key_argument` of every imported tool (as for `[[tools]]`, docs/semantics.md §11).
     pub key_argument: Option<String>,
     /// `key_required` of every imported tool.

@@ -237,6 +237,10 @@ impl Tool for HttpTool {
         self.spec.on_interrupted
     }
 
+    fn mcp_task_always(&self) -> bool {
+        self.spec.task_always
+    }
+
     fn key_setting(&self) -> carmy::key_argument::KeySetting {
         self.spec.key.clone()
     }

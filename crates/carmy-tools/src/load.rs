@@ -265,6 +265,8 @@ impl Checker<'_> {
                 .map_err(|span| at(span, "max_response_bytes", "must be at least 1".into()))?
                 .map(|bytes| usize::try_from(bytes).unwrap_or(usize::MAX)),
             on_interrupted,
+            task_always: task_always(&tool.task)
+                .map_err(|(span, message)| at(span, "task", message))?,
             key: KeySetting {
                 argument: tool.key_argument.clone(),
                 required: tool.key_required,
@@ -468,12 +470,26 @@ impl Checker<'_> {
                 Some(policy) => policy_named(policy.get_ref())
                     .map_err(|message| at(policy.span(), "on_interrupted", message))?,
             },
+            task_always: task_always(&server.task)
+                .map_err(|(span, message)| at(span, "task", message))?,
             key: KeySetting {
                 argument: server.key_argument.clone(),
                 required: server.key_required,
             },
             secrets,
         })
+    }
+}
+
+/// `task`: `auto` (the default) or `always` (docs/semantics.md §11, "Tasks").
+fn task_always(task: &Option<Spanned<String>>) -> Result<bool, (std::ops::Range<usize>, String)> {
+    match task.as_ref().map(|task| (task.span(), task.get_ref().as_str())) {
+        None | Some((_, "auto")) => Ok(false),
+        Some((_, "always")) => Ok(true),
+        Some((span, other)) => Err((
+            span,
+            format!("{other:?} is not a task policy: use \"auto\" (a task when a call outlasts CARMY_MCP_TASK_AFTER_MS) or \"always\""),
+        )),
     }
 }
 

@@ -57,6 +57,9 @@ pub struct HttpToolSpec {
     pub max_response_bytes: Option<usize>,
     /// The takeover policy (docs/semantics.md §12).
     pub on_interrupted: OnInterrupted,
+    /// `task = "always"`: an MCP client that declared tasks gets a task at once
+    /// (docs/semantics.md §11, "Tasks").
+    pub task_always: bool,
     /// The request id argument a model holds over MCP (docs/semantics.md §11).
     pub key: KeySetting,
     /// Headers sent on every request.
@@ -151,6 +154,8 @@ pub struct McpServerSpec {
     pub idempotency_argument: Option<String>,
     /// The takeover policy of every imported tool (docs/semantics.md §12).
     pub on_interrupted: OnInterrupted,
+    /// `task = "always"` for every imported tool (docs/semantics.md §11, "Tasks").
+    pub task_always: bool,
     /// The request id argument of every imported tool (docs/semantics.md §11).
     pub key: KeySetting,
     /// The values of the `${NAME}` references of its headers or environment, masked in

@@ -35,6 +35,11 @@ pub struct ToolContext {
     /// protocol carries it. A tool that calls an upstream forwards it unchanged as that
     /// request's `traceparent` (docs/semantics.md §13), so the upstream joins the caller's trace.
     pub traceparent: Option<String>,
+    /// How long the engine lets this run take (the tool's own timeout, else
+    /// `CARMY_TOOL_TIMEOUT_MS`): past it the run is stopped and recorded `timed_out`. A tool that
+    /// waits on something it can name (an upstream task) may stop just before and return a
+    /// [`ToolErrorKind::TimedOut`] error that says what it was waiting on.
+    pub timeout: Duration,
 }
 
 /// A tool's own failure (docs/semantics.md §4). What happens to it depends on its
@@ -70,6 +75,11 @@ pub enum ToolErrorKind {
         /// How long the caller should wait before retrying (`Retry-After`), if known.
         retry_after: Option<Duration>,
     },
+    /// The tool stopped waiting at its deadline ([`ToolContext::timeout`]) on work that may
+    /// still be going on (e.g. an upstream MCP task still `working`): recorded `timed_out`
+    /// with `error.effect = "unknown"` and the tool's `details` (what to reconcile with),
+    /// replayed, never re-run.
+    TimedOut,
 }
 
 impl ToolError {
@@ -99,6 +109,14 @@ impl ToolError {
     pub fn not_executed(code: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             kind: ToolErrorKind::NotExecuted { retry_after: None },
+            ..Self::new(code, message)
+        }
+    }
+
+    /// The deadline passed while the work may still be going on ([`ToolErrorKind::TimedOut`]).
+    pub fn timed_out(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            kind: ToolErrorKind::TimedOut,
             ..Self::new(code, message)
         }
     }
@@ -218,6 +236,14 @@ pub trait Tool: Send + Sync + 'static {
     /// that the upstream itself deduplicates a second run (docs/semantics.md §10); makes
     /// [`OnInterrupted::Rerun`] acceptable. The default says no.
     fn sends_idempotency_key(&self) -> bool {
+        false
+    }
+
+    /// Whether an MCP client that declared the tasks extension gets a task for every call of
+    /// it at once (`task = "always"` in the tools file), rather than only for calls still
+    /// running after `CARMY_MCP_TASK_AFTER_MS` (docs/semantics.md §11, "Tasks"). The default
+    /// says no.
+    fn mcp_task_always(&self) -> bool {
         false
     }
 

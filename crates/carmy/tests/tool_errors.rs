@@ -1,7 +1,8 @@
 //! What a tool's error says about its effect (docs/semantics.md §4): a plain failure is recorded
 //! and replayed; "effect unknown" is recorded and says so; "not executed" records nothing, frees
 //! the identity and answers 503 with the tool's code and `Retry-After`. Also the behaviour hints
-//! `GET /v1/tools` shows.
+//! `GET /v1/tools` shows. A tool that stops at its deadline itself (`ToolError::timed_out`) is
+//! recorded `timed_out`, effect unknown, with its details.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -67,6 +68,18 @@ fn harness() -> Harness {
                 read_only_hint: Some(true),
                 ..ToolAnnotations::default()
             }),
+        )
+        .tool(
+            FnTool::new("gave_up", json!({"type": "object"}), |context, _a| async move {
+                // Stops waiting on its own just before the deadline the engine gave it, and
+                // says what it was waiting on.
+                Err(ToolError::timed_out(
+                    "UPSTREAM_TASK_TIMEOUT",
+                    "the upstream task was still working",
+                )
+                .with_details(json!({"upstream_task_id": "t-9", "timeout_ms": context.timeout.as_millis() as u64})))
+            })
+            .with_timeout(Duration::from_millis(1234)),
         )
         .build()
         .unwrap();
@@ -187,4 +200,24 @@ async fn tools_list_shows_annotations_where_declared() {
     );
     let flaky = tools.iter().find(|tool| tool["name"] == "flaky").unwrap();
     assert_eq!(flaky.get("annotations"), None);
+}
+
+#[tokio::test]
+async fn a_tool_that_stops_at_its_deadline_is_recorded_timed_out_with_its_details() {
+    let h = harness();
+    let (status, _, first) = post(&h.router, "gave_up", "g1").await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["status"], "timed_out", "{first}");
+    assert_eq!(
+        first["error"],
+        json!({
+            "code": "UPSTREAM_TASK_TIMEOUT",
+            "message": "the upstream task was still working",
+            "effect": "unknown",
+            "details": {"upstream_task_id": "t-9", "timeout_ms": 1234},
+        })
+    );
+    let (_, _, replay) = post(&h.router, "gave_up", "g1").await;
+    assert_eq!(replay["replayed"], true);
+    assert_eq!(replay["error"], first["error"]);
 }

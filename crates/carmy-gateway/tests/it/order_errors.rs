@@ -97,5 +97,6 @@ fn context() -> ToolContext {
         request_id: Some("r-1".into()),
         execution_id: ExecutionId::generate(),
         traceparent: None,
+        timeout: std::time::Duration::from_secs(30),
     }
 }

@@ -119,6 +119,11 @@ fn each_mistake_stops_the_gateway_naming_file_line_tool_and_field() {
             ", line 4, mcp server \"files\", field `on_interrupted`: \"always\" is not a policy; use \"uncertain\"",
         ),
         (
+            "unknown task policy",
+            format!("{GOOD_TOOL}task = \"sometimes\"\n"),
+            ", line 5, tool \"pay\", field `task`: \"sometimes\" is not a task policy: use \"auto\"",
+        ),
+        (
             "zero timeout",
             format!("{GOOD_TOOL}timeout_ms = 0\n"),
             ", line 5, tool \"pay\", field `timeout_ms`: must be at least 1",

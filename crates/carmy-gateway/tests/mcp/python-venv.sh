@@ -13,8 +13,12 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     "$PYTHON" -m virtualenv "$VENV" >&2
   fi
 fi
-if ! "$VENV/bin/python" -c 'import mcp.server.mcpserver' 2>/dev/null; then
-  echo "python-venv.sh: installing mcp>=2,<3 from PyPI" >&2
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check 'mcp>=2,<3' >&2
+# 2.3 at least: tests/mcp/python_sdk_task_server.py writes the tasks extension with the SDK's
+# server `Extension` hooks and 2026-07-28 results.
+check='import importlib.metadata as m, mcp.server.mcpserver, mcp.server.extension
+assert tuple(int(part) for part in m.version("mcp").split(".")[:2]) >= (2, 3)'
+if ! "$VENV/bin/python" -c "$check" 2>/dev/null; then
+  echo "python-venv.sh: installing mcp>=2.3,<3 from PyPI" >&2
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check 'mcp>=2.3,<3' >&2
 fi
 echo "$VENV/bin/python"

@@ -1,10 +1,14 @@
 //! Opening one MCP client connection with `rmcp`: Streamable HTTP through the shared reqwest
-//! client with the configured (secret) headers, or a child process on stdio; and waiting for
+//! client with the configured (secret) headers (protocol 2026-07-28 when the server offers it,
+//! else the `initialize` handshake), or a child process on stdio; and waiting for
 //! it to end while relaying `notifications/tools/list_changed`.
 
 use crate::spec::{McpServerSpec, McpTransport};
-use rmcp::model::ClientConfig;
-use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::model::{ClientCapabilities, ClientConfig, ProtocolVersion};
+use rmcp::service::{
+    serve_client_with_lifecycle, ClientLifecycleMode, NotificationContext, Peer, RoleClient,
+    RunningService,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceExt};
@@ -26,8 +30,12 @@ impl ClientHandler for Listener {
         std::future::ready(())
     }
 
+    /// Declares the tasks extension: a server may answer a call with a task, which the tool
+    /// follows to its end (docs/semantics.md §10, "Upstream tasks").
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::default()
+        let mut config = ClientConfig::default();
+        config.capabilities = ClientCapabilities::builder().enable_tasks().build();
+        config
     }
 }
 
@@ -72,8 +80,13 @@ pub(super) async fn connect(
                     .insert(header.name.clone(), header.value.clone());
             }
             let transport = StreamableHttpClientTransport::with_client(client.clone(), config);
-            listener
-                .serve(transport)
+            // Protocol 2026-07-28 (where tasks live) when the server speaks it, else the
+            // `initialize` handshake.
+            let lifecycle = ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: None,
+            };
+            serve_client_with_lifecycle(listener, transport, lifecycle)
                 .await
                 .map_err(|error| error.to_string())?
         }

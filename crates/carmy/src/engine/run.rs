@@ -67,6 +67,7 @@ impl Engine {
             request_id: call.request_id().map(str::to_owned),
             execution_id: execution_id.clone(),
             traceparent: call.traceparent().map(str::to_owned),
+            timeout: tool.timeout().unwrap_or(self.config.default_tool_timeout),
         };
         let span = tracing::info_span!(
             "carmy.execution",
@@ -235,7 +236,15 @@ impl Engine {
                         retry_after,
                     });
                 }
-                failed(tool_error.into())
+                if tool_error.kind == ToolErrorKind::TimedOut {
+                    (
+                        ExecutionStatus::TimedOut,
+                        Value::Null,
+                        Some(tool_error.into()),
+                    )
+                } else {
+                    failed(tool_error.into())
+                }
             }
             Ok(Err(_panic)) => failed(ExecutionError::panicked()),
             Err(_elapsed) => (
