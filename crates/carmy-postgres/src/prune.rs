@@ -1,4 +1,4 @@
-//! Retention on PostgreSQL (docs/semantics.md §12): one pruning step is one call of the SQL
+//! Retention on PostgreSQL (docs/semantics.md §12.9): one pruning step is one call of the SQL
 //! function `carmy.prune_expired` (migration `V9`, [`crate::sql::PRUNE_SQL`]), which takes a
 //! transaction-level advisory lock ([`crate::sql::PRUNE_LOCK_KEY`]) so that one replica prunes at
 //! a time, and deletes at most a batch of each kind with `DELETE … WHERE ctid = ANY(ARRAY(SELECT

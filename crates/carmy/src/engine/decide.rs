@@ -1,4 +1,4 @@
-//! Decisions on uncertain executions (docs/semantics.md §12): resolve, release and listing,
+//! Decisions on uncertain executions (docs/semantics.md §12.1): resolve, release and listing,
 //! checked here and taken by the store in one compare-and-set step.
 
 use super::{Engine, Refusal};
@@ -53,7 +53,7 @@ fn refused(refusal: DecisionRefusal, execution_id: &ExecutionId) -> Refusal {
 }
 
 impl Engine {
-    /// Records `resolve` as the outcome of `execution_id` (docs/semantics.md §12) on behalf of
+    /// Records `resolve` as the outcome of `execution_id` (docs/semantics.md §12.1) on behalf of
     /// `caller`: its own execution, or any principal's for an operator.
     ///
     /// # Errors
@@ -86,7 +86,7 @@ impl Engine {
     }
 
     /// Takes a checked resolution (note and outcome checked): the one path of every resolve,
-    /// a person's and the reconciler's (docs/semantics.md §12).
+    /// a person's and the reconciler's (docs/semantics.md §12.1).
     pub(super) async fn record_resolution(
         &self,
         request: ResolveRequest,
@@ -102,7 +102,7 @@ impl Engine {
         Ok(result)
     }
 
-    /// Frees the identity of `execution_id` (docs/semantics.md §12) on behalf of `caller`;
+    /// Frees the identity of `execution_id` (docs/semantics.md §12.1) on behalf of `caller`;
     /// the execution stays in history.
     ///
     /// # Errors
@@ -119,7 +119,7 @@ impl Engine {
     }
 
     /// Takes a checked release (note checked): the one path of every release, a person's and
-    /// the reconciler's (docs/semantics.md §12).
+    /// the reconciler's (docs/semantics.md §12.1).
     pub(super) async fn record_release(&self, request: Decision) -> Result<Released, Refusal> {
         let execution_id = &request.execution_id;
         let released = self
@@ -170,7 +170,7 @@ impl Engine {
 }
 
 /// `caller`'s decision on `execution_id`: an operator's acts on any principal's execution, an
-/// owner's only on its own (docs/semantics.md §12).
+/// owner's only on its own (docs/semantics.md §12.1).
 fn decision(caller: &Caller, execution_id: &ExecutionId, note: String, force: bool) -> Decision {
     Decision {
         execution_id: execution_id.clone(),
