@@ -222,8 +222,8 @@ pub struct Config {
           value_parser = InRange::<u64>::at_least(1))]
     pub mcp_answer_within_ms: u64,
 
-    /// A TOML file declaring the tools to serve (HTTP upstreams, MCP servers; see the README's
-    /// "Put your own tools behind Carmy"). Unset serves the example tools.
+    /// A TOML file declaring the tools to serve (HTTP upstreams, MCP servers; see
+    /// docs/tools-file.md). Unset serves the example tools.
     #[arg(long, env = "CARMY_TOOLS_FILE")]
     pub tools_file: Option<PathBuf>,
 

@@ -1,5 +1,5 @@
 //! What `carmy-gateway executions` prints: a table for `list`, a readable block for `show`, one
-//! line per decision, and with `--json` machine JSON (shapes in the README, "Failure
+//! line per decision, and with `--json` machine JSON (shapes in docs/operations.md, "Failure
 //! semantics"). Text that came from callers or notes is printed with control characters
 //! escaped, so a stored value cannot drive the operator's terminal.
 

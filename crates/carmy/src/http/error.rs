@@ -134,7 +134,7 @@ pub enum ApiError {
     NotReady(String),
     /// 500 `RECORD_DAMAGED`: the identity's record exists but cannot be read back (a damaged
     /// row); the tool did run, nothing ran now (docs/semantics.md §5).
-    #[error("the recorded outcome of execution {execution_id} cannot be read back ({problem}); the tool did run, so nothing was run again: an operator must repair the record (see README, \"Inspecting reservations with SQL\")")]
+    #[error("the recorded outcome of execution {execution_id} cannot be read back ({problem}); the tool did run, so nothing was run again: an operator must repair the record (see docs/operations.md, \"Inspecting reservations with SQL\")")]
     RecordDamaged {
         /// The execution whose record is damaged.
         execution_id: ExecutionId,
