@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A tiny payments API that honours Idempotency-Key, to put behind Carmy (README: "Put your own
-tools behind Carmy"). Python 3 standard library only; keeps its payments in memory.
+"""A tiny payments API that honours Idempotency-Key, to put behind Carmy (README: "Tools file";
+docs/tools-file.md). Python 3 standard library only; keeps its payments in memory.
 
     POST /v1/customers/{customer}/payments   {"amount": 500}  -> 201 {"payment_id", ...}
     GET  /v1/payments                        -> 200 {"payments": [...]}

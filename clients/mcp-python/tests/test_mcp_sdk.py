@@ -92,7 +92,7 @@ def test_call_and_replay_run_the_tool_once(gateway: Gateway) -> None:
     assert json.loads(text(first)) == first.structured_content
     assert execution(first)["status"] == "completed"
     assert execution(first)["replayed"] is False
-    # finished_at plus the default retention (docs/semantics.md §12): the same for the replay
+    # finished_at plus the default retention (docs/semantics.md §12.9): the same for the replay
     assert isinstance(execution(first)["expires_at"], str)
     assert execution(again)["expires_at"] == execution(first)["expires_at"]
     assert execution(again)["replayed"] is True

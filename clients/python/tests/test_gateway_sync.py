@@ -79,7 +79,7 @@ def test_conflict_is_raised_at_once_without_a_retry(gateway: Gateway, proxy: Fau
     error = caught.value
     assert error.status == 409 and error.code == "IDEMPOTENCY_CONFLICT"
     assert error.execution_id == first.execution_id and error.request_id == request_id
-    assert error.differs in ([], ["arguments"])  # named once the server names it (§12)
+    assert error.differs in ([], ["arguments"])  # named once the server names it (§12.8)
 
 
 def test_retry_after_from_the_proxy_is_waited(gateway: Gateway, proxy: FaultyProxy) -> None:

@@ -48,7 +48,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// mimalloc instead of the system allocator: the per-call work is mostly small allocations
-/// (keys, records, JSON), which it serves faster (README "Performance").
+/// (keys, records, JSON), which it serves faster (bench/results/2026-12-02-readme-notes.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

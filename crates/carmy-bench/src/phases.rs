@@ -4,8 +4,8 @@
 //! flushes (`pg_stat_wal.wal_sync`, cluster-wide: the benchmark's own server). What is left of
 //! the latency beside the two store steps is the HTTP exchange, the engine and the tool.
 //!
-//! This is the latency profile the group-commit targets are explained with (README
-//! "Performance"): a call waits for its reservation and then for its outcome, each durable
+//! This is the latency profile the group-commit targets are explained with (bench/results/
+//! 2026-12-02-readme-notes.md): a call waits for its reservation and then for its outcome, each durable
 //! (one WAL flush) before the next step, so at a fixed concurrency throughput is at most
 //! concurrency / latency however few commits a call costs.
 

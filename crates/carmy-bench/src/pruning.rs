@@ -1,5 +1,5 @@
 //! New identities with retention pruning running in the background, against the same without
-//! pruning (docs/semantics.md §12): the table holds `--pruning-rows` finished reservations (1
+//! pruning (docs/semantics.md §12.9): the table holds `--pruning-rows` finished reservations (1
 //! million; 100,000 with `--quick`, which the report says), all finished two days ago. A round
 //! is two measurements on that table: a gateway that keeps records forever
 //! (`CARMY_RETENTION=0`, nothing is pruned), then one with a retention of one day that prunes

@@ -41,7 +41,7 @@ pub const MCP_RATIO: f64 = 0.8;
 pub const FLAT_P99_RATIO: f64 = 1.5;
 
 /// New-identity p99 with retention pruning in the background may be at most this many times
-/// the p99 without it (docs/semantics.md §12).
+/// the p99 without it (docs/semantics.md §12.9).
 pub const PRUNING_P99_RATIO: f64 = 1.2;
 /// In-memory reserve + complete pairs per second on one core.
 pub const MEMORY_PAIRS_PER_SECOND: f64 = 500_000.0;

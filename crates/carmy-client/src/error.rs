@@ -106,7 +106,7 @@ pub enum Error {
     },
     /// 409 `EXECUTION_UNCERTAIN` with state `interrupted`: the process running the tool died
     /// and its outcome is unknown. Never retried: find out whether the effect happened, then
-    /// resolve or release the execution (docs/semantics.md §12).
+    /// resolve or release the execution (docs/semantics.md §12.1).
     #[error("execution {execution_id} was interrupted; its outcome is unknown")]
     Interrupted {
         /// The interrupted execution.

@@ -42,7 +42,7 @@ pub struct RetryPolicy {
     pub max_backoff: Duration,
     /// Longest wait for one answer, bounded by the time left. Default 35 s.
     pub attempt_timeout: Duration,
-    /// Seconds sent as `Prefer: wait=N` (RFC 7240; docs/semantics.md §12) so that a gateway
+    /// Seconds sent as `Prefer: wait=N` (RFC 7240; docs/semantics.md §12.6) so that a gateway
     /// supporting it holds the answer to a running duplicate until its outcome is recorded; lowered
     /// to fit one second under the attempt's timeout; `None` sends no header. Gateways without
     /// support ignore it. Default `Some(10)`.

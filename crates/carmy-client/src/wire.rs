@@ -212,7 +212,7 @@ pub struct Problem {
     #[serde(default)]
     pub state: Option<InFlightState>,
     /// For `IDEMPOTENCY_CONFLICT`: which parts of the call differ (`tool`, `arguments`,
-    /// `metadata`; docs/semantics.md §12). Empty when the gateway does not say.
+    /// `metadata`; docs/semantics.md §12.8). Empty when the gateway does not say.
     #[serde(default)]
     pub differs: Vec<String>,
 }

@@ -50,7 +50,7 @@ pub struct Config {
     #[arg(long, env = "CARMY_API_KEYS_FILE")]
     pub api_keys_file: Option<PathBuf>,
 
-    /// Operator keys as `key=name` pairs, comma separated (docs/semantics.md §12): an operator
+    /// Operator keys as `key=name` pairs, comma separated (docs/semantics.md §12.1): an operator
     /// may resolve, release and list any principal's executions, recorded as
     /// `operator:<name>`. A key must not also be an API key.
     #[arg(long, env = "CARMY_OPERATOR_KEYS", hide_env_values = true)]
@@ -121,12 +121,12 @@ pub struct Config {
     pub db_batch_max_rows: usize,
 
     /// Longest wait (ms) a call may ask for with `Prefer: wait=N` for a running duplicate's
-    /// outcome (docs/semantics.md §12); longer waits are cut to it, 0 turns waiting off.
+    /// outcome (docs/semantics.md §12.6); longer waits are cut to it, 0 turns waiting off.
     #[arg(long, env = "CARMY_MAX_WAIT_MS", default_value_t = millis(EngineConfig::default().max_wait),
           value_parser = InRange::<u64>::new(0, 3_600_000))]
     pub max_wait_ms: u64,
 
-    /// How long a finished record holds its identity (docs/semantics.md §12): e.g. `7d`, `36h`,
+    /// How long a finished record holds its identity (docs/semantics.md §12.9): e.g. `7d`, `36h`,
     /// `90min`, `30s`; `0` keeps records forever. Then a call with the same request_id runs as
     /// new and the record is pruned (running and interrupted ones never are). Set the same value
     /// on every replica.
@@ -140,7 +140,7 @@ pub struct Config {
     pub prune_interval_ms: u64,
 
     /// How often (ms) this replica looks for interrupted executions of tools with a
-    /// `[tools.reconcile]` probe and probes them (docs/semantics.md §12, reconciliation); also
+    /// `[tools.reconcile]` probe and probes them (docs/semantics.md §12.10); also
     /// the first pause between two probes of one execution, doubled after each.
     #[arg(long, env = "CARMY_RECONCILE_INTERVAL_MS", default_value_t = millis(EngineConfig::default().reconcile_interval),
           value_parser = InRange::<u64>::new(1, 3_600_000))]
@@ -229,8 +229,8 @@ pub struct Config {
           value_parser = InRange::<u64>::at_least(0))]
     pub mcp_task_after_ms: u64,
 
-    /// A TOML file declaring the tools to serve (HTTP upstreams, MCP servers; see the README's
-    /// "Put your own tools behind Carmy"). Unset serves the example tools.
+    /// A TOML file declaring the tools to serve (HTTP upstreams, MCP servers; see
+    /// docs/tools-file.md). Unset serves the example tools.
     #[arg(long, env = "CARMY_TOOLS_FILE")]
     pub tools_file: Option<PathBuf>,
 
@@ -250,7 +250,7 @@ pub enum Command {
     /// Validate the tools file (and reach each MCP server), print the tool table with secrets
     /// masked, then exit without serving.
     CheckConfig,
-    /// Find, inspect and decide on executions in DATABASE_URL (docs/semantics.md §12): list,
+    /// Find, inspect and decide on executions in DATABASE_URL (docs/semantics.md §12.5): list,
     /// show, resolve, release. Exit codes: 0 done, 2 bad input, 3 no such execution, 4 already
     /// decided, 5 still running, 6 database unavailable, 7 decision may or may not have been
     /// applied, 1 anything else.

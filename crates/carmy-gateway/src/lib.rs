@@ -10,7 +10,7 @@
 //! `carmy-gateway` serves; `carmy-gateway migrate` applies the database migrations and exits;
 //! `carmy-gateway check-config` validates the tools file and prints the tool table;
 //! `carmy-gateway executions list|show|resolve|release` is the operator's recovery loop
-//! ([`executions`], docs/semantics.md §12). Logs and OpenTelemetry trace export: [`telemetry`].
+//! ([`executions`], docs/semantics.md §12.5). Logs and OpenTelemetry trace export: [`telemetry`].
 
 pub mod config;
 pub mod configured;

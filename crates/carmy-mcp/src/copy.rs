@@ -32,7 +32,7 @@ pub enum Situation {
     /// `EXECUTION_UNCERTAIN`, `interrupted`: the process running it stopped.
     Interrupted,
     /// `EXECUTION_UNCERTAIN`, `interrupted`, being reconciled: the tool's probe is asking the
-    /// upstream whether the effect happened (docs/semantics.md §12, reconciliation).
+    /// upstream whether the effect happened (docs/semantics.md §12.10).
     Reconciling,
     /// `EXECUTION_UNCERTAIN`, `running`: the tool ran, its outcome is not recorded yet.
     RecordingPending,

@@ -5,7 +5,7 @@
 //!
 //! Every result carries `_meta["io.carmy/execution"]` = `{execution_id, status, replayed,
 //! expires_at}`: `expires_at` is when a recorded outcome's record stops holding its identity
-//! (docs/semantics.md §12; UTC, RFC 3339 with milliseconds), `null` for a record kept forever
+//! (docs/semantics.md §12.9; UTC, RFC 3339 with milliseconds), `null` for a record kept forever
 //! and for every answer without a recorded outcome.
 
 use crate::copy::{entry, Effect, Facts, Situation};

@@ -1,5 +1,5 @@
-//! Embedding Carmy in your own Rust service, with PostgreSQL (README, "Embed Carmy in your own
-//! Rust service"):
+//! Embedding Carmy in your own Rust service, with PostgreSQL (docs/embedding.md, "Embed Carmy in
+//! your own Rust service"):
 //!
 //! ```sh
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
@@ -52,7 +52,7 @@ pub async fn app_on(url: &str, listen: SocketAddr) -> Result<App, Box<dyn Error>
     // `connect` takes a URL or a full `PostgresStoreOptions` (pool size, lease, timeouts).
     let store: Arc<dyn IdempotencyStore> = Arc::new(PostgresStore::connect(url).await?);
     // Finished records are served from memory for a minute: replays and conflicts then need no
-    // database round trip (the benchmark figures in the README are measured with it).
+    // database round trip (the benchmark figures in bench/results/ are measured with it).
     let store = Arc::new(ReplayCache::new(
         store,
         DEFAULT_CACHE_ENTRIES,

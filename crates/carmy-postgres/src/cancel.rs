@@ -150,7 +150,7 @@ pub(crate) async fn request_cancel(
 /// One autocommitted statement ([`RELEASE_RESERVATION_SQL`]) on the row, only while it is
 /// `running`, held by `execution_id` and owned by `instance_id` (`IdempotencyStore::release`:
 /// a reservation whose tool never ran): a first attempt's row is deleted, a taken-over
-/// attempt's handed back so that it reads interrupted again (docs/semantics.md §12). A release
+/// attempt's handed back so that it reads interrupted again (docs/semantics.md §12.7). A release
 /// that arrives after another replica took the execution over changes nothing.
 pub(crate) async fn release_unused(
     pool: &PgPool,

@@ -1,4 +1,4 @@
-//! Decisions on PostgreSQL (docs/semantics.md §12): the store calls the SQL functions
+//! Decisions on PostgreSQL (docs/semantics.md §12.1): the store calls the SQL functions
 //! `carmy.resolve_execution` and `carmy.release_execution` (migration `V6`), the same ones a
 //! DBA calls, so API and SQL share one implementation and one compare-and-set. Also listings,
 //! released executions read by id, and audit trails.

@@ -101,7 +101,7 @@ pub(crate) struct CompleteRequest {
     pub(crate) state: String,
     pub(crate) outcome: String,
     pub(crate) error_code: Option<String>,
-    /// The attempt that made the outcome (docs/semantics.md §12, takeover).
+    /// The attempt that made the outcome (docs/semantics.md §12.7).
     pub(crate) attempt: i32,
 }
 

@@ -4,7 +4,7 @@
 //!
 //! The lease has a connection of its own ([`lease_pool`]), never one of the pool that tools,
 //! reads and cancels use: a pool exhausted by database-bound tools must not starve the renewal
-//! and make a live replica's executions read `interrupted` (docs/semantics.md §12).
+//! and make a live replica's executions read `interrupted` (docs/semantics.md §12.2).
 //!
 //! [`Lease::watch_lapse`] announces when the lease no longer surely holds
 //! ([`LeaseState::Lapsed`], so the engine stops the tools it runs) and [`Lease::renew`] when it
@@ -72,7 +72,7 @@ impl Lease {
     /// The statement gets one renewal interval to answer; past it the connection is closed
     /// rather than handed back, so a link that went silent in the middle of a renewal cannot
     /// hold the lease's only connection until TCP gives up, and the next renewal opens a new
-    /// one (docs/semantics.md §12).
+    /// one (docs/semantics.md §12.2).
     ///
     /// # Errors
     /// The statement's error; [`sqlx::Error::Io`] (`TimedOut`) when it got no answer in time.
@@ -170,7 +170,7 @@ impl Lease {
         }
     }
 
-    /// The step before a reservation (docs/semantics.md §12): when the lease no longer surely
+    /// The step before a reservation (docs/semantics.md §12.2): when the lease no longer surely
     /// holds (renewals failed, e.g. the replica is cut off from the database), renews it first,
     /// waiting at most one renewal interval. A replica without a lease never reserves: the other
     /// replicas already read its executions as interrupted.

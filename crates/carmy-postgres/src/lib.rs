@@ -21,7 +21,7 @@
 //! used by the store's statements in [`sql`]) and the view `carmy.uncertain_executions` listing
 //! executions whose outcome is not known.
 //!
-//! Decisions (docs/semantics.md §12) are the SQL functions `carmy.resolve_execution` and
+//! Decisions (docs/semantics.md §12.1) are the SQL functions `carmy.resolve_execution` and
 //! `carmy.release_execution`, called by the store (`decide`) and by DBAs alike, with the audit
 //! trail in `carmy.audit_log` and released executions in `carmy.released_executions`.
 //!
@@ -35,7 +35,7 @@
 //! `complete`, both in one commit), `ready`, `recheck`, `migrate`, `session` (defensive
 //! session settings, docs/semantics.md §14.1), `grants` (least-privilege roles, §14.2),
 //! `pooler` (§14.3), `replication` (synchronous standbys, §14), `reconcile` (claims and
-//! evidence of reconciliation probes, §12), `prune` (retention, docs/semantics.md §12:
+//! evidence of reconciliation probes, §12.10), `prune` (retention, docs/semantics.md §12.9:
 //! `carmy.prune_expired` of
 //! migration `V9`, one replica at a time).
 //!

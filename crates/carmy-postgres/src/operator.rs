@@ -1,4 +1,4 @@
-//! [`Operator`]: an operator's access to the executions on PostgreSQL (docs/semantics.md §12),
+//! [`Operator`]: an operator's access to the executions on PostgreSQL (docs/semantics.md §12.1),
 //! for tools such as `carmy-gateway executions` that read and decide without serving calls.
 //!
 //! It holds no lease and registers no instance: it never reserves, so it needs none, and a
@@ -211,7 +211,7 @@ impl Operator {
     }
 
     /// Records `request`'s outcome through `carmy.resolve_execution`, as the API does
-    /// (docs/semantics.md §12). Check it first with `carmy::decision::check_note` and
+    /// (docs/semantics.md §12.1). Check it first with `carmy::decision::check_note` and
     /// `check_outcome`, as the engine does.
     ///
     /// # Errors
@@ -233,7 +233,7 @@ impl Operator {
         settle(&self.diagnosis, decide::release(&self.pool, request).await).await
     }
 
-    /// The last reconciliation probe's evidence kept on `execution_id` (docs/semantics.md §12,
+    /// The last reconciliation probe's evidence kept on `execution_id` (docs/semantics.md §12.10,
     /// reconciliation); `None` when never probed or no longer held without an outcome.
     ///
     /// # Errors

@@ -78,7 +78,7 @@ pub enum OptionsError {
     )]
     LeaseTtl(Duration),
     /// `lease_ttl` does not exceed the renewal interval plus the lease connection's acquire
-    /// timeout (both derived from it, each at least 1 ms; docs/semantics.md §12): a renewal
+    /// timeout (both derived from it, each at least 1 ms; docs/semantics.md §12.2): a renewal
     /// that has to wait for its connection would land after the lease lapsed.
     #[error(
         "lease_ttl is {} ms, too short to be renewed in time: the renewal interval ({} ms, a third of lease_ttl, at least 1 ms) plus the lease connection's acquire timeout ({} ms, half the interval, at least 1 ms) must be shorter than lease_ttl; accepted: {} ms or more",

@@ -1,4 +1,4 @@
-//! Retention on PostgreSQL (docs/semantics.md §12): one pruning step is one call of the SQL
+//! Retention on PostgreSQL (docs/semantics.md §12.9): one pruning step is one call of the SQL
 //! function `carmy.prune_expired` (migration `V9`, [`crate::sql::PRUNE_SQL`]), which takes a
 //! transaction-level advisory lock ([`crate::sql::PRUNE_LOCK_KEY`]) so that one replica prunes at
 //! a time, and deletes at most a batch of each kind with `DELETE … WHERE ctid = ANY(ARRAY(SELECT
@@ -26,7 +26,7 @@ pub(crate) async fn step(
     // The step commits synchronously (the server's `synchronous_commit`). `off` for the step's
     // own transaction alone would be safe (a step lost in a crash only means its rows are
     // deleted again by the next one) but was measured no better: its WAL still has to reach
-    // the disk, then in the flush of the next call's commit (README "Performance").
+    // the disk, then in the flush of the next call's commit (bench/results/2026-12-02-readme-notes.md).
     let row = sqlx::query(PRUNE_SQL)
         .bind(millis(retention))
         .bind(batch)

@@ -1,4 +1,4 @@
-//! Reconciliation on PostgreSQL (docs/semantics.md §12, part "reconciliation"; migration
+//! Reconciliation on PostgreSQL (docs/semantics.md §12.10; migration
 //! `V13`): claiming interrupted executions due for a probe one replica at a time (`FOR UPDATE
 //! SKIP LOCKED` on `reconcile_due_at`, no leader), and keeping each probe's evidence. The
 //! decisions themselves go through `carmy.resolve_execution` / `carmy.release_execution`

@@ -44,7 +44,7 @@ mod batch;
 pub use batch::{COMPLETE_BATCH_SQL, HOT_BATCH_SQL, RESERVE_BATCH_SQL};
 
 /// The happy path of `reserve`, one statement: insert a running row; or replace a finished row
-/// whose retention ended (docs/semantics.md §12: the call runs as new); or read the existing row.
+/// whose retention ended (docs/semantics.md §12.9: the call runs as new); or read the existing row.
 ///
 /// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` tool, `$5` fingerprint digest,
 /// `$6` fingerprint version, `$7` execution_id, `$8` owner instance, `$9` the part digests
@@ -112,7 +112,7 @@ pub const FIND_EXECUTION_SQL: &str = concat!(
 
 /// Records an outcome, only for the execution holding a running reservation, made by the
 /// attempt that holds it now (an earlier attempt of an execution taken over matches nothing,
-/// docs/semantics.md §12).
+/// docs/semantics.md §12.7).
 ///
 /// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` execution_id, `$5` fingerprint
 /// digest, `$6` fingerprint version, `$7` state, `$8` outcome text, `$9` error code, `$10` the
@@ -124,7 +124,7 @@ pub const COMPLETE_SQL: &str = "UPDATE carmy.reservations \
        AND state = 'running' AND attempt = $10";
 
 /// Takes an interrupted execution over for this process (`IdempotencyStore::take_over`,
-/// docs/semantics.md §12): one statement that moves the row to this owner with the next
+/// docs/semantics.md §12.7): one statement that moves the row to this owner with the next
 /// attempt, only while it is running under a lapsed lease, and writes the `takeover` audit row.
 /// Of concurrent takeovers one updates the row; the others then find its new owner's live
 /// lease and match nothing.
@@ -163,7 +163,7 @@ pub const COMPLETE_RECHECK_SQL: &str =
 
 /// Frees a running reservation held by one execution and owned by this process
 /// (`IdempotencyStore::release`: its tool reported that nothing happened). A first attempt's
-/// row is deleted; a taken-over attempt's (`attempt > 1`, docs/semantics.md §12) is handed back
+/// row is deleted; a taken-over attempt's (`attempt > 1`, docs/semantics.md §12.7) is handed back
 /// instead (`owner_instance = NULL`, so it reads interrupted again): the earlier attempt's
 /// effect is still unknown, and the next attempt takes it over under the same execution id;
 /// an audit row (action `hand_back`, actor this instance) says so. Once another replica took the execution over, its attempt is not this process's to free.
@@ -243,7 +243,7 @@ pub const AUDIT_TRAIL_SQL: &str = "SELECT actor, at, execution_id, action, \
 /// `$5` execution_id, `$6` status, `$7` outcome text, `$8` note. Returns `current` (the holder's
 /// execution id, or `NULL`). An outcome `jsonb` refuses (`\u0000`, a number beyond `numeric`'s
 /// range or precision) is kept as a JSON string of its text (`carmy.jsonb_or_text`, migration
-/// `V12`), so the write never fails because of the value (docs/semantics.md §12).
+/// `V12`), so the write never fails because of the value (docs/semantics.md §12.1).
 pub const LATE_ARRIVAL_SQL: &str = "WITH holder AS ( \
          SELECT execution_id FROM carmy.reservations \
          WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
@@ -266,7 +266,7 @@ pub const LATE_ARRIVAL_SQL: &str = "WITH holder AS ( \
 pub const PRUNE_LOCK_KEY: i64 = 0x6361_726d_7970_7275;
 
 /// One pruning step through the SQL function of migrations `V9` and `V12` (docs/semantics.md
-/// §12), with `short_retention_ok` set: the gateway's `CARMY_RETENTION` was chosen on purpose.
+/// §12.9), with `short_retention_ok` set: the gateway's `CARMY_RETENTION` was chosen on purpose.
 /// Binds: `$1` retention in milliseconds, `$2` batch size. Returns one row: `locked` (false: another
 /// session prunes, nothing was done), and the rows deleted of each kind, `records`, `released`,
 /// `audit`, `instances` (`bigint`).

@@ -297,7 +297,7 @@ impl PostgresStore {
             Ok(ReserveAnswer::Alone) | Err(Unanswered::NotSent) => None,
         };
         // A finished row past its retention is replaced by this call's own statement
-        // (docs/semantics.md §12), which decides expiry with the database's clock.
+        // (docs/semantics.md §12.9), which decides expiry with the database's clock.
         let expired = |record: &StoredRecord| match &record.state {
             carmy::runtime::RecordState::Finished(result) => carmy::retention::is_expired(
                 result.finished_at,

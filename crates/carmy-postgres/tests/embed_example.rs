@@ -1,4 +1,4 @@
-//! The README's embedding example (`examples/embed.rs`) serves for real: its builder code on a
+//! docs/embedding.md's example (`examples/embed.rs`) serves for real: its builder code on a
 //! real PostgreSQL, over TCP, with its own tool, the replay cache and a graceful shutdown; and
 //! on a database nobody migrated, `/readyz` says so.
 

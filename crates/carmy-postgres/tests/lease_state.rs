@@ -1,4 +1,4 @@
-//! `PostgresStore::lease_state` (docs/semantics.md §12) through a link the test cuts: `Held`
+//! `PostgresStore::lease_state` (docs/semantics.md §12.2) through a link the test cuts: `Held`
 //! while renewals land, `Lapsed` once they failed past the moment the lease surely held (the
 //! store then refuses to reserve), `Held` again after the link is back and a renewal landed;
 //! and a lease connection that went silent is given up, so the lease comes back over a new one.

@@ -1251,7 +1251,7 @@ async fn a_takeover_fences_the_earlier_attempt_and_has_one_winner() {
 /// A release from the first attempt's owner (its tool reported no effect, or its reservation
 /// was lost in transit, and the store failed until the link came back) arrives after another
 /// replica took the execution over: the taker's running row stays. The taker's own release
-/// hands the execution back instead of freeing it (docs/semantics.md §8.3, §12).
+/// hands the execution back instead of freeing it (docs/semantics.md §8.3, §12.7).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_release_leaves_a_taken_over_execution_alone_or_hands_it_back() {
     let db = TestDb::migrated().await;
@@ -2059,7 +2059,7 @@ async fn invalid_options_are_refused() {
 
 /// A replica that cannot renew its lease (here: the test holds its instance row locked, as a
 /// cut-off connection would fail the renewal) refuses to reserve once its lease may have lapsed
-/// (docs/semantics.md §12), and reserves again once it holds a lease again.
+/// (docs/semantics.md §12.2), and reserves again once it holds a lease again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_without_a_lease_refuses_to_reserve_until_it_holds_one_again() {
     let db = TestDb::migrated().await;
@@ -2136,7 +2136,7 @@ async fn a_replica_without_a_lease_refuses_to_reserve_until_it_holds_one_again()
 }
 
 /// A replica whose replay cache holds a finished record drops the copy as soon as it reads the
-/// row (by id) and finds it changed by an operator's SQL (docs/semantics.md §12).
+/// row (by id) and finds it changed by an operator's SQL (docs/semantics.md §12.3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cached_copy_that_differs_from_the_row_read_is_dropped() {
     let db = TestDb::migrated().await;

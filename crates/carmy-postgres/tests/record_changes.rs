@@ -1,4 +1,4 @@
-//! Changes to finished records announced to replay caches (docs/semantics.md §8.4, §12;
+//! Changes to finished records announced to replay caches (docs/semantics.md §8.4, §12.3;
 //! migration `V11`):
 //!
 //! - a DBA's `DELETE` or `UPDATE` of a finished row notifies `carmy_changed` with the row's

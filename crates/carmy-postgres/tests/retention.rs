@@ -1,4 +1,4 @@
-//! Retention on PostgreSQL (docs/semantics.md §12), beyond the conformance checks that both
+//! Retention on PostgreSQL (docs/semantics.md §12.9), beyond the conformance checks that both
 //! stores pass (`carmy::conformance::expired_records_run_as_new`, `…pruning_removes_only_expired_records`):
 //!
 //! - a property test over random rows (every state, owners alive or dead, ages on both sides of

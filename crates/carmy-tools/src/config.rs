@@ -96,7 +96,7 @@ pub struct RawTool {
     /// Largest upstream body kept, in bytes (at least 1).
     pub max_response_bytes: Option<Spanned<u64>>,
     /// What the next attempt does when the owner of an execution died: `uncertain` (the
-    /// default) or `rerun` (docs/semantics.md §12; needs an idempotency header or read-only /
+    /// default) or `rerun` (docs/semantics.md §12.7; needs an idempotency header or read-only /
     /// idempotent annotations).
     /// Read as text so that an unknown policy is reported naming the field.
     pub on_interrupted: Option<Spanned<String>>,
@@ -114,7 +114,7 @@ pub struct RawTool {
     #[serde(default)]
     pub headers: BTreeMap<String, Spanned<String>>,
     /// `[tools.reconcile]`: how to ask the upstream whether an interrupted execution's effect
-    /// happened (docs/semantics.md §12, reconciliation).
+    /// happened (docs/semantics.md §12.10).
     pub reconcile: Option<Spanned<RawReconcile>>,
 }
 
@@ -182,7 +182,7 @@ pub struct RawMcpServer {
     pub timeout_ms: Option<Spanned<u64>>,
     /// An argument that also receives the execution id, for servers whose tools take a key.
     pub idempotency_argument: Option<String>,
-    /// `uncertain` (the default) or `rerun` for every imported tool (docs/semantics.md §12;
+    /// `uncertain` (the default) or `rerun` for every imported tool (docs/semantics.md §12.7;
     /// the execution id travels in `_meta` as the call's idempotency key).
     pub on_interrupted: Option<Spanned<String>>,
     /// `task` of every imported tool (as for `[[tools]]`, docs/semantics.md §11).

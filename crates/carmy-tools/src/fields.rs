@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use toml::Spanned;
 
 /// A tool's `on_interrupted` (default `uncertain`). `rerun` runs the tool a second time for
-/// one execution (docs/semantics.md §12), so it needs an idempotency header or a read-only or
+/// one execution (docs/semantics.md §12.7), so it needs an idempotency header or a read-only or
 /// idempotent hint; the error is the field's span and what to do.
 pub(crate) fn on_interrupted(
     tool: &RawTool,
@@ -33,7 +33,7 @@ pub(crate) fn on_interrupted(
     Ok(policy)
 }
 
-/// The policy named `name` (docs/semantics.md §12).
+/// The policy named `name` (docs/semantics.md §12.7).
 ///
 /// # Errors
 /// A message naming the accepted values, for any other name.

@@ -1,4 +1,4 @@
-//! The HTTP reconciliation probe of a tool (`[tools.reconcile]`, docs/semantics.md §12,
+//! The HTTP reconciliation probe of a tool (`[tools.reconcile]`, docs/semantics.md §12.10,
 //! reconciliation): one request to the configured URL, `{execution_id}`, `{request_id}` and
 //! the call's arguments filled in; a found status means the effect happened (the body is the
 //! outcome's data), an absent status that it did not, anything else proves nothing. The

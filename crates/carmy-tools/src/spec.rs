@@ -55,7 +55,7 @@ pub struct HttpToolSpec {
     pub annotations: Option<ToolAnnotations>,
     /// Largest upstream body kept, in bytes; `None` uses the gateway's `CARMY_MAX_RESULT_BYTES`.
     pub max_response_bytes: Option<usize>,
-    /// The takeover policy (docs/semantics.md §12).
+    /// The takeover policy (docs/semantics.md §12.7).
     pub on_interrupted: OnInterrupted,
     /// `task = "always"`: an MCP client that declared tasks gets a task at once
     /// (docs/semantics.md §11, "Tasks").
@@ -64,7 +64,7 @@ pub struct HttpToolSpec {
     pub key: KeySetting,
     /// Headers sent on every request.
     pub headers: Vec<Header>,
-    /// The reconciliation probe (`[tools.reconcile]`, docs/semantics.md §12), if any.
+    /// The reconciliation probe (`[tools.reconcile]`, docs/semantics.md §12.10), if any.
     pub reconcile: Option<ProbeSpec>,
 }
 
@@ -152,7 +152,7 @@ pub struct McpServerSpec {
     pub timeout: Option<Duration>,
     /// An argument that also receives the execution id, if configured.
     pub idempotency_argument: Option<String>,
-    /// The takeover policy of every imported tool (docs/semantics.md §12).
+    /// The takeover policy of every imported tool (docs/semantics.md §12.7).
     pub on_interrupted: OnInterrupted,
     /// `task = "always"` for every imported tool (docs/semantics.md §11, "Tasks").
     pub task_always: bool,

@@ -39,7 +39,7 @@ pub enum AppError {
     /// No API keys are configured and the address is not loopback (docs/semantics.md §6).
     #[error("refusing to serve anonymously on non-loopback address {0}: configure API keys (gateway: CARMY_API_KEYS or CARMY_API_KEYS_FILE) or allow anonymous network access explicitly (gateway: CARMY_ALLOW_ANONYMOUS_NETWORK=true)")]
     AnonymousOnNetwork(SocketAddr),
-    /// A key is configured both as an API key and as an operator key (docs/semantics.md §12).
+    /// A key is configured both as an API key and as an operator key (docs/semantics.md §12.1).
     #[error("a key appears both among the API keys and among the operator keys (CARMY_OPERATOR_KEYS); give operators keys of their own")]
     AmbiguousKey,
     /// The listen address could not be bound (in use, not local, no permission).
@@ -119,7 +119,7 @@ impl AppBuilder {
         self
     }
 
-    /// Sets the operator keys (`key=name` pairs, docs/semantics.md §12): an operator may resolve,
+    /// Sets the operator keys (`key=name` pairs, docs/semantics.md §12.1): an operator may resolve,
     /// release and list any principal's executions; decisions record it as `operator:<name>`.
     /// None by default. A key must not also be an API key.
     #[must_use]
@@ -245,8 +245,8 @@ impl App {
     /// behind the store's back ([`Engine::follow_record_changes`]: a replay cache drops its
     /// copies, docs/semantics.md §8.4), the watch that stops running tools when the lease
     /// lapses ([`Engine::stop_tools_on_lease_loss`]), the pruner of retention
-    /// ([`Engine::start_pruner`], docs/semantics.md §12) and the reconciler
-    /// ([`Engine::start_reconciler`], §12 reconciliation). [`App::serve`] calls it; an embedder that serves
+    /// ([`Engine::start_pruner`], docs/semantics.md §12.9) and the reconciler
+    /// ([`Engine::start_reconciler`], §12.10). [`App::serve`] calls it; an embedder that serves
     /// the [`App::router`] itself calls it once, inside a Tokio runtime.
     pub fn start_background(&self) {
         self.engine.listen_for_remote_cancels();

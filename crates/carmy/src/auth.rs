@@ -92,7 +92,7 @@ impl ApiKeys {
 
     /// The name of a configured key that the `Authorization` header value presents
     /// (`Bearer <key>`), with no anonymous fallback: `None` when no key matches or none is
-    /// configured. Used for operator keys (`CARMY_OPERATOR_KEYS`, docs/semantics.md §12).
+    /// configured. Used for operator keys (`CARMY_OPERATOR_KEYS`, docs/semantics.md §12.1).
     pub fn find(&self, authorization: Option<&[u8]>) -> Option<String> {
         let value = std::str::from_utf8(authorization?).ok()?;
         let (scheme, key) = value.trim().split_once(' ')?;
@@ -123,7 +123,7 @@ impl ApiKeys {
     }
 }
 
-/// An authenticated caller (docs/semantics.md §6, §12): its principal and, for an operator key,
+/// An authenticated caller (docs/semantics.md §6, §12.1): its principal and, for an operator key,
 /// the operator's name. An operator may decide on and list any principal's executions, and
 /// is no principal: every route that acts as a principal (calls, reading or cancelling an
 /// execution, an identity lookup) refuses it, whatever its name.

@@ -1,7 +1,7 @@
 //! A bounded in-process cache of finished records in front of another store.
 //!
 //! A finished record never changes (docs/semantics.md §4), so a replica may answer replays and
-//! conflicts for it without a database round trip, until its retention ends (§12): a cached
+//! conflicts for it without a database round trip, until its retention ends (§12.9): a cached
 //! record past its `expires_at` is dropped and the reservation goes to the store. Only finished
 //! records are cached: an identity that is vacant, running or interrupted always goes to the
 //! store, and the fingerprint is compared on every cached answer exactly as the store would
@@ -16,7 +16,7 @@
 //! arrives is not kept. A read by id or in a listing that differs from the cached copy drops
 //! the copy too. The time to live bounds what is left: a change the store could not announce
 //! (a record deleted by `carmy.prune_expired` with a shorter retention than this replica's,
-//! docs/semantics.md §12).
+//! docs/semantics.md §12.3).
 
 use crate::decision::ExecutionQuery;
 use crate::fingerprint::Fingerprint;
@@ -127,7 +127,7 @@ impl ReplayCache {
 
     /// The answer to a reservation from a cached record: a replay when the record is finished,
     /// within its retention and of the same fingerprint. `None` leaves the answer to the store:
-    /// a conflict (the store's row names which parts differ, docs/semantics.md §12; the cache
+    /// a conflict (the store's row names which parts differ, docs/semantics.md §12.8; the cache
     /// keeps no digests), a record past its retention (dropped here; the store replaces it), or
     /// anything but a finished record (never cached).
     fn cached_reservation(

@@ -90,10 +90,10 @@ pub struct ValidatedCall {
     request_id: Option<String>,
     session_id: String,
     fingerprint: Fingerprint,
-    /// Digests of the tool, arguments and metadata, stored for `differs` (docs/semantics.md §12).
+    /// Digests of the tool, arguments and metadata, stored for `differs` (docs/semantics.md §12.8).
     parts: FingerprintParts,
     traceparent: Option<String>,
-    /// How long the caller is willing to wait for a running duplicate (docs/semantics.md §12).
+    /// How long the caller is willing to wait for a running duplicate (docs/semantics.md §12.6).
     wait: Option<std::time::Duration>,
 }
 
@@ -181,7 +181,7 @@ impl ValidatedCall {
         })
     }
 
-    /// The digests of the call's parts (docs/semantics.md §12, `differs`).
+    /// The digests of the call's parts (docs/semantics.md §12.8, `differs`).
     pub fn parts(&self) -> &FingerprintParts {
         &self.parts
     }

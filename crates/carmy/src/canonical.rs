@@ -14,7 +14,7 @@ use serde_json::{Number, Value};
 use std::fmt::Write as _;
 
 /// The canonical bytes of the framed call, with where its parts are (for the part digests of
-/// `differs`, docs/semantics.md §12).
+/// `differs`, docs/semantics.md §12.8).
 pub(crate) struct Framed {
     /// The canonical bytes that fingerprint `v1` hashes.
     pub(crate) bytes: Vec<u8>,

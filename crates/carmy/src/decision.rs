@@ -1,5 +1,5 @@
 //! Operators' and owners' decisions on uncertain executions, and the audit trail they leave
-//! (docs/semantics.md §12): the types every store takes and returns for
+//! (docs/semantics.md §12.1): the types every store takes and returns for
 //! [`IdempotencyStore::resolve`](crate::runtime::IdempotencyStore::resolve),
 //! [`IdempotencyStore::release`](crate::runtime::IdempotencyStore::release),
 //! [`IdempotencyStore::list_executions`](crate::runtime::IdempotencyStore::list_executions) and
@@ -15,7 +15,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
-/// The note of every late-arrival audit row (docs/semantics.md §12).
+/// The note of every late-arrival audit row (docs/semantics.md §12.1).
 pub const LATE_ARRIVAL_NOTE: &str = "the owner's outcome arrived after the execution was decided; it was not recorded, and the effect may have happened twice";
 
 /// Longest accepted decision note, in bytes of UTF-8.
@@ -41,7 +41,7 @@ fn rfc3339_millis<S: Serializer>(at: &DateTime<Utc>, serializer: S) -> Result<S:
 }
 
 /// What every decision states: which execution, on whose behalf, who decides, why, and
-/// whether it may act on a running one (docs/semantics.md §12). A release needs nothing more
+/// whether it may act on a running one (docs/semantics.md §12.1). A release needs nothing more
 /// ([`ReleaseRequest`]); a resolution adds the outcome ([`ResolveRequest`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
@@ -91,7 +91,7 @@ pub struct Released {
     pub resolution: Resolution,
 }
 
-/// Why a decision changed nothing (docs/semantics.md §12).
+/// Why a decision changed nothing (docs/semantics.md §12.1).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecisionRefusal {
     /// No such execution (for this principal, when one was given).
@@ -106,7 +106,7 @@ pub enum DecisionRefusal {
     StillRunning,
 }
 
-/// What an audit row records (docs/semantics.md §12).
+/// What an audit row records (docs/semantics.md §12.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AuditAction {
@@ -204,7 +204,7 @@ pub fn check_note(note: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks that a resolution's `data` and `error` fit its `status` (docs/semantics.md §12):
+/// Checks that a resolution's `data` and `error` fit its `status` (docs/semantics.md §12.1):
 /// `completed` takes `data` and no `error`; every other status takes an `error` with a
 /// non-empty `code` and `data` `null`. No string may hold U+0000 (PostgreSQL's `jsonb` cannot
 /// keep it, and both stores answer alike).

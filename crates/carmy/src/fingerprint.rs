@@ -93,7 +93,7 @@ fn short_hex(digest: &[u8]) -> [u8; 8] {
     short
 }
 
-/// Digests of a call's three parts (docs/semantics.md §12, `differs`): its tool name, its
+/// Digests of a call's three parts (docs/semantics.md §12.8, `differs`): its tool name, its
 /// arguments and its metadata, each the first 64 bits of a SHA-256 over that part's canonical
 /// bytes (and its exact numbers) as fingerprint `v1` writes them. Stored beside the fingerprint
 /// so that an `IDEMPOTENCY_CONFLICT` can name which parts differ without keeping, or showing,

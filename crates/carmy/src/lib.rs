@@ -36,7 +36,7 @@
 //!   to status codes and problem details) and the principal extractor;
 //! - [`retention`] (when finished records expire, and the pruner);
 //! - [`reconcile`] (probes that ask a tool's upstream whether an interrupted execution's effect
-//!   happened, docs/semantics.md §12);
+//!   happened, docs/semantics.md §12.10);
 //! - [`auth`] (API keys), [`metrics`], [`trace`] (W3C `traceparent`), [`fault`]
 //!   (fault-injection points), [`app`] (the builder).
 

@@ -12,12 +12,12 @@
 //! | `carmy_store_reserve_duration_seconds` | histogram | | one `reserve` round trip to the store |
 //! | `carmy_store_complete_duration_seconds` | histogram | | one attempt to record an outcome |
 //! | `carmy_executions_running` | gauge | `tool` | executions of this process whose outcome is not recorded yet |
-//! | `carmy_prunes_total` | counter | | finished records pruned by retention (docs/semantics.md §12) |
-//! | `carmy_resolutions_total` | counter | `action` (`resolve`, `release`) | uncertain executions closed by an operator or owner (§12) |
-//! | `carmy_late_arrivals_total` | counter | | outcomes that arrived after their execution was resolved, released or taken over (§12) |
-//! | `carmy_takeovers_total` | counter | `tool` | interrupted executions this process took over and ran again (`on_interrupted = "rerun"`, §12) |
-//! | `carmy_late_arrivals_contradicting_total` | counter | | late arrivals that contradict the reconciler's decision: its probe was wrong (§12, reconciliation) |
-//! | `carmy_reconciliations_total` | counter | `tool`, `result` | reconciliation probes run by this process, by what came of them (§12, reconciliation) |
+//! | `carmy_prunes_total` | counter | | finished records pruned by retention (docs/semantics.md §12.9) |
+//! | `carmy_resolutions_total` | counter | `action` (`resolve`, `release`) | uncertain executions closed by an operator or owner (§12.1) |
+//! | `carmy_late_arrivals_total` | counter | | outcomes that arrived after their execution was resolved, released or taken over (§12.1) |
+//! | `carmy_takeovers_total` | counter | `tool` | interrupted executions this process took over and ran again (`on_interrupted = "rerun"`, §12.7) |
+//! | `carmy_late_arrivals_contradicting_total` | counter | | late arrivals that contradict the reconciler's decision: its probe was wrong (§12.10) |
+//! | `carmy_reconciliations_total` | counter | `tool`, `result` | reconciliation probes run by this process, by what came of them (§12.10) |
 //!
 //! The last three count the recovery features of docs/semantics.md §12:
 //! [`Metrics::records_pruned`] (called by the pruner, [`crate::retention::run_pruner`], on the
@@ -73,7 +73,7 @@ pub enum CallOutcome {
     /// `record_damaged`: the identity's record could not be read back (`RECORD_DAMAGED`).
     RecordDamaged,
     /// `superseded`: the tool finished after its execution was decided; its outcome went to the
-    /// audit log as a late arrival (`EXECUTION_SUPERSEDED`, docs/semantics.md §12).
+    /// audit log as a late arrival (`EXECUTION_SUPERSEDED`, docs/semantics.md §12.1).
     Superseded,
 }
 
@@ -332,7 +332,7 @@ impl Metrics {
         self.contradicting.inc();
     }
 
-    /// Counts one reconciliation probe of `tool` and what came of it (docs/semantics.md §12,
+    /// Counts one reconciliation probe of `tool` and what came of it (docs/semantics.md §12.10,
     /// reconciliation): `resolved`, `released`, `rerun`, `absent`, `inconclusive`,
     /// `decided_elsewhere`.
     pub(crate) fn reconciled(&self, tool: &str, result: &str) {
@@ -403,26 +403,26 @@ impl Metrics {
         RunningGuard(gauge)
     }
 
-    /// Retention (docs/semantics.md §12): this process pruned `count` finished records.
+    /// Retention (docs/semantics.md §12.9): this process pruned `count` finished records.
     pub fn records_pruned(&self, count: u64) {
         self.prunes.inc_by(count);
     }
 
-    /// Hook for recovery (docs/semantics.md §12): one execution was resolved or released.
+    /// Hook for recovery (docs/semantics.md §12.1): one execution was resolved or released.
     pub fn resolved(&self, action: Resolution) {
         self.resolutions
             .get_or_create(&ResolutionLabels { action })
             .inc();
     }
 
-    /// Hook for recovery (docs/semantics.md §12): an outcome arrived after its execution was
+    /// Hook for recovery (docs/semantics.md §12.1): an outcome arrived after its execution was
     /// decided by someone else, and was kept in the audit log instead of the record.
     pub fn late_arrival(&self) {
         self.late_arrivals.inc();
     }
 
     /// Counts one interrupted execution of `tool` taken over by this process
-    /// (docs/semantics.md §12).
+    /// (docs/semantics.md §12.7).
     pub(crate) fn taken_over(&self, tool: &str) {
         self.takeovers
             .get_or_create(&ToolLabels { tool: tool.into() })

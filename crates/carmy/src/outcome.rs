@@ -156,7 +156,7 @@ impl ExecutionError {
     }
 
     /// `CANCELLED` because this process's lease lapsed while the tool ran (status
-    /// `cancelled`; docs/semantics.md §12): the other replicas already reported it
+    /// `cancelled`; docs/semantics.md §12.2): the other replicas already reported it
     /// interrupted.
     pub fn cancelled_on_lease_loss() -> Self {
         Self::new(
@@ -266,7 +266,7 @@ pub struct ExecutionResult {
     pub finished_at: DateTime<Utc>,
     /// Present when the outcome was recorded by a decision (`POST
     /// /v1/executions/{id}/resolve`, or `carmy.resolve_execution` in SQL) rather than by the
-    /// tool: who, when, why (docs/semantics.md §12). Absent from tools' records.
+    /// tool: who, when, why (docs/semantics.md §12.1). Absent from tools' records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolution: Option<Box<crate::decision::Resolution>>,
 }
@@ -324,7 +324,7 @@ impl RecordedResult {
     }
 
     /// The same outcome, as made by attempt `attempt` of its execution (2 and later after a
-    /// takeover, docs/semantics.md §12): a store records it only while that attempt holds the
+    /// takeover, docs/semantics.md §12.7): a store records it only while that attempt holds the
     /// execution.
     #[must_use]
     pub fn with_attempt(mut self, attempt: u32) -> Self {
@@ -353,7 +353,7 @@ impl RecordedResult {
     }
 
     /// The response body of docs/semantics.md §4: the record with `replayed` before `started_at`
-    /// and `expires_at` last (docs/semantics.md §12, [`with_expires_at`]), made from the stored
+    /// and `expires_at` last (docs/semantics.md §12.9, [`with_expires_at`]), made from the stored
     /// text without serialising the outcome again.
     pub fn to_response_json(&self, replayed: bool, expires_at: Option<DateTime<Utc>>) -> String {
         // `started_at` and `finished_at` follow `data` and hold timestamps; only `resolution`
@@ -382,7 +382,7 @@ impl From<ExecutionResult> for RecordedResult {
 }
 
 /// Appends the member `expires_at` to a record's JSON object text: when the record stops holding
-/// its identity (docs/semantics.md §12), UTC, RFC 3339 with milliseconds, or `null` when it is
+/// its identity (docs/semantics.md §12.9), UTC, RFC 3339 with milliseconds, or `null` when it is
 /// kept forever. It is not part of the stored record: it follows from `finished_at` and the
 /// retention in force, so every answer of one record states the same instant.
 pub fn with_expires_at(mut record: String, expires_at: Option<DateTime<Utc>>) -> String {

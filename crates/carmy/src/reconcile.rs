@@ -1,4 +1,4 @@
-//! Reconciliation (docs/semantics.md §12, part "reconciliation"): a tool's probe asks its
+//! Reconciliation (docs/semantics.md §12.10): a tool's probe asks its
 //! upstream whether the effect of an interrupted execution happened, and the answer is decided
 //! through the same path as a person's resolve or release, with actor [`RECONCILER_ACTOR`].
 //!
@@ -56,7 +56,7 @@ pub struct ProbeAnswer {
 pub type ProbeFuture<'a> = Pin<Box<dyn Future<Output = ProbeAnswer> + Send + 'a>>;
 
 /// A tool's way to ask its upstream whether an execution's effect happened (the tools file's
-/// `[tools.reconcile]`, docs/semantics.md §10 and §12).
+/// `[tools.reconcile]`, docs/semantics.md §10 and §12.10).
 pub trait Probe: Send + Sync {
     /// Whether the upstream's "absent" proves that the effect did not happen
     /// (`absent_means = "not_executed"`); otherwise absent leaves the execution for a person.

@@ -53,7 +53,7 @@ impl RegisteredTool {
     }
 }
 
-/// Whether running `tool` a second time for one execution is harmless (docs/semantics.md §12):
+/// Whether running `tool` a second time for one execution is harmless (docs/semantics.md §12.7):
 /// its annotations say read-only or idempotent, or it sends the execution id to its upstream
 /// as an idempotency key.
 fn may_rerun(tool: &dyn Tool) -> bool {

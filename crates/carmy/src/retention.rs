@@ -1,4 +1,4 @@
-//! Retention of finished records (docs/semantics.md §12): how long a finished record holds its
+//! Retention of finished records (docs/semantics.md §12.9): how long a finished record holds its
 //! identity, when it expires, and the background task that prunes what expired.
 //!
 //! - A finished record *expires* at `finished_at + retention` (its own `finished_at`, the one
@@ -36,7 +36,7 @@ pub const PRUNE_PAUSE: Duration = Duration::from_millis(20);
 
 /// The pause after a full pruning step is at least this many times as long as the step took:
 /// a backlog is pruned with the database busy at most a fifth of the time, so the calls beside
-/// it keep their latency (docs/semantics.md §12).
+/// it keep their latency (docs/semantics.md §12.9).
 pub const PRUNE_PACE: u32 = 4;
 
 /// When a record finished at `finished_at` expires under `retention` (`None`: never). Saturates

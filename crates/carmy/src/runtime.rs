@@ -39,11 +39,11 @@ pub type Decided<T> = Result<T, DecisionRefusal>;
 /// each execution some replica asked to stop (docs/semantics.md §6).
 pub type CancelRequests = tokio::sync::broadcast::Receiver<ExecutionId>;
 
-/// How a store reports its lease ([`IdempotencyStore::lease_state`], docs/semantics.md §12).
+/// How a store reports its lease ([`IdempotencyStore::lease_state`], docs/semantics.md §12.2).
 pub type LeaseWatch = tokio::sync::watch::Receiver<LeaseState>;
 
 /// Where a store announces records changed behind its back
-/// ([`IdempotencyStore::record_changes`], docs/semantics.md §12).
+/// ([`IdempotencyStore::record_changes`], docs/semantics.md §12.3).
 pub type RecordChanges = tokio::sync::broadcast::Receiver<RecordChange>;
 
 /// A durable (or process-local) record of reservations and outcomes (docs/semantics.md §8).
@@ -55,7 +55,7 @@ pub type RecordChanges = tokio::sync::broadcast::Receiver<RecordChange>;
 /// - make the outcome durable before `complete` returns `Ok`, and complete only the execution that
 ///   holds the reservation (a repeated `complete` with the same outcome is `Ok`);
 /// - never evict or expire a record that may stand for a committed effect, except a finished
-///   record past its retention (docs/semantics.md §12): `reserve` replaces it
+///   record past its retention (docs/semantics.md §12.9): `reserve` replaces it
 ///   ([`ExecutionIntent::retention`]) and [`IdempotencyStore::prune_expired`] deletes it; never a
 ///   running or interrupted one;
 /// - hold no transaction or connection between `reserve` and `complete`.
@@ -109,7 +109,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// reported that nothing happened): removes the identity's record only if it is still
     /// running and held by `execution_id` under this process. An execution this process took
     /// over ([`IdempotencyStore::take_over`]) is handed back instead, reading interrupted again:
-    /// an earlier attempt's effect is still unknown (docs/semantics.md §8.3, §12). `Ok` when
+    /// an earlier attempt's effect is still unknown (docs/semantics.md §8.3, §12.7). `Ok` when
     /// there is nothing to free. Used after [`StoreError::Indeterminate`] from `reserve` and
     /// after a tool's `NotExecuted`.
     ///
@@ -148,7 +148,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     fn check_ready(&self) -> StoreFuture<'_, ()>;
 
     /// Records the outcome that reconciliation found for an execution without one
-    /// (docs/semantics.md §12), in one compare-and-set step with its audit row
+    /// (docs/semantics.md §12.1), in one compare-and-set step with its audit row
     /// ([`AuditAction::Resolve`](crate::decision::AuditAction)): of any number of concurrent
     /// decisions on one execution exactly one wins. The recorded outcome carries
     /// `resolution: {by, at, note}` and replays like any other.
@@ -166,7 +166,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     ) -> StoreFuture<'a, Decided<ExecutionResult>>;
 
     /// Frees the identity of an execution without an outcome, so the next attempt runs the
-    /// tool (docs/semantics.md §12): in one compare-and-set step the record moves to history
+    /// tool (docs/semantics.md §12.1): in one compare-and-set step the record moves to history
     /// (kept, never deleted without trace; [`IdempotencyStore::find_execution`] still finds
     /// it, with [`ExecutionLookup::released`]) and an audit row
     /// ([`AuditAction::Release`](crate::decision::AuditAction)) is written.
@@ -179,7 +179,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     ) -> StoreFuture<'a, Decided<Released>>;
 
     /// Lists records matching `query`, oldest reservation first, at most `query.limit`
-    /// (docs/semantics.md §12: operators list the uncertain executions across principals).
+    /// (docs/semantics.md §12.4: operators list the uncertain executions across principals).
     /// Released executions are not listed.
     ///
     /// # Errors
@@ -189,7 +189,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         query: &'a ExecutionQuery,
     ) -> StoreFuture<'a, Vec<ExecutionLookup>>;
 
-    /// The audit rows of one execution, oldest first (docs/semantics.md §12).
+    /// The audit rows of one execution, oldest first (docs/semantics.md §12.1).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the store fails.
@@ -199,7 +199,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// Keeps the outcome of an owner that finished after its execution was decided (resolved,
     /// released, taken over) as a late arrival: an audit row
     /// ([`AuditAction::LateArrival`](crate::decision::AuditAction), actor = the owner) holding
-    /// the outcome, never the record (docs/semantics.md §12: the effect may have happened
+    /// the outcome, never the record (docs/semantics.md §12.1: the effect may have happened
     /// twice). Returns the execution that holds `claim.key` now (`None` when vacant). Called
     /// after `complete` answered [`StoreError::NotOwner`], with what it refused.
     ///
@@ -212,7 +212,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     ) -> StoreFuture<'a, Option<ExecutionId>>;
 
     /// Takes over an interrupted execution of a tool whose policy is
-    /// [`OnInterrupted::Rerun`](crate::tool::OnInterrupted) (docs/semantics.md §12), in one
+    /// [`OnInterrupted::Rerun`](crate::tool::OnInterrupted) (docs/semantics.md §12.7), in one
     /// compare-and-set step: only if `execution_id` still holds `claim.key` with
     /// `claim.fingerprint`, has no outcome, and its owner's lease lapsed, this process becomes its
     /// owner, its attempt is incremented and an audit row
@@ -239,7 +239,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// (released), at most `timeout`; returns `key`'s record as last read (`None` when vacant).
     /// Woken by the store's notifications (PostgreSQL: `LISTEN`/`NOTIFY` across replicas), and
     /// reading the record at least every second ([`crate::wait::until_decided`] is the loop to
-    /// use). For `Prefer: wait=N` (docs/semantics.md §12).
+    /// use). For `Prefer: wait=N` (docs/semantics.md §12.6).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the store fails.
@@ -248,7 +248,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         request: WaitRequest<'a>,
     ) -> StoreFuture<'a, Option<StoredRecord>>;
 
-    /// One pruning step of retention (docs/semantics.md §12; [`crate::retention`]): deletes at
+    /// One pruning step of retention (docs/semantics.md §12.9; [`crate::retention`]): deletes at
     /// most `batch` rows of each kind that outlived `retention`: finished records whose
     /// [`expires_at`](crate::retention::expires_at) passed, released executions and audit rows
     /// older than `retention` (audit rows only once their execution holds no record), stopped
@@ -277,7 +277,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// the engine cancels those it runs. `None` for a process-local store; a wrapper forwards it.
     fn cancel_requests(&self) -> Option<CancelRequests>;
 
-    /// This process's lease as it changes (docs/semantics.md §12): [`LeaseState::Lapsed`] once
+    /// This process's lease as it changes (docs/semantics.md §12.2): [`LeaseState::Lapsed`] once
     /// renewals failed past the moment it surely held, [`LeaseState::Held`] again after a
     /// renewal succeeded. On a lapse the engine asks the tools it runs to stop (recorded
     /// `cancelled`, effect unknown), since the other replicas already report them interrupted.
@@ -285,7 +285,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     fn lease_state(&self) -> Option<LeaseWatch>;
 
     /// Finished records updated or deleted behind this process's back (docs/semantics.md §8.4,
-    /// §12: an operator's SQL, or another process replacing an expired record), as the store
+    /// §12.3: an operator's SQL, or another process replacing an expired record), as the store
     /// hears of them: [`RecordChange::Changed`] per identity, [`RecordChange::Unknown`] when
     /// announcements may have been missed. The engine hands each to
     /// [`IdempotencyStore::drop_cached`] from `App::serve` on. `None` for a store nothing else
@@ -307,7 +307,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     fn shutdown(&self) -> StoreFuture<'_, ()>;
 
     /// Claims interrupted executions of `claim.tools` due for a reconciliation probe
-    /// (docs/semantics.md §12, reconciliation), one replica at a time: each returned execution
+    /// (docs/semantics.md §12.10), one replica at a time: each returned execution
     /// is held for `claim.hold` (no other replica gets it meanwhile) and its attempt counted.
     /// Never an execution with an outcome or a live owner. A process-local store never has an
     /// interrupted execution: the default answers none. A wrapper must forward it.
@@ -323,7 +323,7 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     }
 
     /// Keeps a probe's answer on the execution's record as evidence and sets when it is due
-    /// again (docs/semantics.md §12, reconciliation); nothing when the execution no longer
+    /// again (docs/semantics.md §12.10); nothing when the execution no longer
     /// holds a record without an outcome. The default keeps nothing. A wrapper must forward it.
     ///
     /// # Errors

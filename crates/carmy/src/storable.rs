@@ -1,5 +1,5 @@
 //! The limits a decision's values must keep to be recorded and replayed on every store
-//! (docs/semantics.md §12, rules 5 and 6): one set for every door. The API and the CLI check
+//! (docs/semantics.md §12.1, rules 5 and 6): one set for every door. The API and the CLI check
 //! them here; PostgreSQL's `carmy.resolve_execution` (migration `V12`) refuses the same with the
 //! same words, so a DBA's SQL cannot write a record that the gateway cannot replay.
 

@@ -164,7 +164,7 @@ pub struct ToolAnnotations {
 }
 
 /// What the next attempt does with an execution of the tool whose owner's lease lapsed before an
-/// outcome was recorded (docs/semantics.md §12, takeover).
+/// outcome was recorded (docs/semantics.md §12.7).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnInterrupted {
@@ -227,7 +227,7 @@ pub trait Tool: Send + Sync + 'static {
     }
 
     /// What happens to an execution whose owner died before recording an outcome
-    /// (docs/semantics.md §12). The default keeps it uncertain.
+    /// (docs/semantics.md §12.7). The default keeps it uncertain.
     fn on_interrupted(&self) -> OnInterrupted {
         OnInterrupted::Uncertain
     }
@@ -254,7 +254,7 @@ pub trait Tool: Send + Sync + 'static {
     }
 
     /// The tool's reconciliation probe (the tools file's `[tools.reconcile]`,
-    /// docs/semantics.md §12, reconciliation): how to ask the upstream whether an interrupted
+    /// docs/semantics.md §12.10): how to ask the upstream whether an interrupted
     /// execution's effect happened. `None` (the default): interrupted executions wait for a
     /// person.
     fn probe(&self) -> Option<&dyn crate::reconcile::Probe> {

@@ -1,4 +1,4 @@
-//! Waiting for a running execution's outcome (docs/semantics.md §12, `Prefer: wait=N`): the one
+//! Waiting for a running execution's outcome (docs/semantics.md §12.6, `Prefer: wait=N`): the one
 //! loop both stores use, woken by their notifications of recorded outcomes and reading the
 //! record at least every [`POLL_EVERY`] in case a notification was lost.
 

@@ -260,7 +260,7 @@ async fn every_row_of_contract_section_3() {
         assert_eq!(conflict["code"], "IDEMPOTENCY_CONFLICT");
         assert_eq!(conflict["execution_id"], first["execution_id"]);
         assert!(conflict.get("data").is_none());
-        // Which part differs, never its value (docs/semantics.md §12).
+        // Which part differs, never its value (docs/semantics.md §12.8).
         assert_eq!(conflict["differs"], json!(["arguments"]));
         assert_eq!(
             conflict["detail"],

@@ -1,4 +1,4 @@
-//! Lease loss in the engine (docs/semantics.md §12), without PostgreSQL: a store that reports
+//! Lease loss in the engine (docs/semantics.md §12.2), without PostgreSQL: a store that reports
 //! its own lease (`IdempotencyStore::lease_state`) turns it lapsed while tools run; the tool of
 //! the reserved execution is stopped and recorded `cancelled` with the lease-loss message, a
 //! call without a request id keeps running, a reserved execution started while the lease reads

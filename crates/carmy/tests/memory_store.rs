@@ -247,7 +247,7 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
         );
     }
     // Replays came from the cache; each conflict asked the store, whose row names the parts
-    // that differ (docs/semantics.md §12).
+    // that differ (docs/semantics.md §12.8).
     assert_eq!(
         counting.reserves.load(Ordering::SeqCst),
         3 + 5,

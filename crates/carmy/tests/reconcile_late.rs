@@ -1,4 +1,4 @@
-//! A late arrival after the reconciler's decision (docs/semantics.md §12, reconciliation): the
+//! A late arrival after the reconciler's decision (docs/semantics.md §12.10): the
 //! owner's outcome that contradicts what the probe decided (a failure after the probe found the
 //! effect) is kept as a late arrival, never as the record, and counted in
 //! `carmy_late_arrivals_contradicting_total`. The PostgreSQL flag is tested with the gateway

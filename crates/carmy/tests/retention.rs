@@ -1,4 +1,4 @@
-//! Retention over HTTP (docs/semantics.md §12): every finished record states `expires_at`
+//! Retention over HTTP (docs/semantics.md §12.9): every finished record states `expires_at`
 //! (its `finished_at` plus the retention, the same for the first answer, the replay and a read);
 //! after it, the same request_id runs as new and the expired execution is gone; running records
 //! state `null`; with no retention, `null` everywhere.

@@ -55,7 +55,7 @@ class RetryPolicy:
     ``attempt_timeout``: longest wait for one answer (also bounded by the time left).
     ``connect_timeout``: longest wait for a connection. ``prefer_wait``: seconds sent as
     ``Prefer: wait=N`` so that a server supporting it holds a duplicate's answer until the
-    running execution is recorded (contract §12); ``None`` sends no header.
+    running execution is recorded (contract §12.6); ``None`` sends no header.
     """
 
     max_attempts: int = 10

@@ -1,5 +1,5 @@
 //! The command line of `carmy-gateway executions list|show|resolve|release`
-//! (docs/semantics.md §12). Each subcommand reads `DATABASE_URL` (or `--database-url`) and its
+//! (docs/semantics.md §12.5). Each subcommand reads `DATABASE_URL` (or `--database-url`) and its
 //! own flags only, so its `--help` lists only those.
 
 use crate::config::InRange;
@@ -144,11 +144,11 @@ pub struct DecisionArgs {
 }
 
 /// `--retention` of `executions show`, `resolve` and `release`: the replicas' retention (the
-/// same setting as theirs), for the `expires_at` they print (docs/semantics.md §12).
+/// same setting as theirs), for the `expires_at` they print (docs/semantics.md §12.9).
 #[derive(Clone, Debug, PartialEq, Eq, Args)]
 pub struct RetentionArg {
     /// The replicas' retention (the same setting as theirs), for the printed `expires_at`
-    /// (docs/semantics.md §12); `0`: forever.
+    /// (docs/semantics.md §12.9); `0`: forever.
     #[arg(long, env = "CARMY_RETENTION", default_value = "7days",
           value_parser = crate::config::RetentionParser)]
     pub retention: crate::config::Retention,

@@ -1,5 +1,5 @@
 //! Why an `executions` command failed: a machine code, a sentence saying what to do next, and
-//! the exit code (documented in the README, "Failure semantics").
+//! the exit code (documented in docs/operations.md, "Failure semantics").
 //!
 //! | exit | code | meaning |
 //! |---|---|---|

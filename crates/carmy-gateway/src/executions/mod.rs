@@ -1,5 +1,5 @@
 //! `carmy-gateway executions list|show|resolve|release`: the operator's recovery loop
-//! (docs/semantics.md §12) against `DATABASE_URL`, for operators without curl or an operator key.
+//! (docs/semantics.md §12.5) against `DATABASE_URL`, for operators without curl or an operator key.
 //!
 //! It reads and decides through [`carmy_postgres::Operator`]: no lease, no instance row, and
 //! decisions through the same code as the API's (the SQL functions `carmy.resolve_execution` and

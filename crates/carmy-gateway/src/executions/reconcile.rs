@@ -1,4 +1,4 @@
-//! `carmy-gateway executions reconcile ID` (docs/semantics.md §12, reconciliation): makes an
+//! `carmy-gateway executions reconcile ID` (docs/semantics.md §12.10): makes an
 //! interrupted execution due for its tool's probe now, waits until a running replica has probed
 //! it (new evidence on the record, or a decision), and shows the execution as `show` does.
 //! The CLI holds no tools file: the probe runs on a replica, claimed like any other.

@@ -1,5 +1,5 @@
 //! What `carmy-gateway executions` prints: a table for `list`, a readable block for `show`, one
-//! line per decision, and with `--json` machine JSON (shapes in the README, "Failure
+//! line per decision, and with `--json` machine JSON (shapes in docs/operations.md, "Failure
 //! semantics"). Text that came from callers or notes is printed with control characters
 //! escaped, so a stored value cannot drive the operator's terminal.
 
@@ -84,7 +84,7 @@ pub fn detail_json(
 ) -> Value {
     let mut value = summary_json(detail);
     value["record"] = match &detail.lookup.record.state {
-        // As the API answers it: the record with `expires_at` (docs/semantics.md §12).
+        // As the API answers it: the record with `expires_at` (docs/semantics.md §12.9).
         RecordState::Finished(result) if detail.lookup.released.is_none() => {
             let expires_at = carmy::retention::expires_at(result.finished_at, retention);
             serde_json::from_str(&result.to_body_json(expires_at)).unwrap_or(Value::Null)
@@ -108,7 +108,7 @@ pub fn detail_json(
 }
 
 /// `show`'s answer: [`detail_json`] with `reconcile_evidence` when `json` gives the replicas'
-/// retention, else [`detail_block`] with a `probe` line (docs/semantics.md §12,
+/// retention, else [`detail_block`] with a `probe` line (docs/semantics.md §12.10,
 /// reconciliation).
 pub fn shown(
     detail: &ExecutionDetail,

@@ -1,4 +1,4 @@
-//! One set of limits for every door (docs/semantics.md §12, rules 5 to 8): the SQL decision
+//! One set of limits for every door (docs/semantics.md §12.1, rules 5 to 8): the SQL decision
 //! functions refuse what the API refuses, with the same words; a number PostgreSQL's `numeric`
 //! cannot hold is refused by a decision (400 naming the field) and kept by a late arrival; a
 //! damaged record is decided again with `force`; `carmy.prune_expired` refuses a retention under

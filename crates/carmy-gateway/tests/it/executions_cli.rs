@@ -1,5 +1,5 @@
 //! The operator CLI `carmy-gateway executions list|show|resolve|release` (docs/semantics.md
-//! §12) as a real process against real replicas on one PostgreSQL database: it lists an
+//! §12.5) as a real process against real replicas on one PostgreSQL database: it lists an
 //! interrupted execution, decides once with one audit row, the next API attempt replays the
 //! decision (or, after a release, runs new), a second decision fails with its exit code, and CLI
 //! processes racing API decisions leave one winner. Its mistakes and failures are in

@@ -1,4 +1,4 @@
-//! Mistakes and failures of the operator CLI `carmy-gateway executions` (docs/semantics.md §12):
+//! Mistakes and failures of the operator CLI `carmy-gateway executions` (docs/semantics.md §12.5):
 //! each exits with its documented code and says what to do next on standard error, each
 //! subcommand's `--help` lists only what it reads, and a decision whose answer is lost on the
 //! wire exits 7 while `show` tells that it was applied.

@@ -1,4 +1,4 @@
-//! Late arrivals keep the real outcome (docs/semantics.md §12, "Leases and live replicas"): a
+//! Late arrivals keep the real outcome (docs/semantics.md §12.2): a
 //! replica frozen with SIGSTOP past its lease while its `create_order` INSERT commits in the
 //! database, its execution released meanwhile on another replica, then continued: the tool's
 //! order id, not `cancelled`, is what lands in `carmy.late_arrivals`.

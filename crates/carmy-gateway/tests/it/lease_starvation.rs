@@ -1,4 +1,4 @@
-//! The lease renewer has a connection of its own (docs/semantics.md §12): database-bound tools
+//! The lease renewer has a connection of its own (docs/semantics.md §12.2): database-bound tools
 //! that hold every pooled connection, blocked on a table lock for longer than the lease, leave a
 //! healthy replica's executions `running`.
 

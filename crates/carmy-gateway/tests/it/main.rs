@@ -31,7 +31,7 @@ mod partition;
 mod payments;
 mod postgres_outages;
 mod postgres_replicas;
-mod readme_tools;
+mod readme;
 mod reconcile;
 mod record_damaged;
 mod recovery_http;

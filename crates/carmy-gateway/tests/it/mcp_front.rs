@@ -57,7 +57,7 @@ async fn initialize_list_and_call() {
     let meta = execution(&result);
     assert_eq!(meta["status"], "completed");
     assert_eq!(meta["replayed"], false);
-    // The record's finished_at plus the default retention of 7 days (docs/semantics.md §12).
+    // The record's finished_at plus the default retention of 7 days (docs/semantics.md §12.9).
     let expires_at = chrono::DateTime::parse_from_rfc3339(meta["expires_at"].as_str().unwrap())
         .unwrap()
         .to_utc();

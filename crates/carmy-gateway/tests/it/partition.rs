@@ -1,4 +1,4 @@
-//! A real partition, not a kill (docs/semantics.md §12): replica A reaches PostgreSQL through a
+//! A real partition, not a kill (docs/semantics.md §12.2): replica A reaches PostgreSQL through a
 //! TCP proxy the test cuts while a slow tool runs on A, once with a link that resets and once
 //! with one that drops everything (statements hang). The other replica reports the execution
 //! `interrupted`; A refuses new calls and stops its tool; an operator resolves the execution on

@@ -1,4 +1,4 @@
-//! A real HTTP payments upstream for the reconciliation tests (docs/semantics.md §12,
+//! A real HTTP payments upstream for the reconciliation tests (docs/semantics.md §12.10,
 //! reconciliation): `POST /pay/<mode>` takes a payment under its `Idempotency-Key`, and
 //! `GET /lookup?idempotency_key=K` finds it (200 with the payment) or not (404). Modes:
 //! `commit-*` keeps the payment and never answers (the caller is killed meanwhile: the effect

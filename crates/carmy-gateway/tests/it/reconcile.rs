@@ -1,4 +1,4 @@
-//! Reconciliation (docs/semantics.md §12, part "reconciliation") across real `carmy-gateway`
+//! Reconciliation (docs/semantics.md §12.10) across real `carmy-gateway`
 //! processes on one PostgreSQL database, with a real HTTP payments upstream that can look a
 //! payment up by its idempotency key: the owner is killed mid-call, and the tool's
 //! `[tools.reconcile]` probe turns the interrupted execution into its true outcome (found →

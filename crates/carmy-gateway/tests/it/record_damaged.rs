@@ -50,7 +50,7 @@ async fn a_damaged_record_is_reported_as_damaged_and_the_gateway_stays_ready() {
         "detail": format!(
             "the recorded outcome of execution {execution_id} cannot be read back (outcome is not \
              a record: missing field `execution_id` at line 1 column 8); the tool did run, so \
-             nothing was run again: an operator must repair the record (see README, \
+             nothing was run again: an operator must repair the record (see docs/operations.md, \
              \"Inspecting reservations with SQL\")"
         ),
         "code": "RECORD_DAMAGED",

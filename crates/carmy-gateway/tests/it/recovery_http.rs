@@ -1,4 +1,4 @@
-//! Decisions over HTTP (docs/semantics.md §12) through the real router on the in-memory store:
+//! Decisions over HTTP (docs/semantics.md §12.1) through the real router on the in-memory store:
 //! resolve, release, operator keys, listing and lookup by identity.
 
 use axum::body::Body;

@@ -1,5 +1,5 @@
 //! Decisions across real `carmy-gateway` processes on one PostgreSQL database
-//! (docs/semantics.md §12): one winner of 20 concurrent decisions over two replicas, and the DBA's
+//! (docs/semantics.md §12.1): one winner of 20 concurrent decisions over two replicas, and the DBA's
 //! SQL functions answering exactly like the API.
 
 use carmy_test_support::{
@@ -336,7 +336,7 @@ async fn a_frozen_owner_that_finishes_after_a_release_is_a_late_arrival() {
     .unwrap();
     assert_eq!(late.0, next.as_str().unwrap());
     // Continued, the owner sees both its sleep over and its lease lapsed: the tool either
-    // finished first, or was stopped for the lapse (docs/semantics.md §12) first.
+    // finished first, or was stopped for the lapse (docs/semantics.md §12.2) first.
     let outcome: Value = serde_json::from_str(&late.2).unwrap();
     match late.1.as_str() {
         "completed" => assert_eq!(outcome["data"]["slept_ms"], 1500, "{outcome}"),

@@ -1,4 +1,4 @@
-//! Replay caches follow a DBA's SQL (docs/semantics.md §8.4, §12): two real `carmy-gateway`
+//! Replay caches follow a DBA's SQL (docs/semantics.md §8.4, §12.3): two real `carmy-gateway`
 //! processes with the replay cache on and a 10 minute time to live both replay a finished
 //! execution (so both cached it); then a DBA deletes or rewrites its row with SQL, and within
 //! seconds (not the time to live) both replicas answer from the row: the deleted one runs as

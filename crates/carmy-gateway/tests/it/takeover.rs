@@ -1,4 +1,4 @@
-//! Takeover (docs/semantics.md §12, `on_interrupted = "rerun"`), across real `carmy-gateway`
+//! Takeover (docs/semantics.md §12.7, `on_interrupted = "rerun"`), across real `carmy-gateway`
 //! processes on one PostgreSQL database with a real HTTP upstream: the owner of a `rerun`
 //! tool's execution is killed while the upstream holds its request; the next attempt on the
 //! other replica runs the tool again under the same execution id, so the upstream sees the same
@@ -212,7 +212,7 @@ async fn of_concurrent_retries_over_two_replicas_one_takes_over() {
 /// The first attempt may have acted upstream under the execution id (its owner died while the
 /// upstream held it); the second attempt, taken over, meets a busy upstream that says nothing
 /// happened. That says nothing of the first attempt: the identity must keep the execution, so
-/// the next attempt sends the same idempotency key again (docs/semantics.md §12) instead of
+/// the next attempt sends the same idempotency key again (docs/semantics.md §12.7) instead of
 /// running as a new execution under a new key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_taken_over_attempt_that_did_nothing_keeps_the_execution_and_its_key() {

@@ -8,7 +8,7 @@
 -- carmy.audit_log (so neither on the view carmy.late_arrivals, which shows its late_arrival
 -- rows), DELETE on carmy.instances or carmy.released_executions, TRUNCATE anywhere. Records
 -- past their retention are deleted only through carmy.prune_expired, which runs with its
--- owner's rights and keeps the retention rules (docs/semantics.md §12).
+-- owner's rights and keeps the retention rules (docs/semantics.md §12.9).
 
 REVOKE ALL ON ALL TABLES IN SCHEMA carmy FROM {role};
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA carmy FROM {role};

@@ -1,4 +1,4 @@
-//! Validating a tool's `[tools.reconcile]` (docs/semantics.md §12, reconciliation): the keys of
+//! Validating a tool's `[tools.reconcile]` (docs/semantics.md §12.10): the keys of
 //! [`RawReconcile`], each mistake a [`ConfigError`] naming the tool and the field.
 
 use super::{parse_method, positive, Checker};

@@ -1,4 +1,4 @@
-//! Conformance checks of decisions (docs/semantics.md §12): resolve, release, listing and the
+//! Conformance checks of decisions (docs/semantics.md §12.1): resolve, release, listing and the
 //! audit trail, the same on every store.
 //!
 //! The checks decide with `force`, because a fresh store's own reservations belong to a live

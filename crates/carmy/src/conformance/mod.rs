@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Every check receives a fresh, empty store and panics with a message naming the broken rule.
-//! The checks of decisions (docs/semantics.md §12) are in `decisions`, those of retention (§12)
+//! The checks of decisions (docs/semantics.md §12.1) are in `decisions`, those of retention (§12.9)
 //! in `retention`, those of who holds an identity (concurrent reserves, `release`) in `holding`.
 
 mod decisions;
@@ -183,7 +183,7 @@ pub async fn reserve_complete_replay(store: Arc<dyn IdempotencyStore>) {
 }
 
 /// A different fingerprint is a conflict while running and after finishing, and the conflict
-/// names the holder's execution and its part digests only (docs/semantics.md §12); a record
+/// names the holder's execution and its part digests only (docs/semantics.md §12.8); a record
 /// reserved without part digests conflicts all the same, naming none.
 pub async fn conflict_in_every_state(store: Arc<dyn IdempotencyStore>) {
     let k = key("p", "s", "r6");

@@ -1,4 +1,4 @@
-//! Conformance checks of retention (docs/semantics.md §12): a finished record past its retention
+//! Conformance checks of retention (docs/semantics.md §12.9): a finished record past its retention
 //! no longer holds its identity (the next reservation runs as new) and is pruned; running and
 //! interrupted records never are. Each check uses a retention of [`SHORT`] and waits it out.
 

@@ -45,7 +45,7 @@ pub enum Refusal {
         /// The execution that holds the identity.
         execution_id: ExecutionId,
         /// Which parts of the call differ from the recorded call's (`tool`, `arguments`,
-        /// `metadata`, docs/semantics.md §12); `None` when the record has no part digests.
+        /// `metadata`, docs/semantics.md §12.8); `None` when the record has no part digests.
         differs: Option<Vec<&'static str>>,
     },
     /// Same identity and fingerprint, not finished (or, for a cancel, interrupted).
@@ -55,7 +55,7 @@ pub enum Refusal {
         execution_id: ExecutionId,
         /// `running` or `interrupted`.
         state: InFlightState,
-        /// The tool's probe is asking its upstream (docs/semantics.md §12, reconciliation):
+        /// The tool's probe is asking its upstream (docs/semantics.md §12.10):
         /// the answer may be known soon.
         reconciling: bool,
     },
@@ -66,7 +66,7 @@ pub enum Refusal {
         /// The execution that ran.
         execution_id: ExecutionId,
     },
-    /// A cancel request, or a decision (resolve or release, docs/semantics.md §12), for an
+    /// A cancel request, or a decision (resolve or release, docs/semantics.md §12.1), for an
     /// execution that already has an outcome or was released; nothing changed (HTTP: 409
     /// `EXECUTION_FINISHED`).
     #[error("execution {execution_id} already finished")]
@@ -74,7 +74,7 @@ pub enum Refusal {
         /// The finished execution.
         execution_id: ExecutionId,
     },
-    /// A decision (resolve or release, docs/semantics.md §12) on an execution whose owner still
+    /// A decision (resolve or release, docs/semantics.md §12.1) on an execution whose owner still
     /// holds its lease: the tool may still be running and may still record its own outcome.
     /// Nothing changed. Fronts tell the caller to wait for the outcome, or to repeat the
     /// decision with `force` once reconciliation shows what happened (HTTP: 409
@@ -86,7 +86,7 @@ pub enum Refusal {
     },
     /// The tool finished after its execution had been decided (resolved, released, taken
     /// over): its outcome was not recorded but kept as a late arrival in the audit log (the
-    /// effect may have happened twice; docs/semantics.md §12). Fronts name the execution that
+    /// effect may have happened twice; docs/semantics.md §12.1). Fronts name the execution that
     /// holds the identity now, never "retry to get it" (HTTP: 409 `EXECUTION_SUPERSEDED`).
     #[error("execution {execution_id} was superseded before its outcome arrived")]
     Superseded {

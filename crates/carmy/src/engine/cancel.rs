@@ -33,7 +33,7 @@ impl Engine {
 
     /// Registers a running execution and returns its cancellation token. A `reserved` one (its
     /// identity is held in the store) is asked to stop at once if the lease has lapsed
-    /// meanwhile (docs/semantics.md §12).
+    /// meanwhile (docs/semantics.md §12.2).
     pub(super) fn track(&self, execution_id: &ExecutionId, reserved: bool) -> CancellationToken {
         let token = self.cancel_executions.child_token();
         self.running_map()

@@ -1,4 +1,4 @@
-//! Changes made to finished records behind this process's back (docs/semantics.md §8.4, §12):
+//! Changes made to finished records behind this process's back (docs/semantics.md §8.4, §12.3):
 //! heard through the store ([`IdempotencyStore::record_changes`]) and handed back to it
 //! ([`IdempotencyStore::drop_cached`]) so that a replay cache drops its stale copies at once.
 

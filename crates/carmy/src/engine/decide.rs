@@ -1,4 +1,4 @@
-//! Decisions on uncertain executions (docs/semantics.md §12): resolve, release and listing,
+//! Decisions on uncertain executions (docs/semantics.md §12.1): resolve, release and listing,
 //! checked here and taken by the store in one compare-and-set step.
 
 use super::{Engine, Refusal};
@@ -54,7 +54,7 @@ fn refused(refusal: DecisionRefusal, execution_id: &ExecutionId) -> Refusal {
 }
 
 impl Engine {
-    /// Records `resolve` as the outcome of `execution_id` (docs/semantics.md §12) on behalf of
+    /// Records `resolve` as the outcome of `execution_id` (docs/semantics.md §12.1) on behalf of
     /// `caller`: its own execution, or any principal's for an operator.
     ///
     /// # Errors
@@ -87,7 +87,7 @@ impl Engine {
     }
 
     /// Takes a checked resolution (note and outcome checked): the one path of every resolve,
-    /// a person's and the reconciler's (docs/semantics.md §12).
+    /// a person's and the reconciler's (docs/semantics.md §12.1).
     pub(super) async fn record_resolution(
         &self,
         request: ResolveRequest,
@@ -106,7 +106,7 @@ impl Engine {
         Ok(result)
     }
 
-    /// Frees the identity of `execution_id` (docs/semantics.md §12) on behalf of `caller`;
+    /// Frees the identity of `execution_id` (docs/semantics.md §12.1) on behalf of `caller`;
     /// the execution stays in history.
     ///
     /// # Errors
@@ -123,7 +123,7 @@ impl Engine {
     }
 
     /// Takes a checked release (note checked): the one path of every release, a person's and
-    /// the reconciler's (docs/semantics.md §12).
+    /// the reconciler's (docs/semantics.md §12.1).
     pub(super) async fn record_release(&self, request: Decision) -> Result<Released, Refusal> {
         let execution_id = &request.execution_id;
         let span = decision_span("release", &request);
@@ -176,8 +176,6 @@ impl Engine {
     }
 }
 
-/// `caller`'s decision on `execution_id`: an operator's acts on any principal's execution, an
-/// owner's only on its own (docs/semantics.md §12).
 /// The `carmy.decision` span of one resolve or release (docs/operations.md "Traces"): `action`,
 /// `execution_id`, `actor`, `principal` (the decider's scope; empty for an operator or the
 /// reconciler) and, once taken, `outcome` (the resolved status or `released`).
@@ -195,6 +193,8 @@ fn decision_span(action: &'static str, decision: &Decision) -> tracing::Span {
     })
 }
 
+/// `caller`'s decision on `execution_id`: an operator's acts on any principal's execution, an
+/// owner's only on its own (docs/semantics.md §12.1).
 fn decision(caller: &Caller, execution_id: &ExecutionId, note: String, force: bool) -> Decision {
     Decision {
         execution_id: execution_id.clone(),

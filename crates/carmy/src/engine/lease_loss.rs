@@ -1,4 +1,4 @@
-//! Lease loss (docs/semantics.md §12): once the store reports that this process's lease lapsed
+//! Lease loss (docs/semantics.md §12.2): once the store reports that this process's lease lapsed
 //! ([`LeaseState::Lapsed`]), the other replicas read its reserved executions as interrupted, so
 //! the engine asks their tools to stop, through the same token as a cancel request, and gives
 //! each tool that was running the grace ([`EngineConfig::lease_loss_grace`](super::EngineConfig))
@@ -101,7 +101,7 @@ impl Engine {
     }
 
     /// Asks one running execution's tool to stop because the lease lapsed (once); with
-    /// `grace`, its tool may still finish within the grace (docs/semantics.md §12).
+    /// `grace`, its tool may still finish within the grace (docs/semantics.md §12.2).
     pub(super) fn stop_for_lease_loss(&self, execution_id: &ExecutionId, grace: bool) {
         let token = {
             let mut running = self.running_map();

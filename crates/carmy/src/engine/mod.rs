@@ -5,7 +5,7 @@
 //! and freeing unused reservations, with one backoff), `cancel` (local and remote cancellation),
 //! [`hints`] (what a front adds to a refusal: the closest tool, `Retry-After`), `lease_loss`
 //! (stopping the tools of reserved executions when the lease lapses), [`decide`]
-//! (resolve, release and listing, docs/semantics.md §12), `wait` (waiting for a running
+//! (resolve, release and listing, docs/semantics.md §12.1), `wait` (waiting for a running
 //! duplicate's outcome), `takeover` (re-running an interrupted execution of a `rerun` tool),
 //! [`reconcile`] (probing interrupted executions and deciding what the probe found).
 
@@ -62,10 +62,10 @@ pub struct EngineConfig {
     /// answering [`CancelAnswer::Pending`].
     pub cancel_wait: Duration,
     /// The longest a call may wait for a running duplicate's outcome (`CARMY_MAX_WAIT_MS`,
-    /// default 30 s; docs/semantics.md §12): a longer `Prefer: wait=N` is cut to it.
+    /// default 30 s; docs/semantics.md §12.6): a longer `Prefer: wait=N` is cut to it.
     pub max_wait: Duration,
     /// How long a finished record holds its identity (`CARMY_RETENTION`, default 7 days;
-    /// `None` keeps records forever; docs/semantics.md §12). Every answer states the record's
+    /// `None` keeps records forever; docs/semantics.md §12.9). Every answer states the record's
     /// `expires_at` ([`Engine::expires_at`]); a call reusing a request_id after it runs as new.
     pub retention: Option<Duration>,
     /// How often this process prunes what outlived the retention (`CARMY_PRUNE_INTERVAL_MS`,
@@ -77,12 +77,12 @@ pub struct EngineConfig {
     /// require it, unless a tool chooses otherwise ([`crate::key_argument::resolve`]).
     pub key_argument: crate::key_argument::KeyArgumentConfig,
     /// How long a tool that was running when this process's lease lapsed may still take to
-    /// finish after it is asked to stop (default 2 s; docs/semantics.md §12): its real outcome
+    /// finish after it is asked to stop (default 2 s; docs/semantics.md §12.2): its real outcome
     /// (an order id) is recorded or kept as a late arrival; past the grace it is dropped and
     /// recorded `cancelled`.
     pub lease_loss_grace: Duration,
     /// How often a replica looks for interrupted executions due for a reconciliation probe
-    /// (docs/semantics.md §12, reconciliation); also the first backoff step.
+    /// (docs/semantics.md §12.10); also the first backoff step.
     pub reconcile_interval: Duration,
     /// The longest pause between two probes of one execution.
     pub reconcile_backoff_max: Duration,
@@ -170,7 +170,7 @@ impl Engine {
         crate::key_argument::resolve(tool, &self.config.key_argument)
     }
 
-    /// When `result`'s record expires (docs/semantics.md §12): its `finished_at` plus the
+    /// When `result`'s record expires (docs/semantics.md §12.9): its `finished_at` plus the
     /// retention; `None` when records are kept forever. Every front states it as `expires_at`.
     pub fn expires_at(&self, result: &ExecutionResult) -> Option<chrono::DateTime<chrono::Utc>> {
         crate::retention::expires_at(result.finished_at, self.config.retention)

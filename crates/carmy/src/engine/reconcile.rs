@@ -1,4 +1,4 @@
-//! Reconciliation (docs/semantics.md §12, part "reconciliation"): running a tool's probe for an
+//! Reconciliation (docs/semantics.md §12.10): running a tool's probe for an
 //! interrupted execution and deciding what it found through the same path as a person's
 //! resolve and release (`Engine::record_resolution`, `Engine::record_release`), with actor
 //! [`RECONCILER_ACTOR`]. Three callers: the reconciler every replica runs ([`Engine::start_reconciler`],
@@ -63,7 +63,7 @@ impl Reconciled {
 
 impl Engine {
     /// Probes `target` with `tool`'s probe within `deadline` and decides what it found
-    /// (docs/semantics.md §12, reconciliation); the probe's evidence with it. A tool without a
+    /// (docs/semantics.md §12.10); the probe's evidence with it. A tool without a
     /// probe is [`Reconciled::Undecided`] without asking anyone.
     ///
     /// # Errors
@@ -170,7 +170,7 @@ impl Engine {
         Ok((reconciled, evidence))
     }
 
-    /// Starts the reconciler of this replica (docs/semantics.md §12, reconciliation): every
+    /// Starts the reconciler of this replica (docs/semantics.md §12.10): every
     /// [`EngineConfig::reconcile_interval`](super::EngineConfig) it claims interrupted
     /// executions of tools with a probe, probes and decides them. Stops with the engine's
     /// background work. Does nothing for a store that never has interrupted executions (it
@@ -234,7 +234,7 @@ impl Engine {
     }
 
     /// Probes `execution_id` now and decides what the probe found (`POST
-    /// /v1/executions/{id}/reconcile`, docs/semantics.md §12, reconciliation), on behalf of
+    /// /v1/executions/{id}/reconcile`, docs/semantics.md §12.10), on behalf of
     /// `caller`: its own execution, or any principal's for an operator. The execution is
     /// claimed first, so no replica probes it at the same time.
     ///
@@ -322,7 +322,7 @@ impl Engine {
     }
 
     /// A retry met `execution_id`, interrupted, of `tool`, which has a probe (docs/semantics.md
-    /// §12, reconciliation): the probe runs now, within
+    /// §12.10): the probe runs now, within
     /// [`EngineConfig::reconcile_inline`](super::EngineConfig), and the call is answered from
     /// what it decided: the resolved outcome replayed, a new run after a release, a takeover
     /// for a `rerun` tool; else `EXECUTION_UNCERTAIN` (`interrupted`, being reconciled while
@@ -400,7 +400,7 @@ impl Engine {
 
 impl Engine {
     /// Counts a late arrival of `execution_id` with `late` status that contradicts the
-    /// reconciler's decision on it (docs/semantics.md §12, reconciliation): `completed` after
+    /// reconciler's decision on it (docs/semantics.md §12.10): `completed` after
     /// a release, `failed` after a resolve `completed`. The store flags the audit row itself
     /// (`contradicts_decision`); this counts it in `carmy_late_arrivals_contradicting_total`.
     pub(super) async fn flag_contradiction(

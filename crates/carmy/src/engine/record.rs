@@ -34,7 +34,7 @@ impl Backoff {
 
 impl Engine {
     /// Keeps an outcome that arrived after its execution was decided as a late arrival
-    /// (docs/semantics.md §12), retrying until the store accepts it, and tells the waiting
+    /// (docs/semantics.md §12.6), retrying until the store accepts it, and tells the waiting
     /// caller which execution holds the identity now.
     async fn late_arrival(
         &self,

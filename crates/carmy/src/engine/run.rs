@@ -39,7 +39,7 @@ pub(super) struct Run {
     /// The reserved identity, when the call is protected; `None` for an unprotected run.
     pub key: Option<IdempotencyKey>,
     /// Which attempt of the execution this is: 1, or later after a takeover
-    /// (docs/semantics.md §12).
+    /// (docs/semantics.md §12.7).
     pub attempt: u32,
 }
 

@@ -1,5 +1,5 @@
 //! Taking over an interrupted execution of a tool whose policy is `on_interrupted = "rerun"`
-//! (docs/semantics.md §12): the next attempt after the owner's lease lapsed runs the tool
+//! (docs/semantics.md §12.7): the next attempt after the owner's lease lapsed runs the tool
 //! again under the same execution id (so an upstream sees the same idempotency key), as the
 //! execution's next attempt; at most one attempt takes over.
 

@@ -1,5 +1,5 @@
 //! Waiting for a running duplicate instead of answering `EXECUTION_UNCERTAIN` `running` at once
-//! (docs/semantics.md §12, `Prefer: wait=N`).
+//! (docs/semantics.md §12.6, `Prefer: wait=N`).
 
 use super::{answer, Answer, Engine, Refusal};
 use crate::call::ValidatedCall;

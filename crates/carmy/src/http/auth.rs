@@ -13,7 +13,7 @@ use axum::http::{header, HeaderValue};
 pub(crate) struct Principal(pub(crate) String);
 
 /// The authenticated caller of a request, with operator rights for an operator key
-/// (docs/semantics.md §12); a handler that takes it answers 401 without one.
+/// (docs/semantics.md §12.1); a handler that takes it answers 401 without one.
 pub(crate) struct AuthenticatedCaller(pub(crate) Caller);
 
 impl FromRequestParts<AppState> for AuthenticatedCaller {

@@ -8,7 +8,7 @@ use utoipa::ToSchema;
 
 /// The body of `GET /v1/executions/{id}` for an execution without an outcome: the members of a
 /// record, in the same order, with `status` `running`, `interrupted` or `released` (and, for a
-/// released one, `resolution: {by, at, note}`; docs/semantics.md §12).
+/// released one, `resolution: {by, at, note}`; docs/semantics.md §12.1).
 #[derive(Serialize, ToSchema)]
 #[schema(as = InFlightExecution)]
 pub(super) struct InFlightBody<'a> {
@@ -28,13 +28,13 @@ pub(super) struct InFlightBody<'a> {
     pub(super) resolution: Option<&'a crate::decision::Resolution>,
     /// `null` while running or interrupted (such an execution is never pruned); for a released
     /// one, when its history is pruned: the release time plus the retention (`null` when kept
-    /// forever). UTC, RFC 3339 with milliseconds (docs/semantics.md §12).
+    /// forever). UTC, RFC 3339 with milliseconds (docs/semantics.md §12.9).
     #[schema(value_type = Option<String>, format = DateTime)]
     pub(super) expires_at: Option<String>,
 }
 
 /// A finished execution's record as the API shows it: the stored record followed by
-/// `expires_at` (docs/semantics.md §12). The body is made by
+/// `expires_at` (docs/semantics.md §12.9). The body is made by
 /// [`crate::outcome::ExecutionResult::to_body_json`]; this type only describes it.
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)] // describes the body only
@@ -60,7 +60,7 @@ pub(super) enum ExecutionState {
 }
 
 /// The body of `GET /v1/executions` without `request_id`: the caller's records (an operator's:
-/// every principal's), newest first (docs/semantics.md §12).
+/// every principal's), newest first (docs/semantics.md §12.4).
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)] // describes the body only
 pub(super) struct ExecutionList {
@@ -140,7 +140,7 @@ pub(super) struct ProbeBody {
 #[allow(dead_code)] // describes the headers only
 pub(super) struct CallHeaders {
     /// `wait=N` (RFC 7240): wait up to N seconds for a running duplicate's outcome instead of an
-    /// immediate `EXECUTION_UNCERTAIN` (docs/semantics.md §12). Preferences the server does not
+    /// immediate `EXECUTION_UNCERTAIN` (docs/semantics.md §12.6). Preferences the server does not
     /// support are ignored.
     #[param(rename = "Prefer", required = false)]
     pub(super) prefer: String,

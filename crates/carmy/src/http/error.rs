@@ -59,7 +59,7 @@ pub enum ApiError {
     #[error("the request body must be sent with Content-Type: application/json")]
     UnsupportedMediaType,
     /// 409 `IDEMPOTENCY_CONFLICT`: same identity, different fingerprint; `differs` names the
-    /// parts that differ when the record keeps their digests (docs/semantics.md §12).
+    /// parts that differ when the record keeps their digests (docs/semantics.md §12.8).
     #[error("{}", conflict_detail(.differs.as_deref()))]
     IdempotencyConflict {
         /// The execution that holds the identity.
@@ -75,7 +75,7 @@ pub enum ApiError {
         execution_id: ExecutionId,
         /// `running` or `interrupted`.
         state: InFlightState,
-        /// Its tool's probe is asking the upstream (docs/semantics.md §12, reconciliation).
+        /// Its tool's probe is asking the upstream (docs/semantics.md §12.10).
         reconciling: bool,
         /// How long to wait before retrying ([`Engine::running_retry_after`](crate::engine::Engine::running_retry_after)).
         retry_after: Option<std::time::Duration>,
@@ -96,14 +96,14 @@ pub enum ApiError {
         execution_id: ExecutionId,
     },
     /// 409 `EXECUTION_RUNNING`: a decision (resolve, release) on an execution whose owner still
-    /// holds its lease (docs/semantics.md §12); nothing changed.
+    /// holds its lease (docs/semantics.md §12.1); nothing changed.
     #[error("the execution's owner is alive and its tool may still record an outcome; wait for it (GET /v1/executions/{{execution_id}}), or repeat the decision with \"force\": true once reconciliation shows what happened")]
     ExecutionRunning {
         /// The running execution.
         execution_id: ExecutionId,
     },
     /// 409 `EXECUTION_SUPERSEDED`: the tool finished after its execution was decided
-    /// (docs/semantics.md §12); its outcome is kept in the audit log, not the record.
+    /// (docs/semantics.md §12.1); its outcome is kept in the audit log, not the record.
     #[error("{}", superseded_detail(.current.as_ref()))]
     ExecutionSuperseded {
         /// The execution whose outcome arrived late.
@@ -134,7 +134,7 @@ pub enum ApiError {
     NotReady(String),
     /// 500 `RECORD_DAMAGED`: the identity's record exists but cannot be read back (a damaged
     /// row); the tool did run, nothing ran now (docs/semantics.md §5).
-    #[error("the recorded outcome of execution {execution_id} cannot be read back ({problem}); the tool did run, so nothing was run again: an operator must repair the record (see README, \"Inspecting reservations with SQL\")")]
+    #[error("the recorded outcome of execution {execution_id} cannot be read back ({problem}); the tool did run, so nothing was run again: an operator must repair the record (see docs/operations.md, \"Inspecting reservations with SQL\")")]
     RecordDamaged {
         /// The execution whose record is damaged.
         execution_id: ExecutionId,

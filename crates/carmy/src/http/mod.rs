@@ -48,7 +48,7 @@ pub const DEFAULT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_
 pub(crate) struct AppState {
     pub(crate) engine: Arc<Engine>,
     pub(crate) keys: Arc<ApiKeys>,
-    /// Operator keys (docs/semantics.md §12), checked before `keys`.
+    /// Operator keys (docs/semantics.md §12.1), checked before `keys`.
     pub(crate) operators: Arc<ApiKeys>,
     pub(crate) max_body_bytes: usize,
     pub(crate) body_timeout: std::time::Duration,

@@ -1,4 +1,4 @@
-//! `POST /v1/executions/{execution_id}/reconcile` (docs/semantics.md §12, reconciliation): runs
+//! `POST /v1/executions/{execution_id}/reconcile` (docs/semantics.md §12.10): runs
 //! the tool's probe for an interrupted execution now and answers what it found and decided.
 
 use super::auth::AuthenticatedCaller;
@@ -33,7 +33,7 @@ pub(super) struct ReconcileAnswer {
 }
 
 /// Runs the execution's probe now and decides what it found, as the reconciler would
-/// (docs/semantics.md §12, reconciliation): for operators (any principal's execution) and the
+/// (docs/semantics.md §12.10): for operators (any principal's execution) and the
 /// owning principal.
 #[utoipa::path(
     post,

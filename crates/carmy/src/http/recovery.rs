@@ -1,4 +1,4 @@
-//! The recovery routes (docs/semantics.md §12): `POST /v1/executions/{id}/resolve`,
+//! The recovery routes (docs/semantics.md §12.1): `POST /v1/executions/{id}/resolve`,
 //! `POST /v1/executions/{id}/release` and `GET /v1/executions` (listing, and lookup by
 //! identity), plus the one body of a record read by id.
 
@@ -73,7 +73,7 @@ pub(super) struct ListQuery {
     limit: Option<usize>,
 }
 
-/// What a decision route reads from its request (docs/semantics.md §12): the execution id from
+/// What a decision route reads from its request (docs/semantics.md §12.1): the execution id from
 /// the path (404 when it cannot name one) and then the body, JSON read strictly into `T`
 /// (400, or 415 for another content type).
 pub(super) struct Decision<T> {
@@ -134,7 +134,7 @@ fn read_body<T: DeserializeOwned>(
 }
 
 /// Records the outcome that reconciliation found for an uncertain execution
-/// (docs/semantics.md §12).
+/// (docs/semantics.md §12.1).
 #[utoipa::path(
     post,
     path = "/v1/executions/{execution_id}/resolve",
@@ -172,7 +172,7 @@ pub(super) async fn resolve_execution(
 }
 
 /// Frees an uncertain execution's identity so the next attempt runs the tool; the execution
-/// stays in history (docs/semantics.md §12).
+/// stays in history (docs/semantics.md §12.1).
 #[utoipa::path(
     post,
     path = "/v1/executions/{execution_id}/release",
@@ -297,7 +297,7 @@ fn rfc3339(at: Option<chrono::DateTime<chrono::Utc>>) -> Option<String> {
 /// The JSON of a record read back (`GET /v1/executions/{id}` and listings): a finished
 /// record's stored text with its `expires_at`, else an [`InFlightBody`] (`expires_at` `null`
 /// while running or interrupted: such a record never expires; a released one's history
-/// expires with the retention counted from its release, docs/semantics.md §12).
+/// expires with the retention counted from its release, docs/semantics.md §12.9).
 pub(super) fn record_body(engine: &crate::engine::Engine, found: &ExecutionLookup) -> String {
     let (status, expires_at) = match (&found.released, &found.record.state) {
         (None, RecordState::Finished(result)) => {

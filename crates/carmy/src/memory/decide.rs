@@ -1,4 +1,4 @@
-//! Decisions on the in-memory store (docs/semantics.md §12): resolve, release, listing and the
+//! Decisions on the in-memory store (docs/semantics.md §12.1): resolve, release, listing and the
 //! audit trail, each under the store's one lock, so a decision compares and sets in one step
 //! exactly as `carmy.resolve_execution` does in PostgreSQL.
 //!

@@ -1,5 +1,5 @@
 //! The process-local, bounded store (docs/semantics.md §8), with decisions and their audit
-//! trail kept in memory too (`decide`, docs/semantics.md §12) and retention (`prune`: a finished
+//! trail kept in memory too (`decide`, docs/semantics.md §12.1) and retention (`prune`: a finished
 //! record past its retention is replaced by the next reservation of its identity and pruned).
 
 mod decide;
@@ -30,7 +30,7 @@ const RECORDED_BACKLOG: usize = 1024;
 /// When full it fails closed: a new identity gets [`StoreError::Capacity`] (`IDEMPOTENCY_CAPACITY`,
 /// 507) while every existing identity is still answered. It never evicts a record before its
 /// retention: any entry may stand for a committed effect. A finished record past its retention
-/// (docs/semantics.md §12) is replaced by the next reservation of its identity (in the same
+/// (docs/semantics.md §12.9) is replaced by the next reservation of its identity (in the same
 /// slot) and removed by [`IdempotencyStore::prune_expired`], which frees its slot. Entries live
 /// at most as long as the process; use `PostgresStore` for durability.
 pub struct InMemoryIdempotencyStore {
@@ -142,7 +142,7 @@ impl InMemoryIdempotencyStore {
                 return Ok(Existing::for_record(held.record(), fingerprint).into());
             }
             // Past its retention: the identity is vacant again, and this reservation takes the
-            // expired record's slot (docs/semantics.md §12).
+            // expired record's slot (docs/semantics.md §12.9).
             let expired = held.record.execution_id.clone();
             inner.forget(key, &expired);
         } else if inner.by_key.len() >= self.capacity {

@@ -1,4 +1,4 @@
-//! Retention on the in-memory store (docs/semantics.md §12, [`crate::retention`]): which records
+//! Retention on the in-memory store (docs/semantics.md §12.9, [`crate::retention`]): which records
 //! expired, and one pruning step under the store's lock. Running and interrupted records never
 //! expire.
 

@@ -46,9 +46,9 @@ pub struct ExecutionIntent {
     /// The tool that will run (kept for operators; the fingerprint already binds it).
     pub tool: String,
     /// The digests of the call's parts, kept beside the fingerprint so that a later conflict
-    /// can name which parts differ (docs/semantics.md §12); `None` stores none.
+    /// can name which parts differ (docs/semantics.md §12.8); `None` stores none.
     pub parts: Option<FingerprintParts>,
-    /// How long a finished record holds its identity (docs/semantics.md §12, `CARMY_RETENTION`;
+    /// How long a finished record holds its identity (docs/semantics.md §12.9, `CARMY_RETENTION`;
     /// `None`: forever). A finished record whose
     /// [`expires_at`](crate::retention::expires_at) has passed no longer holds it: `reserve`
     /// replaces it, in one step, by this intent's running reservation ([`Reservation::Reserved`])
@@ -69,7 +69,7 @@ pub struct Claim<'a> {
 
 /// What [`IdempotencyStore::wait_for_outcome`](super::IdempotencyStore::wait_for_outcome) is
 /// asked: wait at most `timeout` until `execution_id`, which holds `key` without an outcome,
-/// gets one or is released (docs/semantics.md §12, `Prefer: wait=N`).
+/// gets one or is released (docs/semantics.md §12.6, `Prefer: wait=N`).
 #[derive(Clone, Copy, Debug)]
 pub struct WaitRequest<'a> {
     /// The identity the execution holds.
@@ -100,7 +100,7 @@ impl InFlightState {
     }
 }
 
-/// Whether this process's lease surely holds (docs/semantics.md §12), as a store with leases
+/// Whether this process's lease surely holds (docs/semantics.md §12.2), as a store with leases
 /// reports it through [`super::IdempotencyStore::lease_state`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseState {
@@ -112,7 +112,7 @@ pub enum LeaseState {
 }
 
 /// A change to finished records made behind this process's back (an operator's SQL, docs/semantics.md
-/// §8.4 and §12), as a store shared between processes reports it through
+/// §8.4 and §12.3), as a store shared between processes reports it through
 /// [`super::IdempotencyStore::record_changes`]; a replay cache drops its copies
 /// ([`super::IdempotencyStore::drop_cached`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -174,7 +174,7 @@ pub enum Existing {
         /// The execution that holds the identity (shown to its own principal only).
         execution_id: ExecutionId,
         /// The digests of the recorded call's parts, when the record has them: compared with
-        /// the new attempt's to name what differs (docs/semantics.md §12).
+        /// the new attempt's to name what differs (docs/semantics.md §12.8).
         parts: Option<FingerprintParts>,
     },
     /// Same identity, same fingerprint, not finished: `EXECUTION_UNCERTAIN`.
@@ -221,7 +221,7 @@ pub struct ExecutionLookup {
     pub key: IdempotencyKey,
     /// The record; for a released execution, its state when it was released.
     pub record: StoredRecord,
-    /// `Some` when the execution was released (docs/semantics.md §12): it no longer holds its
+    /// `Some` when the execution was released (docs/semantics.md §12.1): it no longer holds its
     /// identity and is kept as history.
     pub released: Option<Resolution>,
 }
