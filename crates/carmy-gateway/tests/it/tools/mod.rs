@@ -1,0 +1,11 @@
+//! Tools (docs/semantics.md §4, §10): tools files, HTTP tools against real upstreams and their
+//! faults, the README's tools, and the example order tools' failures.
+
+mod effect_unknown;
+mod http_tool_faults;
+pub(crate) mod http_tools;
+mod order_errors;
+pub(crate) mod payments;
+mod readme_tools;
+pub(crate) mod tools_file;
+pub(crate) mod upstream;
