@@ -1,11 +1,12 @@
-//! `scripts/test` accepts any cargo selection: the gateway's feature `fault-injection` is added
-//! only when the selection includes the gateway (a selection without it would be rejected by
-//! cargo). Checked with `CARMY_TEST_PRINT=1`, which prints the command instead of running it.
+//! `scripts/test` passes any cargo selection to `cargo test` as it is (the crash-injection
+//! target `crash` names its feature itself: it has `required-features`), and without a selection
+//! runs every test with the crash target and the soak. Checked with `CARMY_TEST_PRINT=1`, which
+//! prints the commands instead of running anything.
 
 use std::path::Path;
 use std::process::Command;
 
-fn command_for(arguments: &[&str]) -> String {
+fn commands_for(arguments: &[&str]) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test");
     let output = Command::new("bash")
         .arg(script)
@@ -18,30 +19,44 @@ fn command_for(arguments: &[&str]) -> String {
 }
 
 #[test]
-fn the_gateway_feature_is_added_only_when_the_gateway_is_selected() {
-    let with = "cargo test --features carmy-gateway/fault-injection";
-    for (arguments, expected) in [
-        (&["-p", "carmy"][..], "cargo test -p carmy".to_owned()),
-        (
-            &["-p", "carmy", "--test", "tool_errors"][..],
-            "cargo test -p carmy --test tool_errors".to_owned(),
-        ),
-        (
-            &["--package=carmy-postgres", "--", "--skip", "carmy-gateway"][..],
-            "cargo test --package=carmy-postgres -- --skip carmy-gateway".to_owned(),
-        ),
-        (
-            &["-p", "carmy-gateway", "--test", "it", "order_errors"][..],
-            format!("{with} -p carmy-gateway --test it order_errors"),
-        ),
-        (&["-pcarmy-gateway"][..], format!("{with} -pcarmy-gateway")),
-        (
-            &["-p", "carmy", "-p", "carmy-gateway"][..],
-            format!("{with} -p carmy -p carmy-gateway"),
-        ),
-        (&["--workspace"][..], format!("{with} --workspace")),
-        (&["--test", "it"][..], format!("{with} --test it")),
+fn a_selection_goes_to_cargo_as_it_is() {
+    for arguments in [
+        &["-p", "carmy"][..],
+        &["-p", "carmy", "--test", "tool_errors"][..],
+        &["--package=carmy-postgres", "--", "--skip", "carmy-gateway"][..],
+        &["-p", "carmy-gateway", "--test", "it", "order_errors"][..],
+        &[
+            "-p",
+            "carmy-gateway",
+            "--features",
+            "fault-injection",
+            "--test",
+            "crash",
+        ][..],
+        &["--workspace"][..],
     ] {
-        assert_eq!(command_for(arguments), expected, "{arguments:?}");
+        assert_eq!(
+            commands_for(arguments),
+            format!("cargo test {}", arguments.join(" ")),
+            "{arguments:?}"
+        );
     }
+}
+
+#[test]
+fn without_a_selection_every_test_runs_with_the_crash_target() {
+    let commands = commands_for(&[]);
+    let cargo: Vec<&str> = commands
+        .lines()
+        .filter(|line| line.starts_with("cargo "))
+        .collect();
+    assert_eq!(
+        cargo,
+        [
+            "cargo test --workspace --features carmy-gateway/fault-injection -- --skip soak_under_faults",
+            "cargo test -p carmy-gateway --features fault-injection --test crash soak_under_faults -- --nocapture",
+        ],
+        "{commands}"
+    );
+    assert_eq!(commands.lines().count(), 6, "{commands}");
 }
