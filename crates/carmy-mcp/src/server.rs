@@ -184,15 +184,12 @@ impl CarmyMcp {
             None => execution.await,
         };
         match outcome {
-            Ok(answer) => {
-                let expires_at = self.engine.expires_at(answer.result.result());
-                Ok(results::from_answer(
-                    &answer,
-                    expires_at,
-                    || self.read_tools(),
-                    key.as_deref(),
-                ))
-            }
+            Ok(answer) => Ok(results::from_answer(
+                &answer,
+                answer.expires_at,
+                || self.read_tools(),
+                key.as_deref(),
+            )),
             Err(refusal) => results::from_refusal(refusal, &self.read_tools(), key.as_deref()),
         }
     }

@@ -3,6 +3,7 @@
 
 pub(crate) mod mcp_client;
 mod mcp_front;
+mod mcp_hints;
 mod mcp_http;
 mod mcp_key;
 mod mcp_replicas;
