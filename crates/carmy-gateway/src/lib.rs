@@ -148,7 +148,11 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         configured::start_mcp_servers(file, app.engine()).await?;
     }
     check_key_arguments(app.engine())?;
-    let mcp = carmy_mcp::router(Arc::clone(app.engine()), keys, mcp_config(config));
+    let mcp = carmy_mcp::router(
+        Arc::clone(app.engine()),
+        app.credentials().clone(),
+        mcp_config(config),
+    );
     Ok(Gateway {
         app: app.merge_routes(mcp),
         memory,

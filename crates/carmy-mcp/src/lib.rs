@@ -7,7 +7,8 @@
 //! other way round.
 //!
 //! Modules, one job each:
-//! - `transport`: the HTTP side in front of the SDK: the principal from the API keys, the body
+//! - `transport`: the HTTP side in front of the SDK: the principal by the API's one check of
+//!   credentials (operator keys refused), the body
 //!   limit, strict JSON, and `params.idempotencyKey` (which the SDK's types do not carry);
 //! - `identity`: the request id and session of a `tools/call` (docs/semantics.md §11);
 //! - `prepare`: a `tools/call` made ready for the engine, with the request id argument a model
@@ -27,7 +28,7 @@ mod tasks;
 mod transport;
 
 use axum::Router;
-use carmy::auth::ApiKeys;
+use carmy::auth::Credentials;
 use carmy::engine::Engine;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -119,10 +120,11 @@ impl Default for McpConfig {
     }
 }
 
-/// The router that serves [`MCP_PATH`] over `engine`, authenticating with `keys` (the HTTP API's
-/// keys, docs/semantics.md §6). Merge it into the application's router
+/// The router that serves [`MCP_PATH`] over `engine`, authenticating with `credentials` (the
+/// application's, [`carmy::App::credentials`]: an API key acts as its principal, an operator key
+/// is refused, docs/semantics.md §6). Merge it into the application's router
 /// ([`carmy::App::merge_routes`]).
-pub fn router(engine: Arc<Engine>, keys: ApiKeys, config: McpConfig) -> Router {
+pub fn router(engine: Arc<Engine>, credentials: Credentials, config: McpConfig) -> Router {
     let mut sdk = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
@@ -140,7 +142,7 @@ pub fn router(engine: Arc<Engine>, keys: ApiKeys, config: McpConfig) -> Router {
         Some(origins) if origins.is_empty() => sdk.disable_allowed_origins(),
         Some(origins) => sdk.with_allowed_origins(origins.clone()),
     };
-    let gate = transport::Gate::new(keys, config.max_body_bytes, config.body_timeout);
+    let gate = transport::Gate::new(credentials, config.max_body_bytes, config.body_timeout);
     let handler = server::CarmyMcp::new(engine, config);
     let service = StreamableHttpService::new(
         move || Ok(handler.clone()),

@@ -132,9 +132,10 @@ pub(crate) fn from_refusal(
 ) -> Result<CallToolResult, ErrorData> {
     let (situation, execution_id, state) = match &refusal {
         Refusal::Invalid(message) => return Err(ErrorData::invalid_params(message.clone(), None)),
-        Refusal::UnknownTool(tool) => {
+        // The engine's text, as HTTP's detail: it names the closest tool ("did you mean").
+        Refusal::UnknownTool { .. } => {
             return Err(ErrorData::invalid_params(
-                format!("unknown tool {tool:?}"),
+                format!("{refusal}; tools/list lists the tools"),
                 None,
             ))
         }
@@ -143,6 +144,7 @@ pub(crate) fn from_refusal(
             execution_id,
             state,
             reconciling,
+            ..
         } => {
             let situation = match state {
                 InFlightState::Running => Situation::Running,
@@ -201,6 +203,13 @@ pub(crate) fn from_refusal(
     }
     if let Some(state) = state {
         structured["state"] = json!(state);
+    }
+    if let Refusal::Uncertain {
+        retry_after: Some(pause),
+        ..
+    } = &refusal
+    {
+        structured["retry_after_seconds"] = json!(whole_seconds(*pause));
     }
     let mut result = error_result(text, structured);
     result.meta = Some(execution_meta(execution_id, state, false));
@@ -363,6 +372,7 @@ mod tests {
                     execution_id: id(),
                     state: running,
                     reconciling: false,
+                    retry_after: None,
                 },
                 "EXECUTION_UNCERTAIN",
                 json!("running"),
@@ -372,6 +382,7 @@ mod tests {
                     execution_id: id(),
                     state: InFlightState::Interrupted,
                     reconciling: false,
+                    retry_after: None,
                 },
                 "EXECUTION_UNCERTAIN",
                 json!("interrupted"),
@@ -411,7 +422,11 @@ mod tests {
     fn protocol_mistakes_and_impossible_refusals_are_json_rpc_errors() {
         let code = |refusal| from_refusal(refusal, &[], None).unwrap_err().code.0;
         assert_eq!(code(Refusal::Invalid("bad".into())), -32602);
-        assert_eq!(code(Refusal::UnknownTool("x".into())), -32602);
+        let unknown = Refusal::UnknownTool {
+            tool: "x".into(),
+            closest: None,
+        };
+        assert_eq!(code(unknown), -32602);
         assert_eq!(code(Refusal::Lost { execution_id: id() }), -32603);
         assert_eq!(code(Refusal::NotFound), -32603);
     }
@@ -431,6 +446,7 @@ mod tests {
                 resolution: None,
             }),
             replayed: true,
+            expires_at: None,
         }
     }
 

@@ -294,16 +294,13 @@ impl CarmyMcp {
         key: Option<&str>,
     ) -> Result<CallToolResult, ErrorData> {
         match outcome {
-            Ok(answer) => {
-                let expires_at = self.engine.expires_at(answer.result.result());
-                Ok(results::from_answer(
-                    &answer,
-                    expires_at,
-                    || self.read_tools(),
-                    key,
-                ))
-            }
-            Err(refusal) => results::from_refusal(refusal, &self.read_tools(), key),
+            Ok(answer) => Ok(results::from_answer(
+                &answer,
+                answer.expires_at,
+                || self.read_tools(),
+                key.as_deref(),
+            )),
+            Err(refusal) => results::from_refusal(refusal, &self.read_tools(), key.as_deref()),
         }
     }
 }

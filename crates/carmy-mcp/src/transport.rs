@@ -1,5 +1,6 @@
 //! The HTTP side in front of the SDK (docs/semantics.md §6, §11): every request to `/mcp` is
-//! authenticated with the HTTP API's keys, its body is read once within the HTTP API's limits and
+//! authenticated by the application's one check of credentials ([`Credentials`]; an operator key
+//! is no principal and is refused), its body is read once within the HTTP API's limits and
 //! checked as strict JSON (docs/semantics.md §2: no duplicate members), and a `tools/call`'s
 //! `params.idempotencyKey`, which the SDK's types drop, is kept for the handler. The SDK's
 //! refusal of a `Host` or `Origin` it does not allow becomes a problem body naming the setting
@@ -10,8 +11,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use carmy::auth::ApiKeys;
-use carmy::http::error::ApiError;
+use carmy::auth::{AuthError, Credentials};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,18 +24,22 @@ pub(crate) struct Caller {
     pub(crate) idempotency_key: Option<Value>,
 }
 
-/// The keys and the body's limits, shared by every request.
+/// The credentials and the body's limits, shared by every request.
 #[derive(Clone)]
 pub(crate) struct Gate {
-    keys: Arc<ApiKeys>,
+    credentials: Arc<Credentials>,
     max_body_bytes: usize,
     body_timeout: Duration,
 }
 
 impl Gate {
-    pub(crate) fn new(keys: ApiKeys, max_body_bytes: usize, body_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        credentials: Credentials,
+        max_body_bytes: usize,
+        body_timeout: Duration,
+    ) -> Self {
         Self {
-            keys: Arc::new(keys),
+            credentials: Arc::new(credentials),
             max_body_bytes,
             body_timeout,
         }
@@ -46,9 +50,14 @@ impl Gate {
 /// (the SDK hands them to the handler), and passes the request on with the same body.
 pub(crate) async fn admit(State(gate): State<Gate>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    let principal = match principal(&gate.keys, &parts.headers) {
+    let authorization = parts
+        .headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .map(HeaderValue::as_bytes);
+    let principal = match gate.credentials.principal(authorization) {
         Ok(principal) => principal,
-        Err(refusal) => return refusal.into_response(),
+        Err(refused) => return unauthorized(refused),
     };
     let mut idempotency_key = None;
     let body = if parts.method == Method::POST {
@@ -56,7 +65,14 @@ pub(crate) async fn admit(State(gate): State<Gate>, request: Request, next: Next
         let bytes = match tokio::time::timeout(gate.body_timeout, read).await {
             Ok(Ok(bytes)) => bytes,
             Ok(Err(error)) => return body_error(&error, gate.max_body_bytes),
-            Err(_) => return ApiError::RequestTimeout.into_response(),
+            Err(_) => {
+                return problem(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "REQUEST_TIMEOUT",
+                    "Request timeout",
+                    "the request body did not arrive in time",
+                )
+            }
         };
         match idempotency_key_of(&bytes) {
             Ok(key) => idempotency_key = key,
@@ -95,39 +111,44 @@ async fn forbidden(response: Response) -> Response {
             "the request's Host header is not allowed on /mcp (a guard against DNS rebinding); list the name clients use to reach this server in CARMY_MCP_ALLOWED_HOSTS (comma-separated host or host:port; * allows any).",
         )
     };
+    problem(StatusCode::FORBIDDEN, code, "Forbidden", detail)
+}
+
+/// An RFC 9457 problem body with the HTTP API's `code` and `title` (docs/semantics.md §5):
+/// `type`, `title`, `status`, `code`, `detail`.
+fn problem(status: StatusCode, code: &str, title: &str, detail: &str) -> Response {
     let body = json!({
         "type": format!("urn:carmy:problem:{}", code.to_ascii_lowercase().replace('_', "-")),
-        "title": "Forbidden",
-        "status": 403,
+        "title": title,
+        "status": status.as_u16(),
         "code": code,
         "detail": detail,
     });
     (
-        StatusCode::FORBIDDEN,
+        status,
         [(header::CONTENT_TYPE, "application/problem+json")],
         format!("{body}\n"),
     )
         .into_response()
 }
 
-/// The principal of the `Authorization` header, as the HTTP API decides it
-/// (docs/semantics.md §6).
-///
-/// # Errors
-/// [`ApiError::Unauthorized`] for two headers (ambiguous) or an unknown key;
-/// [`ApiError::NoApiKeys`] for a credential sent to a server without API keys, which cannot
-/// check it and so does not run the call as `anonymous`.
-fn principal(keys: &ApiKeys, headers: &axum::http::HeaderMap) -> Result<String, ApiError> {
-    let mut values = headers.get_all(header::AUTHORIZATION).iter();
-    let authorization = values.next().map(HeaderValue::as_bytes);
-    if values.next().is_some() {
-        return Err(ApiError::Unauthorized);
-    }
-    if authorization.is_some() && keys.is_empty() {
-        return Err(ApiError::NoApiKeys);
-    }
-    keys.authenticate(authorization)
-        .ok_or(ApiError::Unauthorized)
+/// A refused credential (docs/semantics.md §6): 401 `UNAUTHORIZED` with `WWW-Authenticate:
+/// Bearer`. An operator key is told it is no principal on `/mcp`.
+fn unauthorized(refused: AuthError) -> Response {
+    let detail = match refused {
+        AuthError::OperatorKey => "this is an operator key: it lists and decides executions over the HTTP API (/v1/executions), but it is not a principal and cannot call tools over /mcp; send an API key (CARMY_API_KEYS) for that".to_owned(),
+        other => other.to_string(),
+    };
+    let mut response = problem(
+        StatusCode::UNAUTHORIZED,
+        "UNAUTHORIZED",
+        "Unauthorized",
+        &detail,
+    );
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
 }
 
 /// A body that could not be read: 413 past the limit, 400 otherwise.
@@ -135,11 +156,21 @@ fn body_error(error: &axum::Error, limit: usize) -> Response {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(cause) = source {
         if cause.is::<http_body_util::LengthLimitError>() {
-            return ApiError::PayloadTooLarge { limit }.into_response();
+            return problem(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "PAYLOAD_TOO_LARGE",
+                "Payload too large",
+                &format!("the request body exceeds the limit of {limit} bytes"),
+            );
         }
         source = cause.source();
     }
-    ApiError::InvalidRequest(format!("the request body could not be read: {error}")).into_response()
+    problem(
+        StatusCode::BAD_REQUEST,
+        "INVALID_REQUEST",
+        "Invalid request",
+        &format!("the request body could not be read: {error}"),
+    )
 }
 
 /// A JSON-RPC parse error (-32700), as the MCP specification answers a body that is not JSON.

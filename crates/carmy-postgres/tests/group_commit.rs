@@ -2,7 +2,7 @@
 //! many concurrent calls through one store, each answer checked against a sequential model,
 //! and the commits they cost counted in `pg_stat_database`.
 //!
-//! `DATABASE_URL` as in `tests/postgres.rs`; every test has a database of its own.
+//! `DATABASE_URL` as in `tests/it/main.rs`; every test has a database of its own.
 
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};

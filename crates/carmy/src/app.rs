@@ -1,6 +1,6 @@
 //! The application builder: `carmy::app().tool(…).idempotency_store(…).run().await`.
 
-use crate::auth::ApiKeys;
+use crate::auth::{ApiKeys, Credentials};
 use crate::engine::{Engine, EngineConfig};
 use crate::http::{router, AppState, DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
 use crate::memory::InMemoryIdempotencyStore;
@@ -180,15 +180,16 @@ impl AppBuilder {
             Metrics::default(),
         ));
         let anonymous = self.keys.is_empty();
+        let credentials = Credentials::new(self.keys, self.operators);
         let router = router(AppState {
             engine: Arc::clone(&engine),
-            keys: Arc::new(self.keys),
-            operators: Arc::new(self.operators),
+            credentials: Arc::new(credentials.clone()),
             max_body_bytes: self.max_body_bytes,
             body_timeout: self.body_timeout,
         });
         Ok(App {
             engine,
+            credentials,
             router,
             listen: self.listen,
             anonymous,
@@ -211,6 +212,7 @@ impl AppBuilder {
 /// A built application: its router and engine.
 pub struct App {
     engine: Arc<Engine>,
+    credentials: Credentials,
     router: Router,
     listen: SocketAddr,
     anonymous: bool,
@@ -238,6 +240,12 @@ impl App {
     /// The engine behind the router.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// The API keys and operator keys this application checks (docs/semantics.md §6): the one
+    /// check for every front, for routes merged in ([`App::merge_routes`], e.g. `/mcp`).
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
     }
 
     /// Starts what runs beside the router: the listener that forwards other processes' cancel

@@ -173,6 +173,96 @@ impl Caller {
     }
 }
 
+/// Why a request's credential is refused (docs/semantics.md §6). Every front answers it as 401
+/// `UNAUTHORIZED` with this text as the detail (HTTP words [`AuthError::OperatorKey`] with its
+/// routes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No credential where one is required, an unknown key, or two `Authorization` headers
+    /// (ambiguous).
+    #[error("a valid API key is required: send Authorization: Bearer <key>")]
+    Unauthorized,
+    /// A credential sent to a server without API keys: it cannot be checked, so the request is
+    /// not run as [`ANONYMOUS_PRINCIPAL`].
+    #[error("this server has no API keys configured, so it cannot check the Authorization header: send the request without it (every caller is the principal anonymous), or configure API keys on the server (gateway: CARMY_API_KEYS or CARMY_API_KEYS_FILE)")]
+    NoApiKeys,
+    /// An operator key where a principal acts (a call, reading or cancelling an execution):
+    /// operators list and decide executions, and are no principal.
+    #[error("this is an operator key: it lists executions and decides them (resolve, release) over the HTTP API, but it is not a principal and cannot call tools or act as one; send an API key (CARMY_API_KEYS) for that")]
+    OperatorKey,
+}
+
+/// The keys a server accepts (docs/semantics.md §6, §12): API keys, each naming a principal, and
+/// operator keys, each naming an operator. The one check of a request's credential, for every
+/// front (HTTP and `/mcp`).
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    api_keys: ApiKeys,
+    operator_keys: ApiKeys,
+}
+
+impl Credentials {
+    /// The API keys (none: anonymous mode) and the operator keys (none: no operators).
+    pub fn new(api_keys: ApiKeys, operator_keys: ApiKeys) -> Self {
+        Self {
+            api_keys,
+            operator_keys,
+        }
+    }
+
+    /// True when no API keys are configured: every caller is [`ANONYMOUS_PRINCIPAL`].
+    pub fn is_anonymous(&self) -> bool {
+        self.api_keys.is_empty()
+    }
+
+    /// The caller of a request whose `Authorization` header values are `authorization`: an
+    /// operator for an operator key, else the principal of an API key (anonymous mode: the
+    /// anonymous principal, for a request without a credential).
+    ///
+    /// # Errors
+    /// [`AuthError::Unauthorized`] for two values or an unknown key;
+    /// [`AuthError::NoApiKeys`] for a credential sent to a server without API keys.
+    pub fn authenticate<'a>(
+        &self,
+        mut authorization: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<Caller, AuthError> {
+        let value = authorization.next();
+        if authorization.next().is_some() {
+            // Two credentials are ambiguous: refuse rather than pick one.
+            return Err(AuthError::Unauthorized);
+        }
+        if let Some(name) = self.operator_keys.find(value) {
+            return Ok(Caller::operator(name));
+        }
+        if value.is_some() && self.api_keys.is_empty() {
+            // A caller that sends a credential expects to be someone; a server without keys
+            // cannot check it, so it says so instead of running the call as `anonymous`.
+            return Err(AuthError::NoApiKeys);
+        }
+        self.api_keys
+            .authenticate(value)
+            .map(Caller::principal)
+            .ok_or(AuthError::Unauthorized)
+    }
+
+    /// The principal of a request that acts as one (a call, reading or cancelling an
+    /// execution): [`Credentials::authenticate`], refusing operators, who are told apart by the
+    /// kind of their key, never by name.
+    ///
+    /// # Errors
+    /// As [`Credentials::authenticate`], and [`AuthError::OperatorKey`] for an operator key.
+    pub fn principal<'a>(
+        &self,
+        authorization: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<String, AuthError> {
+        let caller = self.authenticate(authorization)?;
+        if caller.operator.is_some() {
+            return Err(AuthError::OperatorKey);
+        }
+        Ok(caller.principal)
+    }
+}
+
 fn digest(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
@@ -192,6 +282,31 @@ mod tests {
         assert_eq!(keys.authenticate(Some(b"k1")), None);
         assert_eq!(keys.authenticate(None), None);
         assert_eq!(keys.authenticate(Some(&[0xff, 0xfe])), None);
+    }
+
+    #[test]
+    fn one_check_for_api_and_operator_keys() {
+        let keys = ApiKeys::parse("k1=alice").unwrap();
+        let operators = ApiKeys::parse("op=ops").unwrap();
+        let credentials = Credentials::new(keys, operators.clone());
+        let check = |values: &[&[u8]]| credentials.authenticate(values.iter().copied());
+        assert_eq!(check(&[b"Bearer k1"]), Ok(Caller::principal("alice")));
+        assert_eq!(check(&[b"Bearer op"]), Ok(Caller::operator("ops")));
+        assert_eq!(check(&[]), Err(AuthError::Unauthorized));
+        assert_eq!(check(&[b"Bearer k2"]), Err(AuthError::Unauthorized));
+        assert_eq!(
+            check(&[b"Bearer k1", b"Bearer k1"]),
+            Err(AuthError::Unauthorized)
+        );
+        let principal = |values: &[&[u8]]| credentials.principal(values.iter().copied());
+        assert_eq!(principal(&[b"Bearer k1"]), Ok("alice".to_owned()));
+        assert_eq!(principal(&[b"Bearer op"]), Err(AuthError::OperatorKey));
+
+        let anonymous = Credentials::new(ApiKeys::none(), operators);
+        let check = |values: &[&[u8]]| anonymous.authenticate(values.iter().copied());
+        assert_eq!(check(&[]), Ok(Caller::principal(ANONYMOUS_PRINCIPAL)));
+        assert_eq!(check(&[b"Bearer k1"]), Err(AuthError::NoApiKeys));
+        assert_eq!(check(&[b"Bearer op"]), Ok(Caller::operator("ops")));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! owner's outcome that contradicts what the probe decided (a failure after the probe found the
 //! effect) is kept as a late arrival, never as the record, and counted in
 //! `carmy_late_arrivals_contradicting_total`. The PostgreSQL flag is tested with the gateway
-//! (`tests/it/reconcile.rs`).
+//! (`tests/it/recovery/reconcile.rs`).
 
 use axum::body::Body;
 use axum::http::Request;

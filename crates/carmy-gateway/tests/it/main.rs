@@ -1,48 +1,23 @@
 //! The gateway's integration tests, in one test binary (one link): in-process through the real
 //! router (`carmy_gateway::build`), and against real `carmy-gateway` processes on PostgreSQL.
-//! The harness is `carmy-test-support`. The soak (`tests/soak.rs`) is a binary of its own.
+//! The harness is `carmy-test-support`. The crash-injection tests and the soak are the target
+//! `crash` (`tests/crash/`, feature `fault-injection`).
+//!
+//! Grouped by area: [`front`] (the HTTP front and the binary), [`mcp`] (the MCP front and MCP
+//! upstreams), [`tools`] (tools files, HTTP tools and their upstreams), [`recovery`]
+//! (decisions, the operator CLI, reconciliation, takeover) and [`postgres`] (replicas, outages,
+//! failover on a real PostgreSQL).
 
-mod config;
-#[cfg(feature = "fault-injection")]
-mod crash_points;
-mod decision_limits;
-mod effect_unknown;
+// At the top level for its `include_str!` paths (fixtures, migrations).
 mod example_orders;
-mod executions_cli;
-mod executions_cli_failures;
-mod failover;
-mod frozen_orders;
-mod hostile_input;
-mod http_tool_faults;
-mod http_tools;
-mod lease_starvation;
-mod mcp_client;
-mod mcp_front;
-mod mcp_http;
-mod mcp_key;
-mod mcp_replicas;
-mod mcp_rmcp;
-mod mcp_tools;
-mod mcp_upstreams;
-mod memory_cases;
-mod operator_keys;
-mod order_errors;
-mod partition;
-mod payments;
-mod postgres_outages;
-mod postgres_replicas;
-mod readme;
-mod reconcile;
-mod record_damaged;
-mod recovery_http;
-mod recovery_replicas;
-mod replay_cache_replicas;
-mod round_trips;
-mod runtime_role;
-mod security;
-mod shutdown_and_cancel;
-mod takeover;
-mod test_script;
-mod tools_file;
-mod traces;
-mod upstream;
+mod front;
+mod mcp;
+mod postgres;
+mod recovery;
+mod tools;
+
+// The helpers other areas use, at the paths they had before the grouping (`crate::upstream`, …).
+use mcp::mcp_client;
+use postgres::round_trips;
+use recovery::{executions_cli, recovery_replicas};
+use tools::{http_tools, payments, tools_file, upstream};

@@ -6,14 +6,19 @@ use crate::metrics::CallOutcome;
 use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use crate::runtime::{Existing, InFlightState, StoreError};
 
-/// A call's outcome: recorded (or, without `request_id`, just run), and whether it was replayed
-/// from the record.
+/// A call's outcome: recorded (or, without `request_id`, just run), whether it was replayed
+/// from the record, and when the record expires. Complete: a front needs nothing else from the
+/// engine to answer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Answer {
     /// The outcome, with its stored text.
     pub result: RecordedResult,
     /// True when the tool did not run for this call.
     pub replayed: bool,
+    /// When the record stops holding its identity (docs/semantics.md §12): its `finished_at`
+    /// plus the retention; `None` when records are kept forever. Every front states it as
+    /// `expires_at`.
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// The answer to a cancel request that found a running execution.
@@ -36,9 +41,17 @@ pub enum Refusal {
     /// The call broke a rule (identifiers, JSON, the tool's schema); nothing was reserved.
     #[error("{0}")]
     Invalid(String),
-    /// No tool has this name; nothing was reserved.
-    #[error("no tool named {0:?}")]
-    UnknownTool(String),
+    /// No tool has this name; nothing was reserved. The text names the closest registered tool,
+    /// the same on every front (docs/semantics.md §5).
+    #[error("no tool named {tool:?}{}", did_you_mean(.closest.as_deref()))]
+    UnknownTool {
+        /// The name the call gave.
+        tool: String,
+        /// The registered tool whose name is closest, if one is close enough to be a likely
+        /// typo: a case-insensitive match, or a Damerau-Levenshtein distance of at most a third
+        /// of the longer name (at least 1).
+        closest: Option<String>,
+    },
     /// Same identity, different fingerprint.
     #[error("request_id was already used for a different call")]
     Conflict {
@@ -58,6 +71,9 @@ pub enum Refusal {
         /// The tool's probe is asking its upstream (docs/semantics.md §12.10):
         /// the answer may be known soon.
         reconciling: bool,
+        /// For a call that met its execution `running`: how long to wait before retrying, the
+        /// tool's deadline capped at a few seconds (HTTP: `Retry-After`); `None` otherwise.
+        retry_after: Option<std::time::Duration>,
     },
     /// The tool ran but its outcome is not recorded yet; the engine keeps trying and a later
     /// retry replays it (docs/semantics.md §4).
@@ -169,6 +185,11 @@ impl From<StoreError> for Refusal {
     }
 }
 
+/// ` (did you mean "name"?)` for a closest tool, else nothing.
+fn did_you_mean(closest: Option<&str>) -> String {
+    closest.map_or_else(String::new, |name| format!(" (did you mean {name:?}?)"))
+}
+
 /// Answers a call whose parts digest to `parts` from its identity's existing record.
 pub(crate) fn from_existing(
     existing: Existing,
@@ -178,6 +199,7 @@ pub(crate) fn from_existing(
         Existing::Replay(result) => Ok(Answer {
             result: RecordedResult::new(result),
             replayed: true,
+            expires_at: None,
         }),
         Existing::Conflict {
             execution_id,
@@ -193,6 +215,7 @@ pub(crate) fn from_existing(
             execution_id,
             state,
             reconciling: false,
+            retry_after: None,
         }),
     }
 }
@@ -208,7 +231,7 @@ pub(crate) fn call_outcome(answer: &Result<Answer, Refusal>) -> CallOutcome {
             // `Finished` and `NotFound` answer cancels and reads, never a call; listed for
             // completeness.
             Refusal::Invalid(_)
-            | Refusal::UnknownTool(_)
+            | Refusal::UnknownTool { .. }
             | Refusal::NotFound
             | Refusal::Finished { .. } => CallOutcome::Rejected,
             Refusal::Conflict { .. } => CallOutcome::Conflict,

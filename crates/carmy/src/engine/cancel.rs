@@ -117,6 +117,7 @@ impl Engine {
                     execution_id: execution_id.clone(),
                     state: InFlightState::Interrupted,
                     reconciling: false,
+                    retry_after: None,
                 })
             }
             RecordState::InFlight(InFlightState::Running) => {}

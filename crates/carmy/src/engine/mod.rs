@@ -3,7 +3,7 @@
 //! Submodules: [`answer`] (the engine's answers and refusals, and the one mapping of store
 //! failures), `run` (starting an execution and running its tool), `record` (recording outcomes
 //! and freeing unused reservations, with one backoff), `cancel` (local and remote cancellation),
-//! [`hints`] (what a front adds to a refusal: the closest tool, `Retry-After`), `lease_loss`
+//! `hints` (what completes an answer: the closest tool, `retry_after`), `lease_loss`
 //! (stopping the tools of reserved executions when the lease lapses), [`decide`]
 //! (resolve, release and listing, docs/semantics.md §12.1), `wait` (waiting for a running
 //! duplicate's outcome), `takeover` (re-running an interrupted execution of a `rerun` tool),
@@ -13,7 +13,7 @@ pub mod answer;
 mod cancel;
 mod changes;
 pub mod decide;
-pub mod hints;
+mod hints;
 mod lease_loss;
 pub mod reconcile;
 mod record;
@@ -341,7 +341,8 @@ impl Engine {
         // Counted inside the task, so a caller that stops waiting is counted all the same.
         let task = self.executions.spawn(
             async move {
-                let answer = engine.execute_attached(call).await;
+                let tool = call.tool().to_owned();
+                let answer = engine.complete_answer(engine.execute_attached(call).await, &tool);
                 let current = tracing::Span::current();
                 if let Some(execution_id) = answer::execution_id_of(&answer) {
                     current.record("execution_id", execution_id.as_str());
@@ -485,7 +486,10 @@ impl Engine {
             .snapshot()
             .get(call.tool())
             .cloned()
-            .ok_or_else(|| Refusal::UnknownTool(call.tool().to_owned()))?;
+            .ok_or_else(|| Refusal::UnknownTool {
+                tool: call.tool().to_owned(),
+                closest: None,
+            })?;
         registered.validate(call.arguments()).map_err(|problems| {
             Refusal::Invalid(format!(
                 "arguments do not match the tool's schema: {problems}"

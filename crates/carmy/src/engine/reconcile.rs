@@ -371,6 +371,7 @@ impl Engine {
                 execution_id,
                 state: InFlightState::Interrupted,
                 reconciling: inconclusive,
+                retry_after: None,
             }),
         }
     }

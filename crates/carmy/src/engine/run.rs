@@ -140,6 +140,7 @@ impl Engine {
             Ok(Ok(result)) => Ok(Answer {
                 result,
                 replayed: false,
+                expires_at: None,
             }),
             Ok(Err(refusal)) => Err(refusal),
             Err(_) if protected => Err(Refusal::RecordingPending { execution_id }),

@@ -2,7 +2,7 @@
 //! and the one mapping of the engine's refusals to it.
 
 use crate::call::CallRejected;
-use crate::engine::{Engine, Refusal};
+use crate::engine::Refusal;
 use crate::outcome::ExecutionId;
 use crate::runtime::InFlightState;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -20,21 +20,21 @@ pub enum ApiError {
     /// 400 `INVALID_REQUEST`: bad JSON, bad identifiers, arguments rejected by the schema.
     #[error("{0}")]
     InvalidRequest(String),
-    /// 404 `UNKNOWN_TOOL`: the detail names the closest registered tool, if one is close, and
-    /// points to `GET /v1/tools`.
-    #[error("no tool named {tool:?}{}; GET /v1/tools lists the tools", closest_hint(.closest.as_deref()))]
+    /// 404 `UNKNOWN_TOOL`: the detail is the engine's text ([`Refusal::UnknownTool`], naming the
+    /// closest registered tool, if one is close) and points to `GET /v1/tools`.
+    #[error("{}", unknown_tool_detail(.tool, .closest.as_deref()))]
     UnknownTool {
         /// The name the call gave.
         tool: String,
-        /// The registered tool closest to it ([`Engine::closest_tool`](crate::engine::Engine::closest_tool)).
+        /// The registered tool closest to it.
         closest: Option<String>,
     },
     /// 401 `UNAUTHORIZED`: missing or unknown API key (docs/semantics.md §6).
-    #[error("a valid API key is required: send Authorization: Bearer <key>")]
+    #[error("{}", crate::auth::AuthError::Unauthorized)]
     Unauthorized,
     /// 401 `UNAUTHORIZED`: an `Authorization` header sent to a server that has no API keys
     /// (docs/semantics.md §6): it cannot be checked, so the call is not run as `anonymous`.
-    #[error("this server has no API keys configured, so it cannot check the Authorization header: send the request without it (every caller is the principal anonymous), or configure API keys on the server (gateway: CARMY_API_KEYS or CARMY_API_KEYS_FILE)")]
+    #[error("{}", crate::auth::AuthError::NoApiKeys)]
     NoApiKeys,
     /// 401 `UNAUTHORIZED`: an operator key (`CARMY_OPERATOR_KEYS`) on a route that acts as a
     /// principal (docs/semantics.md §6): operators list, show and decide; they are no principal.
@@ -77,7 +77,7 @@ pub enum ApiError {
         state: InFlightState,
         /// Its tool's probe is asking the upstream (docs/semantics.md §12.10).
         reconciling: bool,
-        /// How long to wait before retrying ([`Engine::running_retry_after`](crate::engine::Engine::running_retry_after)).
+        /// How long to wait before retrying ([`Refusal::Uncertain`]'s `retry_after`).
         retry_after: Option<std::time::Duration>,
     },
     /// 503 `EXECUTION_UNCERTAIN`: the tool ran but its outcome could not be recorded yet; the
@@ -150,10 +150,7 @@ impl From<Refusal> for ApiError {
     fn from(refusal: Refusal) -> Self {
         match refusal {
             Refusal::Invalid(message) => Self::InvalidRequest(message),
-            Refusal::UnknownTool(tool) => Self::UnknownTool {
-                tool,
-                closest: None,
-            },
+            Refusal::UnknownTool { tool, closest } => Self::UnknownTool { tool, closest },
             Refusal::Conflict {
                 execution_id,
                 differs,
@@ -165,11 +162,12 @@ impl From<Refusal> for ApiError {
                 execution_id,
                 state,
                 reconciling,
+                retry_after,
             } => Self::ExecutionUncertain {
                 execution_id,
                 state,
                 reconciling,
-                retry_after: None,
+                retry_after,
             },
             Refusal::RecordingPending { execution_id } => Self::RecordingPending { execution_id },
             Refusal::Finished { execution_id } => Self::ExecutionFinished { execution_id },
@@ -209,6 +207,16 @@ impl From<Refusal> for ApiError {
     }
 }
 
+impl From<crate::auth::AuthError> for ApiError {
+    fn from(error: crate::auth::AuthError) -> Self {
+        match error {
+            crate::auth::AuthError::Unauthorized => Self::Unauthorized,
+            crate::auth::AuthError::NoApiKeys => Self::NoApiKeys,
+            crate::auth::AuthError::OperatorKey => Self::OperatorKey,
+        }
+    }
+}
+
 impl From<CallRejected> for ApiError {
     fn from(rejected: CallRejected) -> Self {
         Self::InvalidRequest(rejected.into_message())
@@ -216,29 +224,6 @@ impl From<CallRejected> for ApiError {
 }
 
 impl ApiError {
-    /// The answer to a refused call of `tool`, with the hints only the engine knows: the
-    /// closest tool to an unknown name, and `Retry-After` for a running execution
-    /// (docs/semantics.md §5).
-    pub fn for_call(refusal: Refusal, engine: &Engine, tool: &str) -> Self {
-        match Self::from(refusal) {
-            Self::UnknownTool { tool, .. } => Self::UnknownTool {
-                closest: engine.closest_tool(&tool),
-                tool,
-            },
-            Self::ExecutionUncertain {
-                execution_id,
-                state: InFlightState::Running,
-                ..
-            } => Self::ExecutionUncertain {
-                execution_id,
-                state: InFlightState::Running,
-                reconciling: false,
-                retry_after: Some(engine.running_retry_after(tool)),
-            },
-            other => other,
-        }
-    }
-
     /// The pause sent as `Retry-After`, if any.
     fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
@@ -249,8 +234,13 @@ impl ApiError {
     }
 }
 
-fn closest_hint(closest: Option<&str>) -> String {
-    closest.map_or_else(String::new, |name| format!(" (did you mean {name:?}?)"))
+/// The engine's text for an unknown tool (the same on every front) and where the tools are listed.
+fn unknown_tool_detail(tool: &str, closest: Option<&str>) -> String {
+    let refusal = Refusal::UnknownTool {
+        tool: tool.to_owned(),
+        closest: closest.map(str::to_owned),
+    };
+    format!("{refusal}; GET /v1/tools lists the tools")
 }
 
 fn retry_hint(retry_after: Option<std::time::Duration>) -> String {

@@ -9,7 +9,6 @@ mod openapi;
 mod reconcile_route;
 mod recovery;
 
-use crate::auth::ApiKeys;
 use crate::call::{CallRejected, CallRequest, ValidatedCall};
 use crate::engine::{CancelAnswer, Engine};
 use crate::outcome::ExecutionId;
@@ -47,9 +46,8 @@ pub const DEFAULT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_
 #[derive(Clone)]
 pub(crate) struct AppState {
     pub(crate) engine: Arc<Engine>,
-    pub(crate) keys: Arc<ApiKeys>,
-    /// Operator keys (docs/semantics.md §12.1), checked before `keys`.
-    pub(crate) operators: Arc<ApiKeys>,
+    /// API keys and operator keys (docs/semantics.md §6, §12).
+    pub(crate) credentials: Arc<crate::auth::Credentials>,
     pub(crate) max_body_bytes: usize,
     pub(crate) body_timeout: std::time::Duration,
 }
@@ -275,18 +273,12 @@ async fn create_execution(
     if let Some(wait) = recovery::prefer_wait(&headers) {
         call = call.with_wait(wait);
     }
-    let tool = call.tool().to_owned();
-    let answer = state
-        .engine
-        .execute(call)
-        .await
-        .map_err(|refusal| ApiError::for_call(refusal, &state.engine, &tool))?;
+    let answer = state.engine.execute(call).await?;
     let mut response = json_response(
         StatusCode::OK,
-        answer.result.to_response_json(
-            answer.replayed,
-            state.engine.expires_at(answer.result.result()),
-        ),
+        answer
+            .result
+            .to_response_json(answer.replayed, answer.expires_at),
     );
     response.headers_mut().insert(
         REPLAYED_HEADER,

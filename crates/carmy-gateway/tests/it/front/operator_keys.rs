@@ -107,6 +107,14 @@ async fn an_operator_key_named_like_a_principal_is_no_caller_on_either_front() {
         (401, &json!("UNAUTHORIZED")),
         "{body}"
     );
+    // The same check as HTTP's: the key is told it is an operator's, not an unknown one.
+    assert_eq!(
+        body["detail"],
+        "this is an operator key: it lists and decides executions over the HTTP API \
+         (/v1/executions), but it is not a principal and cannot call tools over /mcp; send an \
+         API key (CARMY_API_KEYS) for that",
+        "{body}"
+    );
     let (status, body) = send(
         &gateway,
         reqwest::Method::POST,

@@ -4,7 +4,8 @@
 //! database and by replaying every answer the clients saw.
 //!
 //! Bounded in time (`CARMY_SOAK_SECONDS`, default 20) and loopback only. The long run:
-//! `CARMY_SOAK_SECONDS=600 scripts/test -p carmy-gateway --test soak -- --nocapture`.
+//! `CARMY_SOAK_SECONDS=600 scripts/test -p carmy-gateway --features fault-injection --test crash
+//! soak -- --nocapture`.
 
 use carmy_test_support::{client, Cluster, Replica};
 use serde_json::{json, Value};

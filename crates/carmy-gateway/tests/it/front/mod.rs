@@ -1,0 +1,14 @@
+//! The HTTP front and the binary: configuration, hostile input, security, operator keys, the
+//! field cases on the in-memory store, `scripts/test`, the README's code blocks, and traces.
+
+// `operator_keys` reaches the MCP client as `super::mcp_client`.
+use crate::mcp_client;
+
+mod config;
+mod hostile_input;
+mod memory_cases;
+mod operator_keys;
+mod security;
+mod test_script;
+mod readme;
+mod traces;

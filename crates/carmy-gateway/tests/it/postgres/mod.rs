@@ -1,0 +1,12 @@
+//! Real `carmy-gateway` processes on a real PostgreSQL: replicas, outages, partitions, a
+//! failover, the lease, the runtime role, round trips, shutdown and cancellation.
+
+mod failover;
+mod lease_starvation;
+mod partition;
+mod postgres_outages;
+mod postgres_replicas;
+mod replay_cache_replicas;
+pub(crate) mod round_trips;
+mod runtime_role;
+mod shutdown_and_cancel;

@@ -1,0 +1,12 @@
+//! Recovery (docs/semantics.md §12): decisions over HTTP, SQL and the operator CLI,
+//! reconciliation, takeover, late arrivals and damaged records.
+
+mod decision_limits;
+pub(crate) mod executions_cli;
+mod executions_cli_failures;
+mod frozen_orders;
+mod reconcile;
+mod record_damaged;
+mod recovery_http;
+pub(crate) mod recovery_replicas;
+mod takeover;
