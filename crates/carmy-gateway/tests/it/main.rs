@@ -3,6 +3,7 @@
 //! The harness is `carmy-test-support`. The soak (`tests/soak.rs`) is a binary of its own.
 
 mod config;
+mod console;
 #[cfg(feature = "fault-injection")]
 mod crash_points;
 mod decision_limits;
