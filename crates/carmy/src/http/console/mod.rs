@@ -123,14 +123,11 @@ impl Operator {
         }
     }
 
-    /// Refuses a form whose `csrf` is not this session's token (403).
-    fn check_csrf(&self, presented: &str) -> Result<(), Response> {
+    /// Whether a form's `csrf` is this session's token (constant time); a form without it is
+    /// answered with [`forbidden`] (403).
+    fn csrf_ok(&self, presented: &str) -> bool {
         let (mine, theirs) = (self.csrf.as_bytes(), presented.as_bytes());
-        if mine.len() == theirs.len() && bool::from(subtle::ConstantTimeEq::ct_eq(mine, theirs)) {
-            Ok(())
-        } else {
-            Err(forbidden(Some(&self.who())))
-        }
+        mine.len() == theirs.len() && bool::from(subtle::ConstantTimeEq::ct_eq(mine, theirs))
     }
 }
 
@@ -235,8 +232,8 @@ async fn logout(
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
     let presented = form.map(|Form(form)| form.csrf).unwrap_or_default();
-    if let Err(refused) = operator.check_csrf(&presented) {
-        return refused;
+    if !operator.csrf_ok(&presented) {
+        return forbidden(Some(&operator.who()));
     }
     if let Some(id) = session::cookie_id(&headers) {
         state.console.end(&id);
@@ -471,8 +468,8 @@ async fn resolve(
     form: Result<Form<ResolveForm>, FormRejection>,
 ) -> Response {
     let form = form.map(|Form(form)| form).unwrap_or_default();
-    if let Err(refused) = operator.check_csrf(&form.csrf) {
-        return refused;
+    if !operator.csrf_ok(&form.csrf) {
+        return forbidden(Some(&operator.who()));
     }
     let Some(id) = execution_id(&path) else {
         return not_found(&operator);
@@ -532,8 +529,8 @@ async fn release(
     form: Result<Form<ReleaseForm>, FormRejection>,
 ) -> Response {
     let form = form.map(|Form(form)| form).unwrap_or_default();
-    if let Err(refused) = operator.check_csrf(&form.csrf) {
-        return refused;
+    if !operator.csrf_ok(&form.csrf) {
+        return forbidden(Some(&operator.who()));
     }
     let Some(id) = execution_id(&path) else {
         return not_found(&operator);
@@ -557,8 +554,8 @@ async fn reconcile(
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
     let presented = form.map(|Form(form)| form.csrf).unwrap_or_default();
-    if let Err(refused) = operator.check_csrf(&presented) {
-        return refused;
+    if !operator.csrf_ok(&presented) {
+        return forbidden(Some(&operator.who()));
     }
     let Some(id) = execution_id(&path) else {
         return not_found(&operator);
