@@ -7,7 +7,7 @@
 Reads bench/results/latest.json, which `scripts/bench` writes (bench/README.md). After a new
 full run, paste the output into bench/results/README.md and the README between its
 `<!-- figures:begin -->` and `<!-- figures:end -->` markers; the README test
-(crates/carmy-gateway/tests/it/readme.rs) fails until the README's table matches.
+(crates/carmy-gateway/tests/it/front/readme.rs) fails until the README's table matches.
 """
 
 import json

@@ -1,5 +1,5 @@
 //! The README's Rust client snippet, compiled with the crate's examples and run by the README
-//! test (`crates/carmy-gateway/tests/it/readme.rs`) against the quickstart gateway: one call
+//! test (`crates/carmy-gateway/tests/it/front/readme.rs`) against the quickstart gateway: one call
 //! and its retry with the same request_id; the retry is replayed, the tool runs once.
 //!
 //! ```text

@@ -56,6 +56,11 @@ pub struct Config {
     #[arg(long, env = "CARMY_OPERATOR_KEYS", hide_env_values = true)]
     pub operator_keys: Option<String>,
 
+    /// Mark the operator console's session cookie `Secure` (browsers then send it over HTTPS
+    /// only): set it when the console is reached through TLS (docs/operations.md).
+    #[arg(long, env = "CARMY_CONSOLE_SECURE_COOKIE")]
+    pub console_secure_cookie: bool,
+
     /// Serve without API keys on a non-loopback address (every caller is `anonymous`).
     #[arg(long, env = "CARMY_ALLOW_ANONYMOUS_NETWORK")]
     pub allow_anonymous_network: bool,

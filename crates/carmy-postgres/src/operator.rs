@@ -180,19 +180,7 @@ impl Operator {
         &self,
         execution_id: &ExecutionId,
     ) -> Result<Option<ExecutionDetail>, Failure> {
-        for (sql, released) in [
-            (OPERATOR_SHOW_SQL, false),
-            (OPERATOR_SHOW_RELEASED_SQL, true),
-        ] {
-            let row = sqlx::query(sql)
-                .bind(execution_id.as_str())
-                .fetch_optional(&self.pool)
-                .await?;
-            if let Some(row) = row {
-                return detail(&row, released).map(Some);
-            }
-        }
-        Ok(None)
+        show_detail(&self.pool, execution_id).await
     }
 
     /// The audit rows of `execution_id` (`carmy.audit_log`), oldest first.
@@ -271,6 +259,45 @@ impl Operator {
 
 /// Decodes a row of the operator statements of [`crate::sql`]; `released` for those of
 /// `carmy.released_executions`.
+/// One execution of any principal by id on `pool`: a held one, else a released one (the
+/// operator's `show`, and [`PostgresStore`](crate::PostgresStore)'s `operator_view` for the
+/// console).
+pub(crate) async fn show_detail(
+    pool: &PgPool,
+    execution_id: &ExecutionId,
+) -> Result<Option<ExecutionDetail>, Failure> {
+    for (sql, released) in [
+        (OPERATOR_SHOW_SQL, false),
+        (OPERATOR_SHOW_RELEASED_SQL, true),
+    ] {
+        let row = sqlx::query(sql)
+            .bind(execution_id.as_str())
+            .fetch_optional(pool)
+            .await?;
+        if let Some(row) = row {
+            return detail(&row, released).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+impl ExecutionDetail {
+    /// The console's view of this detail ([`carmy::decision::OperatorView`]).
+    pub fn into_view(self) -> carmy::decision::OperatorView {
+        let owner = carmy::decision::OwnerLease {
+            instance: self.owner_instance,
+            hostname: self.owner.as_ref().and_then(|owner| owner.hostname.clone()),
+            pid: self.owner.as_ref().and_then(|owner| owner.pid),
+            lease_expires_at: self.owner.as_ref().map(|owner| owner.lease_expires_at),
+            reserved_at: Some(self.created_at),
+        };
+        carmy::decision::OperatorView {
+            lookup: self.lookup,
+            owner: Some(owner),
+        }
+    }
+}
+
 fn detail(row: &PgRow, released: bool) -> Result<ExecutionDetail, Failure> {
     let lookup = if released {
         decide::decode_released(row)?

@@ -65,7 +65,7 @@ impl Replica {
             .env_remove("DATABASE_URL")
             .env_remove("CARMY_API_KEYS")
             .env_remove("CARMY_OPERATOR_KEYS")
-            // Traces are exported only by the tests that ask for it (tests/it/traces.rs).
+            // Traces are exported only by the tests that ask for it (tests/it/front/traces.rs).
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .env("CARMY_LISTEN", "127.0.0.1:0")

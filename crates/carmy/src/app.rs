@@ -66,6 +66,7 @@ pub struct AppBuilder {
     allow_anonymous_network: bool,
     max_body_bytes: usize,
     body_timeout: Duration,
+    console_secure_cookie: bool,
 }
 
 impl Default for AppBuilder {
@@ -80,6 +81,7 @@ impl Default for AppBuilder {
             allow_anonymous_network: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             body_timeout: DEFAULT_BODY_TIMEOUT,
+            console_secure_cookie: false,
         }
     }
 }
@@ -157,6 +159,14 @@ impl AppBuilder {
         self
     }
 
+    /// Marks the operator console's session cookie `Secure` (default off): set it when the
+    /// console is reached over TLS (docs/operations.md, "The operator console").
+    #[must_use]
+    pub fn console_secure_cookie(mut self, secure: bool) -> Self {
+        self.console_secure_cookie = secure;
+        self
+    }
+
     /// Builds the application without serving it.
     ///
     /// # Errors
@@ -186,6 +196,9 @@ impl AppBuilder {
             credentials: Arc::new(credentials.clone()),
             max_body_bytes: self.max_body_bytes,
             body_timeout: self.body_timeout,
+            console: Arc::new(crate::http::console::Sessions::new(
+                self.console_secure_cookie,
+            )),
         });
         Ok(App {
             engine,

@@ -172,6 +172,33 @@ pub struct AuditEntry {
     pub note: Option<String>,
 }
 
+/// The process that owns (or owned) an execution and its lease, as the operator console shows
+/// it (docs/semantics.md §12). Every member is `None` when the store does not know it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnerLease {
+    /// The owning process's instance id (PostgreSQL: `carmy.reservations.owner_instance`).
+    pub instance: Option<String>,
+    /// Its host, as it registered.
+    pub hostname: Option<String>,
+    /// Its process id there.
+    pub pid: Option<i32>,
+    /// Until when its lease holds (store clock); in the past for a stopped or cut-off owner.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// When the identity was reserved (store clock).
+    pub reserved_at: Option<DateTime<Utc>>,
+}
+
+/// One execution of any principal as an operator reads it by id
+/// ([`IdempotencyStore::operator_view`](crate::runtime::IdempotencyStore::operator_view)): the
+/// record (held or released) and, where the store keeps one, its owner.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OperatorView {
+    /// Its identity, record and (when released) who released it.
+    pub lookup: crate::runtime::ExecutionLookup,
+    /// Its owner and lease; `None` for a store without leases (in memory: this process).
+    pub owner: Option<OwnerLease>,
+}
+
 /// Which records [`IdempotencyStore::list_executions`](crate::runtime::IdempotencyStore) returns.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExecutionQuery {

@@ -348,4 +348,18 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         let _ = execution_id;
         Box::pin(async { Ok(None) })
     }
+
+    /// One execution of any principal by id, held or released, with its owner and lease where
+    /// the store keeps them (the operator console, docs/semantics.md §12); `None` when there is
+    /// no such execution. The default finds none. A wrapper must forward it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn operator_view<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<crate::decision::OperatorView>> {
+        let _ = execution_id;
+        Box::pin(async { Ok(None) })
+    }
 }

@@ -86,6 +86,18 @@ impl IdempotencyStore for PostgresStore {
         })
     }
 
+    fn operator_view<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<carmy::decision::OperatorView>> {
+        Box::pin(async move {
+            let found = crate::operator::show_detail(&self.pool, execution_id).await;
+            self.finish(found)
+                .await
+                .map(|found| found.map(crate::ExecutionDetail::into_view))
+        })
+    }
+
     fn check_ready(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.check_ready_impl())
     }

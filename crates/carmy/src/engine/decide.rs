@@ -4,14 +4,25 @@
 use super::{Engine, Refusal};
 use crate::auth::Caller;
 use crate::decision::{
-    check_note, check_outcome, AuditEntry, Decision, DecisionRefusal, ExecutionQuery, Released,
-    ResolveRequest,
+    check_note, check_outcome, AuditEntry, Decision, DecisionRefusal, ExecutionQuery, OperatorView,
+    Released, ResolveRequest,
 };
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
 use crate::runtime::{ExecutionLookup, InFlightState};
 use crate::storable::check_outcome_values;
 use serde_json::Value;
 use tracing::Instrument;
+
+/// What [`Engine::operator_detail`] reads about one execution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OperatorDetail {
+    /// The record (held or released) and its owner.
+    pub view: OperatorView,
+    /// Its audit rows, oldest first (decisions, takeovers, late arrivals).
+    pub audit: Vec<AuditEntry>,
+    /// The last reconciliation probe's evidence; `None` when never probed or decided since.
+    pub evidence: Option<Value>,
+}
 
 /// The most records one listing returns.
 pub const MAX_LISTED: usize = 1000;
@@ -173,6 +184,35 @@ impl Engine {
     ) -> Result<Vec<AuditEntry>, Refusal> {
         self.find(principal, execution_id).await?;
         Ok(self.store.audit_trail(execution_id).await?)
+    }
+
+    /// One execution of any principal by id with its owner and lease where the store keeps
+    /// them, its audit rows (oldest first) and its last probe's evidence: what the operator
+    /// console shows (docs/semantics.md §12). Only for operators: `caller` without operator
+    /// rights gets [`Refusal::NotFound`].
+    ///
+    /// # Errors
+    /// [`Refusal::NotFound`]; [`Refusal::StoreUnavailable`].
+    pub async fn operator_detail(
+        &self,
+        caller: &Caller,
+        execution_id: &ExecutionId,
+    ) -> Result<OperatorDetail, Refusal> {
+        if caller.operator.is_none() {
+            return Err(Refusal::NotFound);
+        }
+        let view = self
+            .store
+            .operator_view(execution_id)
+            .await?
+            .ok_or(Refusal::NotFound)?;
+        let audit = self.store.audit_trail(execution_id).await?;
+        let evidence = self.store.probe_evidence(execution_id).await?;
+        Ok(OperatorDetail {
+            view,
+            audit,
+            evidence,
+        })
     }
 }
 

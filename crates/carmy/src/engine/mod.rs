@@ -22,7 +22,7 @@ mod takeover;
 mod wait;
 
 pub use answer::{Answer, CancelAnswer, Refusal};
-pub use decide::{Release, Resolve};
+pub use decide::{OperatorDetail, Release, Resolve};
 
 use crate::call::ValidatedCall;
 use crate::fault;

@@ -4,6 +4,7 @@
 
 mod auth;
 mod bodies;
+pub(crate) mod console;
 pub mod error;
 mod openapi;
 mod reconcile_route;
@@ -50,6 +51,8 @@ pub(crate) struct AppState {
     pub(crate) credentials: Arc<crate::auth::Credentials>,
     pub(crate) max_body_bytes: usize,
     pub(crate) body_timeout: std::time::Duration,
+    /// The operator console's sessions (`/console`).
+    pub(crate) console: Arc<console::Sessions>,
 }
 
 /// Every route with its OpenAPI description: each handler is registered through `routes!`, which
@@ -76,6 +79,7 @@ pub(crate) fn router(state: AppState) -> Router {
     let body_timeout = state.body_timeout;
     let (routes, _document) = api_routes().split_for_parts();
     routes
+        .merge(console::routes())
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(max_body_bytes))

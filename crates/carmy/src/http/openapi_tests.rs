@@ -12,7 +12,21 @@ use tower::ServiceExt;
 /// axum (`.route(…)`, `.route_service(…)`, `.nest(…)`, `.nest_service(…)`) must either be
 /// described (`#[utoipa::path]` on its handler, registered with `routes!` in
 /// `http::api_routes`) or be listed here.
-const NOT_IN_OPENAPI: &[(&str, &str)] = &[];
+const NOT_IN_OPENAPI: &[(&str, &str)] = &[
+    ("/console", CONSOLE),
+    ("/console/", CONSOLE),
+    ("/console/style.css", CONSOLE),
+    ("/console/login", CONSOLE),
+    ("/console/logout", CONSOLE),
+    ("/console/executions", CONSOLE),
+    ("/console/executions/{execution_id}", CONSOLE),
+    ("/console/executions/{execution_id}/resolve", CONSOLE),
+    ("/console/executions/{execution_id}/release", CONSOLE),
+    ("/console/executions/{execution_id}/reconcile", CONSOLE),
+];
+
+const CONSOLE: &str =
+    "the operator console: HTML pages and forms for a browser, not API (docs/operations.md)";
 
 fn document() -> Value {
     document_for(&[])

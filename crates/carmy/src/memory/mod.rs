@@ -246,6 +246,21 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
         Box::pin(async { Ok(()) })
     }
 
+    fn operator_view<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<crate::decision::OperatorView>> {
+        // Every execution's owner is this process, which holds no lease row.
+        let answer =
+            self.lock()
+                .find(None, execution_id)
+                .map(|lookup| crate::decision::OperatorView {
+                    lookup,
+                    owner: None,
+                });
+        Box::pin(async move { Ok(answer) })
+    }
+
     fn resolve_execution<'a>(
         &'a self,
         request: &'a ResolveRequest,

@@ -225,6 +225,14 @@ macro_rules! forward_store {
             self.$inner.probe_evidence(execution_id)
         }
     };
+    (@one $inner:tt operator_view) => {
+        fn operator_view<'a>(
+            &'a self,
+            execution_id: &'a $crate::outcome::ExecutionId,
+        ) -> $crate::runtime::StoreFuture<'a, Option<$crate::decision::OperatorView>> {
+            self.$inner.operator_view(execution_id)
+        }
+    };
     (@one $inner:tt shutdown) => {
         fn shutdown(&self) -> $crate::runtime::StoreFuture<'_, ()> {
             self.$inner.shutdown()

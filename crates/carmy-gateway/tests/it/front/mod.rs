@@ -12,3 +12,4 @@ mod security;
 mod test_script;
 mod readme;
 mod traces;
+mod console;

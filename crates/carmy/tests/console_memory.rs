@@ -1,0 +1,156 @@
+//! The operator console (`/console`) on the in-memory store, through the real router
+//! (`Router::oneshot`): an operator lists every principal's executions, reads one, and decides
+//! it with the session's CSRF token; the page says the store keeps no lease. The browser test on
+//! PostgreSQL is crates/carmy-gateway/tests/it/front/console.rs.
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use axum::Router;
+use carmy::auth::ApiKeys;
+use carmy::tool::FnTool;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+struct Page {
+    status: StatusCode,
+    location: Option<String>,
+    cookie: Option<String>,
+    body: String,
+}
+
+async fn send(router: &Router, request: Request<Body>) -> Page {
+    let response = router.clone().oneshot(request).await.unwrap();
+    let header_text = |name| {
+        response
+            .headers()
+            .get(name)
+            .map(|value: &header::HeaderValue| value.to_str().unwrap().to_owned())
+    };
+    let location = header_text(header::LOCATION);
+    let cookie =
+        header_text(header::SET_COOKIE).map(|cookie| cookie.split(';').next().unwrap().to_owned());
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    Page {
+        status,
+        location,
+        cookie,
+        body: String::from_utf8(bytes.to_vec()).unwrap(),
+    }
+}
+
+fn get(path: &str, cookie: &str) -> Request<Body> {
+    Request::get(path)
+        .header(header::COOKIE, cookie)
+        .body(Body::empty())
+        .unwrap()
+}
+
+fn form(path: &str, cookie: &str, body: &str) -> Request<Body> {
+    Request::post(path)
+        .header(header::COOKIE, cookie)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+/// The CSRF token of the first form of `html`.
+fn csrf(html: &str) -> String {
+    let start = html.find("name=\"csrf\" value=\"").unwrap() + 19;
+    html[start..start + 64].to_owned()
+}
+
+async fn call(router: &Router, key: &str, request_id: &str) -> Value {
+    let body = json!({"tool": "echo", "arguments": {"n": 1}, "request_id": request_id});
+    let request = Request::post("/v1/executions")
+        .header(header::AUTHORIZATION, format!("Bearer {key}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    serde_json::from_str(&send(router, request).await.body).unwrap()
+}
+
+#[tokio::test]
+async fn an_operator_lists_and_decides_on_the_in_memory_store() {
+    let app = carmy::app()
+        .tool(FnTool::new(
+            "echo",
+            json!({"type": "object"}),
+            |_c, a| async move { Ok(a) },
+        ))
+        .api_keys(ApiKeys::parse("ka=alice,kb=bob").unwrap())
+        .operator_keys(ApiKeys::parse("ko=ops").unwrap())
+        .build()
+        .unwrap();
+    let router = app.router();
+    let alice = call(&router, "ka", "a-1").await;
+    call(&router, "kb", "b-1").await;
+
+    // Log in: the form's session, then the operator's.
+    let login = send(&router, get("/console/login", "")).await;
+    let pending = login.cookie.unwrap();
+    let refused = send(&router, form("/console/login", &pending, "key=ko")).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "no CSRF token");
+    let login = send(&router, get("/console/login", "")).await;
+    let (pending, token) = (login.cookie.unwrap(), csrf(&login.body));
+    let agent = send(
+        &router,
+        form("/console/login", &pending, &format!("key=ka&csrf={token}")),
+    )
+    .await;
+    assert_eq!(agent.status, StatusCode::UNAUTHORIZED);
+    let (pending, token) = (agent.cookie.unwrap(), csrf(&agent.body));
+    let ok = send(
+        &router,
+        form("/console/login", &pending, &format!("key=ko&csrf={token}")),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::SEE_OTHER);
+    assert_eq!(ok.location.as_deref(), Some("/console/executions"));
+    let session = ok.cookie.unwrap();
+
+    // Every principal's executions are listed.
+    let all = send(&router, get("/console/executions?state=all", &session)).await;
+    assert_eq!(all.status, StatusCode::OK);
+    assert!(
+        all.body.contains("<td>alice</td>") && all.body.contains("<td>bob</td>"),
+        "{}",
+        all.body
+    );
+    let interrupted = send(&router, get("/console/executions", &session)).await;
+    assert!(interrupted.body.contains("No execution matches."));
+
+    // One execution's page, and a refused decision (finished) shown on it.
+    let id = alice["execution_id"].as_str().unwrap();
+    let path = format!("/console/executions/{id}");
+    let shown = send(&router, get(&path, &session)).await;
+    assert_eq!(shown.status, StatusCode::OK);
+    assert!(shown.body.contains("This store keeps no lease"));
+    let token = csrf(&shown.body);
+    let release = send(
+        &router,
+        form(
+            &format!("{path}/release"),
+            &session,
+            &format!("csrf={token}&note=again&force=true"),
+        ),
+    )
+    .await;
+    assert_eq!(release.status, StatusCode::CONFLICT);
+    assert!(
+        release.body.contains("EXECUTION_FINISHED"),
+        "{}",
+        release.body
+    );
+    let forged = send(
+        &router,
+        form(
+            &format!("{path}/release"),
+            &session,
+            "note=again&force=true",
+        ),
+    )
+    .await;
+    assert_eq!(forged.status, StatusCode::FORBIDDEN);
+}
