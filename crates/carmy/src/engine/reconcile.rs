@@ -77,7 +77,8 @@ impl Engine {
             return Ok((Reconciled::Undecided, json!({"answer": "none"})));
         };
         let deadline = deadline.min(probe.timeout());
-        let answer = match tokio::time::timeout(deadline, probe.probe(target)).await {
+        let served = self.tools();
+        let answer = match tokio::time::timeout(deadline, probe.probe(target, &served)).await {
             Ok(answer) => answer,
             Err(_) => ProbeAnswer {
                 verdict: ProbeVerdict::Inconclusive,
