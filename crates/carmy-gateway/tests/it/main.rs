@@ -33,6 +33,7 @@ mod postgres_outages;
 mod postgres_replicas;
 mod readme_tools;
 mod reconcile;
+mod reconcile_contradiction;
 mod reconcile_tool_probe;
 mod record_damaged;
 mod recovery_http;
