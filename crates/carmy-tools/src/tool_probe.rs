@@ -271,9 +271,11 @@ pub fn render(arguments: &Value, values: &Value) -> Result<Value, String> {
                         value @ (Value::Number(_) | Value::Bool(_)) => {
                             out.push_str(&value.to_string());
                         }
-                        _ => return Err(format!(
+                        _ => {
+                            return Err(format!(
                             "{{{name}}} is an object or a list, which cannot be put into {text:?}"
-                        )),
+                        ))
+                        }
                     },
                 }
             }
