@@ -52,8 +52,8 @@ pub fn tools(
 }
 
 /// `carmy-gateway check-config`: validates the tools file, prints the tool table (secrets
-/// masked) on standard output, connects to each MCP server and lists its tools, and returns
-/// without serving.
+/// masked) on standard output, connects to each MCP server and lists its tools, checks the
+/// tools that tool probes call, and returns without serving.
 ///
 /// # Errors
 /// As [`load`] and [`tools`].
@@ -64,7 +64,8 @@ pub async fn check_config(config: &Config) -> Result<(), GatewayError> {
         return Ok(());
     };
     let keys = crate::key_argument_config(config);
-    for tool in tools(&file, config.max_result_bytes)? {
+    let mut served = tools(&file, config.max_result_bytes)?;
+    for tool in &served {
         carmy::key_argument::resolve(tool.as_ref(), &keys)?;
     }
     println!("tools file {}: valid", file.file.display());
@@ -87,8 +88,9 @@ pub async fn check_config(config: &Config) -> Result<(), GatewayError> {
             spec.name,
             names.join(", ")
         );
+        served.extend(imported);
     }
-    Ok(())
+    carmy_tools::tool_probe::check_served(&file, &served).map_err(GatewayError::ProbeTool)
 }
 
 fn upstream_client() -> Result<carmy_tools::client::UpstreamClient, GatewayError> {

@@ -56,6 +56,10 @@ pub enum GatewayError {
     /// An MCP server could not be reached or listed at start.
     #[error("{0}")]
     Mcp(String),
+    /// A tool probe (`[tools.reconcile] tool = …`) names a tool that is not served or not
+    /// read-only, found once the MCP servers' tools are listed (docs/semantics.md §12).
+    #[error("{0}")]
+    ProbeTool(String),
     /// A tool's own property has the name of the request id argument (docs/semantics.md §11).
     #[error(transparent)]
     KeyArgument(#[from] carmy::key_argument::KeyCollision),
@@ -147,6 +151,8 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     let app = builder.build()?;
     if let Some(file) = &tools_file {
         configured::start_mcp_servers(file, app.engine()).await?;
+        carmy_tools::tool_probe::check_served(file, &app.engine().tools())
+            .map_err(GatewayError::ProbeTool)?;
     }
     check_key_arguments(app.engine())?;
     let mcp = carmy_mcp::router(
@@ -379,6 +385,10 @@ pub async fn main_with_args(
         // (docs/semantics.md §10), not a log line.
         Err(GatewayError::ToolsFile(error)) => {
             eprintln!("carmy-gateway: {}", error.to_string().replace('\n', " "));
+            ExitCode::FAILURE
+        }
+        Err(GatewayError::ProbeTool(message)) => {
+            eprintln!("carmy-gateway: {message}");
             ExitCode::FAILURE
         }
         Err(error) => {

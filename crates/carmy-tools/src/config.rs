@@ -118,7 +118,7 @@ pub struct RawTool {
     pub reconcile: Option<Spanned<RawReconcile>>,
 }
 
-/// A `[tools.reconcile]` table: an HTTP probe.
+/// A `[tools.reconcile]` table: an HTTP probe, or a call of another read-only tool.
 ///
 /// ```toml
 /// [tools.reconcile]
@@ -130,6 +130,15 @@ pub struct RawTool {
 /// timeout_ms = 2000               # default 2000
 /// [tools.reconcile.headers]
 /// Authorization = "Bearer ${PAYMENTS_TOKEN}"
+/// ```
+///
+/// or, instead of `method`, `url`, `found_status` and headers:
+///
+/// ```toml
+/// [tools.reconcile]
+/// tool = "get_payment"            # annotated readOnlyHint = true; found = a result, not an error
+/// arguments = { key = "{execution_id}" }
+/// absent_status = [404]           # the called tool's upstream status meaning absent
 /// ```
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -147,9 +156,11 @@ pub struct RawReconcile {
     pub absent_means: Option<Spanned<String>>,
     /// The probe's deadline in milliseconds (at least 1).
     pub timeout_ms: Option<Spanned<u64>>,
-    /// A configured tool to call as the probe (not supported by this build).
+    /// Instead of `method` and `url`: a tool the gateway serves, annotated read-only, to call
+    /// as the probe (a `[[tools]]` entry's name, or an MCP server's tool with its prefix).
     pub tool: Option<Spanned<String>>,
-    /// That tool's arguments (not supported by this build).
+    /// That tool's arguments: `{execution_id}`, `{request_id}` and the call's arguments in
+    /// their strings.
     pub arguments: Option<Spanned<toml::Value>>,
     /// Headers of the probe's request; values may use `${NAME}` (kept secret).
     #[serde(default)]

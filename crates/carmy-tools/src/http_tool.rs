@@ -12,7 +12,6 @@
 //! the upstream echoes them.
 //! The deadline is the engine's ([`Tool::timeout`]): reaching it records `timed_out`.
 
-use crate::probe::HttpProbe;
 use crate::response::{body_value, describe, read_bounded, retry_after, status_error, ReadFailure};
 use crate::secret::{mask_outcome, Secret};
 use crate::spec::HttpToolSpec;
@@ -30,7 +29,7 @@ pub struct HttpTool {
     secrets: Vec<Secret>,
     client: reqwest::Client,
     max_response_bytes: usize,
-    probe: Option<HttpProbe>,
+    probe: Option<Box<dyn carmy::reconcile::Probe>>,
 }
 
 impl HttpTool {
@@ -47,7 +46,7 @@ impl HttpTool {
         let probe = spec
             .reconcile
             .clone()
-            .map(|probe| HttpProbe::new(probe, client.clone()));
+            .map(|probe| crate::probe::build(probe, client.clone(), spec.secrets()));
         Self {
             secrets: spec.secrets(),
             spec,
@@ -250,9 +249,7 @@ impl Tool for HttpTool {
     }
 
     fn probe(&self) -> Option<&dyn carmy::reconcile::Probe> {
-        self.probe
-            .as_ref()
-            .map(|probe| probe as &dyn carmy::reconcile::Probe)
+        self.probe.as_deref()
     }
 
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_> {

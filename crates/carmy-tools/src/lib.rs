@@ -7,7 +7,7 @@
 //! Modules: [`config`] (the file as written), [`load`] (validation, [`ConfigError`]), [`spec`]
 //! (the validated form), [`secret`] (`${NAME}` expansion, masked values), [`template`] (URL
 //! templates, percent-encoded path arguments), [`client`] (the pooled upstream client),
-//! [`http_tool`] (the HTTP tool), [`mcp`] (upstream MCP servers), [`probe`] (reconciliation probes), `response` (responses to outcomes), [`table`] (the tool table
+//! [`http_tool`] (the HTTP tool), [`mcp`] (upstream MCP servers), [`probe`] and [`tool_probe`] (reconciliation probes), `response` (responses to outcomes), [`table`] (the tool table
 //! of `carmy-gateway check-config`).
 
 pub mod client;
@@ -23,6 +23,7 @@ pub mod secret;
 pub mod spec;
 pub mod table;
 pub mod template;
+pub mod tool_probe;
 
 pub use error::ConfigError;
 pub use fields::check_name;

@@ -87,6 +87,14 @@ pub fn load(
         }
         http_tools.push(spec);
     }
+    let example_names: &[&str] = if raw.example_tools { builtin } else { &[] };
+    probe::check_probe_tools(
+        &report,
+        &raw.tools,
+        &http_tools,
+        !raw.mcp_servers.is_empty(),
+        example_names,
+    )?;
     let mut mcp_servers = Vec::new();
     let mut server_names = BTreeSet::new();
     for server in &raw.mcp_servers {

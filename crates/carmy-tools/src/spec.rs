@@ -68,24 +68,58 @@ pub struct HttpToolSpec {
     pub reconcile: Option<ProbeSpec>,
 }
 
-/// A validated `[tools.reconcile]`: an HTTP request asking whether an execution's effect
-/// happened.
+/// A validated `[tools.reconcile]`: how to ask whether an execution's effect happened, and
+/// what the answer means.
 #[derive(Debug, Clone)]
 pub struct ProbeSpec {
-    /// The HTTP method (default GET).
-    pub method: Method,
-    /// The URL template (placeholders in the path or the query).
-    pub url: UrlTemplate,
-    /// Statuses meaning found (default 200).
-    pub found_status: BTreeSet<u16>,
-    /// Statuses meaning absent (default 404).
+    /// What is asked: an HTTP request, or a call of another configured read-only tool.
+    pub ask: ProbeAsk,
+    /// Statuses meaning absent (default 404): the HTTP probe's answer, or the upstream status
+    /// of the called tool's error.
     pub absent_status: BTreeSet<u16>,
     /// Whether absent proves the effect did not happen (`absent_means = "not_executed"`).
     pub absent_not_executed: bool,
     /// The probe's deadline (default 2 s).
     pub timeout: Duration,
-    /// Headers of the probe's request (sensitive).
-    pub headers: Vec<Header>,
+}
+
+/// What a probe asks (docs/semantics.md §12.10).
+#[derive(Debug, Clone)]
+pub enum ProbeAsk {
+    /// `method` and `url`: one HTTP request.
+    Http {
+        /// The HTTP method (default GET).
+        method: Method,
+        /// The URL template (placeholders in the path or the query).
+        url: UrlTemplate,
+        /// Statuses meaning found (default 200).
+        found_status: BTreeSet<u16>,
+        /// Headers of the probe's request (sensitive).
+        headers: Vec<Header>,
+    },
+    /// `tool` and `arguments`: a call of another tool the gateway serves, annotated read-only
+    /// (`readOnlyHint = true`), outside any execution.
+    Tool {
+        /// The tool called (a `[[tools]]` entry or an MCP server's tool, prefix included).
+        tool: String,
+        /// Its arguments, `{execution_id}`, `{request_id}` and `{argument}` placeholders in
+        /// their strings.
+        arguments: Value,
+    },
+}
+
+impl ProbeSpec {
+    /// The values of the `${NAME}` references of an HTTP probe's headers (none for a tool
+    /// probe, whose tool masks its own).
+    pub fn secrets(&self) -> Vec<Secret> {
+        match &self.ask {
+            ProbeAsk::Http { headers, .. } => headers
+                .iter()
+                .flat_map(|header| header.secrets.iter().cloned())
+                .collect(),
+            ProbeAsk::Tool { .. } => Vec::new(),
+        }
+    }
 }
 
 impl HttpToolSpec {

@@ -1,7 +1,7 @@
 //! The tool table `carmy-gateway check-config` prints: one line per tool with its kind, method,
 //! URL template, deadline and headers, header values masked.
 
-use crate::spec::{McpTransport, ProbeSpec, ToolsConfig};
+use crate::spec::{McpTransport, ProbeAsk, ProbeSpec, ToolsConfig};
 use std::fmt::Write;
 
 /// The table of `config` as text, one tool or server per line; never a secret.
@@ -49,7 +49,8 @@ pub fn tool_table(config: &ToolsConfig) -> String {
 }
 
 /// A tool's probe as the table shows it: `reconcile GET <url> found=[200] absent=[404]
-/// absent_means=unknown timeout=2000ms headers=[…]`, header values masked.
+/// absent_means=unknown timeout=2000ms headers=[…]` (header values masked), or `reconcile tool
+/// <name> arguments={…} absent=[404] absent_means=unknown timeout=2000ms`.
 fn probe_line(probe: &ProbeSpec) -> String {
     let list = |statuses: &std::collections::BTreeSet<u16>| {
         statuses
@@ -58,23 +59,36 @@ fn probe_line(probe: &ProbeSpec) -> String {
             .collect::<Vec<_>>()
             .join(",")
     };
-    let headers: Vec<String> = probe
-        .headers
-        .iter()
-        .map(|header| format!("{}: {}", header.name, header.masked()))
-        .collect();
-    format!(
-        "reconcile {} {}  found=[{}] absent=[{}] absent_means={}  timeout={}ms  headers=[{}]",
-        probe.method.as_str(),
-        probe.url.as_str(),
-        list(&probe.found_status),
-        list(&probe.absent_status),
-        if probe.absent_not_executed {
-            "not_executed"
-        } else {
-            "unknown"
-        },
-        probe.timeout.as_millis(),
-        headers.join(", "),
-    )
+    let means = if probe.absent_not_executed {
+        "not_executed"
+    } else {
+        "unknown"
+    };
+    match &probe.ask {
+        ProbeAsk::Http {
+            method,
+            url,
+            found_status,
+            headers,
+        } => {
+            let headers: Vec<String> = headers
+                .iter()
+                .map(|header| format!("{}: {}", header.name, header.masked()))
+                .collect();
+            format!(
+                "reconcile {} {}  found=[{}] absent=[{}] absent_means={means}  timeout={}ms  headers=[{}]",
+                method.as_str(),
+                url.as_str(),
+                list(found_status),
+                list(&probe.absent_status),
+                probe.timeout.as_millis(),
+                headers.join(", "),
+            )
+        }
+        ProbeAsk::Tool { tool, arguments } => format!(
+            "reconcile tool {tool} arguments={arguments}  absent=[{}] absent_means={means}  timeout={}ms",
+            list(&probe.absent_status),
+            probe.timeout.as_millis(),
+        ),
+    }
 }

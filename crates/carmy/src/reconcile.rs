@@ -8,9 +8,11 @@
 
 use crate::outcome::ExecutionId;
 use crate::runtime::IdempotencyKey;
+use crate::tool::Tool;
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The actor of every decision the reconciler takes (`resolution.by`, `audit_log.actor`).
@@ -65,9 +67,24 @@ pub trait Probe: Send + Sync {
     /// The probe's own deadline.
     fn timeout(&self) -> Duration;
 
-    /// Asks the upstream about `target`. Never fails: a failure is an
-    /// [`ProbeVerdict::Inconclusive`] answer with its evidence.
-    fn probe<'a>(&'a self, target: &'a ProbeTarget) -> ProbeFuture<'a>;
+    /// Asks the upstream about `target`. `tools` are the tools served at this moment, for a
+    /// probe that calls one of them (`[tools.reconcile] tool = …`); an HTTP probe ignores
+    /// them. Never fails: a failure is an [`ProbeVerdict::Inconclusive`] answer with its
+    /// evidence.
+    fn probe<'a>(&'a self, target: &'a ProbeTarget, tools: &'a dyn ProbeTools) -> ProbeFuture<'a>;
+}
+
+/// The tools a probe may call: a snapshot of the engine's registry taken when the probe
+/// starts (an MCP server's tools may come and go).
+pub trait ProbeTools: Send + Sync {
+    /// The served tool named `name`, if any.
+    fn find_tool(&self, name: &str) -> Option<Arc<dyn Tool>>;
+}
+
+impl ProbeTools for Vec<Arc<dyn Tool>> {
+    fn find_tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.iter().find(|tool| tool.name() == name).cloned()
+    }
 }
 
 /// What a replica asks the store for: interrupted executions of `tools` due for a probe.

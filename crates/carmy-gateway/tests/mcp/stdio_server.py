@@ -8,7 +8,8 @@ With $GATE_FILE set, a restart (the state file already exists) exits at once unt
 exists, so the test can hold the server down.
 
 Tools: write {"text"} -> structuredContent {"text", "key"}; fail -> isError; hang -> never
-answers; add_tool -> adds the tool "extra" and sends notifications/tools/list_changed.
+answers; add_tool -> adds the tool "extra" and sends notifications/tools/list_changed; lookup
+{"key"} (read-only) -> structuredContent {"key", "found": true}.
 """
 
 import json
@@ -25,6 +26,9 @@ TOOLS = [
     {"name": "fail", "description": "Always fails", "inputSchema": {"type": "object"}},
     {"name": "hang", "description": "Never answers", "inputSchema": {"type": "object"}},
     {"name": "add_tool", "description": "Adds the tool extra", "inputSchema": {"type": "object"}},
+    {"name": "lookup", "description": "Looks a key up",
+     "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}}},
+     "annotations": {"readOnlyHint": True}},
 ]
 
 
@@ -59,6 +63,9 @@ def call(request_id, params):
         TOOLS.append({"name": "extra", "description": "Added at run time", "inputSchema": {"type": "object"}})
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         result = {"content": text("added")}
+    elif name == "lookup":
+        result = {"content": text("found"),
+                  "structuredContent": {"key": arguments.get("key"), "found": True}}
     elif name == "extra":
         result = {"content": text("extra ran")}
     else:

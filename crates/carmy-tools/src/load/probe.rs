@@ -1,12 +1,16 @@
 //! Validating a tool's `[tools.reconcile]` (docs/semantics.md §12.10): the keys of
-//! [`RawReconcile`], each mistake a [`ConfigError`] naming the tool and the field.
+//! [`RawReconcile`], an HTTP probe (`method`, `url`) or a tool probe (`tool`, `arguments`), each
+//! mistake a [`ConfigError`] naming the tool and the field.
 
 use super::{parse_method, positive, Checker};
-use crate::config::RawReconcile;
-use crate::error::ConfigError;
-use crate::spec::ProbeSpec;
+use crate::config::{RawReconcile, RawTool};
+use crate::error::{ConfigError, Reporter};
+use crate::fields::check_name;
+use crate::spec::{HttpToolSpec, ProbeAsk, ProbeSpec};
 use crate::template::UrlTemplate;
+use crate::tool_probe::check_placeholders;
 use reqwest::Method;
+use serde_json::Value;
 use std::collections::BTreeSet;
 use std::time::Duration;
 use toml::Spanned;
@@ -30,15 +34,45 @@ impl Checker<'_> {
                 message,
             )
         };
-        if let Some(tool) = &raw.tool {
-            return Err(at(tool.span().start, "tool", "a probe that calls another tool is not supported by this build; give method and url (an HTTP probe)".into()));
-        }
+        let absent_status = statuses(&raw.absent_status, 404)
+            .map_err(|(start, message)| at(start, "absent_status", message))?;
+        let absent_not_executed = match &raw.absent_means {
+            None => false,
+            Some(means) => match means.get_ref().as_str() {
+                "unknown" => false,
+                "not_executed" => true,
+                other => return Err(at(means.span().start, "absent_means", format!("{other:?} is not \"unknown\" (leave it for a person) or \"not_executed\" (the upstream's absent proves the effect did not happen)"))),
+            },
+        };
+        let timeout = positive(&raw.timeout_ms)
+            .map_err(|span| at(span.start, "timeout_ms", "must be at least 1".into()))?
+            .map_or(DEFAULT_PROBE_TIMEOUT, Duration::from_millis);
+        let ask = match &raw.tool {
+            Some(tool) => tool_ask(raw, tool, label, &at)?,
+            None => self.http_ask(entry, &absent_status, label, &at)?,
+        };
+        Ok(ProbeSpec {
+            ask,
+            absent_status,
+            absent_not_executed,
+            timeout,
+        })
+    }
+
+    /// `method`, `url`, `found_status` and headers: an HTTP probe.
+    fn http_ask(
+        &self,
+        entry: &Spanned<RawReconcile>,
+        absent_status: &BTreeSet<u16>,
+        label: &str,
+        at: &dyn Fn(usize, &str, String) -> ConfigError,
+    ) -> Result<ProbeAsk, ConfigError> {
+        let raw = entry.get_ref();
         if let Some(arguments) = &raw.arguments {
             return Err(at(
                 arguments.span().start,
                 "arguments",
-                "arguments go with tool, which this build does not support; give method and url"
-                    .into(),
+                "go with tool (a probe that calls another tool); an HTTP probe puts its values in url".into(),
             ));
         }
         let url = raw.url.as_ref().ok_or_else(|| {
@@ -57,9 +91,7 @@ impl Checker<'_> {
         };
         let found_status = statuses(&raw.found_status, 200)
             .map_err(|(start, message)| at(start, "found_status", message))?;
-        let absent_status = statuses(&raw.absent_status, 404)
-            .map_err(|(start, message)| at(start, "absent_status", message))?;
-        if let Some(both) = found_status.intersection(&absent_status).next() {
+        if let Some(both) = found_status.intersection(absent_status).next() {
             let start = raw
                 .absent_status
                 .as_ref()
@@ -70,27 +102,132 @@ impl Checker<'_> {
                 format!("{both} is also in found_status; a status means found or absent, not both"),
             ));
         }
-        let absent_not_executed = match &raw.absent_means {
-            None => false,
-            Some(means) => match means.get_ref().as_str() {
-                "unknown" => false,
-                "not_executed" => true,
-                other => return Err(at(means.span().start, "absent_means", format!("{other:?} is not \"unknown\" (leave it for a person) or \"not_executed\" (the upstream's absent proves the effect did not happen)"))),
-            },
-        };
-        let timeout = positive(&raw.timeout_ms)
-            .map_err(|span| at(span.start, "timeout_ms", "must be at least 1".into()))?
-            .map_or(DEFAULT_PROBE_TIMEOUT, Duration::from_millis);
-        Ok(ProbeSpec {
+        Ok(ProbeAsk::Http {
             method,
             url,
             found_status,
-            absent_status,
-            absent_not_executed,
-            timeout,
             headers: self.headers(&raw.headers, label)?,
         })
     }
+}
+
+/// `tool` and `arguments`: the named tool is checked against the file later
+/// ([`check_probe_tools`]); here, that nothing of an HTTP probe goes with it.
+fn tool_ask(
+    raw: &RawReconcile,
+    tool: &Spanned<String>,
+    label: &str,
+    at: &dyn Fn(usize, &str, String) -> ConfigError,
+) -> Result<ProbeAsk, ConfigError> {
+    let http_only = [
+        ("method", raw.method.as_ref().map(|m| m.span().start)),
+        ("url", raw.url.as_ref().map(|u| u.span().start)),
+        (
+            "found_status",
+            raw.found_status.as_ref().map(|f| f.span().start),
+        ),
+        (
+            "headers",
+            raw.headers.values().next().map(|h| h.span().start),
+        ),
+    ];
+    if let Some((field, start)) = http_only
+        .iter()
+        .find_map(|(field, start)| start.map(|start| (field, start)))
+    {
+        let why = if *field == "found_status" {
+            "a tool probe's found is any result that is not an error"
+        } else if *field == "headers" {
+            "the called tool sends its own headers"
+        } else {
+            "give either tool (and arguments) or method and url"
+        };
+        return Err(at(
+            start,
+            field,
+            format!("does not go with tool: {why}; remove it"),
+        ));
+    }
+    check_name(tool.get_ref()).map_err(|message| at(tool.span().start, "tool", message))?;
+    if label == format!("tool {:?}", tool.get_ref()) {
+        return Err(at(tool.span().start, "tool", "names the tool itself; a probe calls another tool, one that only reads (annotations = { readOnlyHint = true })".into()));
+    }
+    let arguments = match &raw.arguments {
+        None => Value::Object(serde_json::Map::new()),
+        Some(arguments) => {
+            let fail = |message: String| at(arguments.span().start, "arguments", message);
+            if !arguments.get_ref().is_table() {
+                return Err(fail("must be a table of the tool's arguments, e.g. arguments = { key = \"{execution_id}\" }".into()));
+            }
+            let value = serde_json::to_value(arguments.get_ref())
+                .map_err(|error| fail(format!("cannot be JSON: {error}")))?;
+            check_placeholders(&value).map_err(fail)?;
+            value
+        }
+    };
+    Ok(ProbeAsk::Tool {
+        tool: tool.get_ref().clone(),
+        arguments,
+    })
+}
+
+/// Checks the tool each tool probe of `tools` calls, once the whole file is read: a
+/// `[[tools]]` entry of this file must be annotated read-only; a name no entry has must be
+/// left for an `[[mcp_servers]]` entry (checked when its tools are listed,
+/// [`crate::tool_probe::check_served`]), and there must be one.
+///
+/// # Errors
+/// The first probe whose tool is not acceptable, at its `tool` key.
+pub(super) fn check_probe_tools(
+    report: &Reporter<'_>,
+    raw: &[Spanned<RawTool>],
+    tools: &[HttpToolSpec],
+    has_mcp_servers: bool,
+    builtin: &[&str],
+) -> Result<(), ConfigError> {
+    for (entry, spec) in raw.iter().zip(tools) {
+        let Some(ProbeSpec {
+            ask: ProbeAsk::Tool { tool: called, .. },
+            ..
+        }) = &spec.reconcile
+        else {
+            continue;
+        };
+        let start = entry
+            .get_ref()
+            .reconcile
+            .as_ref()
+            .and_then(|probe| probe.get_ref().tool.as_ref())
+            .map(|tool| tool.span().start);
+        let fail = |message: String| {
+            report.error(
+                start,
+                Some(&format!("tool {:?}", spec.name)),
+                Some("reconcile.tool"),
+                message,
+            )
+        };
+        match tools.iter().find(|other| &other.name == called) {
+            Some(other) => {
+                let read_only = other
+                    .annotations
+                    .as_ref()
+                    .and_then(|annotations| annotations.read_only_hint)
+                    == Some(true);
+                if !read_only {
+                    return Err(fail(format!("{called:?} is not annotated read-only; a probe calls only a tool that changes nothing: give that tool annotations = {{ readOnlyHint = true }} if it only reads, or probe with method and url")));
+                }
+            }
+            None if builtin.contains(&called.as_str()) => {
+                return Err(fail(format!("{called:?} is a built-in example tool; a probe calls a tool of this file ([[tools]] or an [[mcp_servers]] entry's)")));
+            }
+            None if !has_mcp_servers => {
+                return Err(fail(format!("no [[tools]] entry is named {called:?} and there is no [[mcp_servers]] entry whose tools could be; name a read-only tool of this file")));
+            }
+            None => {}
+        }
+    }
+    Ok(())
 }
 
 /// The listed statuses (100 to 599), or `default` alone when the key is omitted.

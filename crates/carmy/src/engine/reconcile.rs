@@ -25,6 +25,14 @@ use tracing::Instrument;
 /// Executions one replica claims per round.
 const CLAIM_BATCH: usize = 16;
 
+/// The pauses after each try of an on-demand claim that found nothing; after the third try
+/// the answer is a refusal.
+const ON_DEMAND_CLAIM_PAUSES: [Duration; 3] = [
+    Duration::from_millis(50),
+    Duration::from_millis(150),
+    Duration::ZERO,
+];
+
 /// What reconciling one execution came to.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reconciled {
@@ -106,7 +114,8 @@ impl Engine {
             return Ok((Reconciled::Undecided, json!({"answer": "none"})));
         };
         let deadline = deadline.min(probe.timeout());
-        let answer = match tokio::time::timeout(deadline, probe.probe(target)).await {
+        let served = self.tools();
+        let answer = match tokio::time::timeout(deadline, probe.probe(target, &served)).await {
             Ok(answer) => answer,
             Err(_) => ProbeAnswer {
                 verdict: ProbeVerdict::Inconclusive,
@@ -256,7 +265,16 @@ impl Engine {
             execution_id: Some(execution_id.clone()),
             principal: caller.scope(),
         };
-        let claimed = self.store.claim_reconciliations(&claim).await?;
+        // A replica's background claim locks the row for the instant of its statement (the
+        // claim skips locked rows): a few short tries tell that instant from a real refusal.
+        let mut claimed = Vec::new();
+        for pause in ON_DEMAND_CLAIM_PAUSES {
+            claimed = self.store.claim_reconciliations(&claim).await?;
+            if !claimed.is_empty() {
+                break;
+            }
+            tokio::time::sleep(pause).await;
+        }
         let (Some(target), Some(tool)) = (
             claimed.first(),
             claimed

@@ -130,7 +130,7 @@ async fn a_stdio_server_is_imported_called_replayed_refreshed_and_restarted() {
     );
     assert_eq!(
         tool_names(&http, &gateway).await,
-        ["py.add_tool", "py.fail", "py.hang", "py.write"]
+        ["py.add_tool", "py.fail", "py.hang", "py.lookup", "py.write"]
     );
 
     // A call: the execution id in _meta; the replay does not call again.

@@ -21,7 +21,7 @@ use sqlx::Row;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const WAIT: Duration = Duration::from_secs(20);
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
 /// The tools: each pays through `/pay/<mode>` and looks payments up by execution id.
 fn tools(base: &str) -> std::path::PathBuf {
@@ -103,7 +103,7 @@ fn payment_call(tool: &str, request_id: &str) -> Value {
 /// waits (through `reader`) until none reads `running` any more (interrupted, or already
 /// decided by a reconciler); their execution ids (the upstream's idempotency keys), in the
 /// order the upstream received them.
-async fn interrupt(
+pub(crate) async fn interrupt(
     payments: &Payments,
     owner: &mut Replica,
     reader: &Replica,
@@ -148,7 +148,7 @@ async fn interrupt(
 }
 
 /// `(action, actor)` of every audit row of `execution_id`.
-async fn audit(db: &TestDb, execution_id: &str) -> Vec<(String, String)> {
+pub(crate) async fn audit(db: &TestDb, execution_id: &str) -> Vec<(String, String)> {
     let mut connection = db.connect().await;
     sqlx::query("SELECT action, actor FROM carmy.audit_log WHERE execution_id = $1 ORDER BY id")
         .bind(execution_id)
@@ -161,7 +161,7 @@ async fn audit(db: &TestDb, execution_id: &str) -> Vec<(String, String)> {
 }
 
 /// The evidence kept on `execution_id` and its claimed probes.
-async fn evidence(db: &TestDb, execution_id: &str) -> (Value, i32) {
+pub(crate) async fn evidence(db: &TestDb, execution_id: &str) -> (Value, i32) {
     let mut connection = db.connect().await;
     let row = sqlx::query(
         "SELECT reconcile_evidence::text, reconcile_attempts FROM carmy.reservations \
@@ -642,8 +642,8 @@ fn a_bad_probe_stops_the_gateway_naming_the_field() {
         ),
         (
             "tool = \"get_payment\"",
-            "reconcile.tool",
-            "not supported by this build",
+            "reconcile.url",
+            "does not go with tool",
         ),
         (
             "timeout_ms = 0",

@@ -4,8 +4,11 @@
 //! `commit-*` keeps the payment and never answers (the caller is killed meanwhile: the effect
 //! happened, the answer was lost); `lost-*` never answers its first request and keeps nothing
 //! (the effect did not happen), later requests keep the payment and answer 201; any other
-//! mode keeps the payment and answers 201. `GET
-//! /lookup-down` answers 503, `GET /lookup-slow` answers after a minute.
+//! mode keeps the payment and answers 201; `hidden-*` keeps the payment where no lookup finds
+//! it (a lookup that lags behind the writes) and answers 201 only once the test opens the gate
+//! ([`Payments::open_gate`]). `GET /lookup-down` answers 503, `GET /lookup-slow` answers after a
+//! minute, `GET /lookup-echo` answers like `/lookup` with the request's `Authorization` header
+//! in the payment (an upstream that echoes a secret).
 
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -24,12 +27,15 @@ struct Ledger {
     posts: Vec<(String, Option<String>)>,
     /// Every lookup: path and the key asked about.
     lookups: Vec<(String, String)>,
+    /// The `Idempotency-Key` header and the query of every lookup, in order.
+    lookup_requests: Vec<(Option<String>, String)>,
 }
 
 /// A running payments upstream; it stops when dropped.
 pub struct Payments {
     address: SocketAddr,
     ledger: Arc<Mutex<Ledger>>,
+    gate: Arc<tokio::sync::Semaphore>,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -51,6 +57,7 @@ fn asked_key(uri: &Uri) -> String {
 
 async fn answer(
     ledger: Arc<Mutex<Ledger>>,
+    gate: Arc<tokio::sync::Semaphore>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -62,6 +69,11 @@ async fn answer(
         let found = {
             let mut ledger = ledger.lock().unwrap();
             ledger.lookups.push((path.clone(), key.clone()));
+            let header = headers
+                .get("idempotency-key")
+                .map(|value| value.to_str().unwrap().to_owned());
+            let query = uri.query().unwrap_or_default().to_owned();
+            ledger.lookup_requests.push((header, query));
             ledger.payments.get(&key).cloned()
         };
         return match path.as_str() {
@@ -70,6 +82,15 @@ async fn answer(
                 tokio::time::sleep(Duration::from_secs(60)).await;
                 StatusCode::NOT_FOUND.into_response()
             }
+            "/lookup-echo" => match found {
+                Some(mut payment) => {
+                    payment["seen_authorization"] = json!(headers
+                        .get("authorization")
+                        .map(|value| value.to_str().unwrap().to_owned()));
+                    (StatusCode::OK, payment.to_string()).into_response()
+                }
+                None => (StatusCode::NOT_FOUND, r#"{"error":"no such payment"}"#).into_response(),
+            },
             _ => match found {
                 Some(payment) => (StatusCode::OK, payment.to_string()).into_response(),
                 None => (StatusCode::NOT_FOUND, r#"{"error":"no such payment"}"#).into_response(),
@@ -98,6 +119,12 @@ async fn answer(
         keep(&payment);
         std::future::pending::<()>().await;
     }
+    if path.starts_with("/pay/hidden") {
+        // Committed, but no lookup sees it until the gate opens.
+        gate.acquire().await.unwrap().forget();
+        keep(&payment);
+        return (StatusCode::CREATED, payment.to_string()).into_response();
+    }
     if first_on_path && path.starts_with("/pay/lost") {
         std::future::pending::<()>().await;
     }
@@ -111,10 +138,19 @@ impl Payments {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let ledger: Arc<Mutex<Ledger>> = Arc::default();
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
         let shared = Arc::clone(&ledger);
+        let opens = Arc::clone(&gate);
         let app = axum::Router::new().fallback(
             move |method: Method, uri: Uri, headers: HeaderMap, body: String| {
-                answer(Arc::clone(&shared), method, uri, headers, body)
+                answer(
+                    Arc::clone(&shared),
+                    Arc::clone(&opens),
+                    method,
+                    uri,
+                    headers,
+                    body,
+                )
             },
         );
         let server = tokio::spawn(async move {
@@ -123,8 +159,19 @@ impl Payments {
         Self {
             address,
             ledger,
+            gate,
             server,
         }
+    }
+
+    /// Lets every `hidden-*` payment held so far (and later) answer 201.
+    pub fn open_gate(&self) {
+        self.gate.add_permits(1000);
+    }
+
+    /// The `Idempotency-Key` header and the query of every lookup, in order.
+    pub fn lookup_requests(&self) -> Vec<(Option<String>, String)> {
+        self.ledger.lock().unwrap().lookup_requests.clone()
     }
 
     /// `http://127.0.0.1:<port>`.
