@@ -298,9 +298,9 @@ impl CarmyMcp {
                 &answer,
                 answer.expires_at,
                 || self.read_tools(),
-                key.as_deref(),
+                key,
             )),
-            Err(refusal) => results::from_refusal(refusal, &self.read_tools(), key.as_deref()),
+            Err(refusal) => results::from_refusal(refusal, &self.read_tools(), key),
         }
     }
 }

@@ -121,6 +121,7 @@ impl ToolProbe {
             request_id: None,
             execution_id: probe_id(),
             traceparent: None,
+            timeout: self.timeout,
         };
         let called = AssertUnwindSafe(tool.call(context, arguments))
             .catch_unwind()

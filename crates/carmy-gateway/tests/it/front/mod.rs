@@ -5,11 +5,11 @@
 use crate::mcp_client;
 
 mod config;
+mod console;
 mod hostile_input;
 mod memory_cases;
 mod operator_keys;
+mod readme;
 mod security;
 mod test_script;
-mod readme;
 mod traces;
-mod console;

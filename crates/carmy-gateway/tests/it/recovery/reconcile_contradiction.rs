@@ -7,8 +7,8 @@
 //! `carmy.late_arrivals`, flagged `contradicts_decision`, counted by A's
 //! `carmy_late_arrivals_contradicting_total`; the record keeps the reconciler's decision.
 
-use crate::payments::Payments;
 use super::reconcile::{audit, WAIT};
+use crate::payments::Payments;
 use crate::recovery_replicas::signal;
 use crate::tools_file::write_tools_file;
 use carmy_test_support::{client, eventually, metric, spawn_post, Replica, TestDb};

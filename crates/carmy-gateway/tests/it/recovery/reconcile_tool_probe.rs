@@ -8,8 +8,8 @@
 //! outcome, for HTTP and tool probes alike. `check-config` shows a tool probe and refuses one
 //! that names the tool itself, a tool that is not read-only or no tool at all.
 
-use crate::payments::Payments;
 use super::reconcile::{audit, evidence, interrupt, WAIT};
+use crate::payments::Payments;
 use crate::tools_file::write_tools_file;
 use carmy_test_support::replica::gateway_binary;
 use carmy_test_support::{client, eventually, metric, post, request, Replica, TestDb};

@@ -199,10 +199,17 @@ async fn login(
     };
     state.console.end(&pending_id);
     let bearer = format!("Bearer {}", form.key.trim());
-    let Some(name) = state.operators.find(Some(bearer.as_bytes())) else {
-        let problem = if !state.keys.is_empty()
-            && state.keys.find(Some(bearer.as_bytes())).is_some()
-        {
+    // The one credential check of both fronts (crate::auth::Credentials): only an operator
+    // key opens the console.
+    let caller = state
+        .credentials
+        .authenticate(std::iter::once(bearer.as_bytes()));
+    let Some(name) = caller
+        .as_ref()
+        .ok()
+        .and_then(|caller| caller.operator.clone())
+    else {
+        let problem = if caller.is_ok() && !state.credentials.is_anonymous() {
             "This is an agent's API key. The console takes operator keys (CARMY_OPERATOR_KEYS) only."
         } else {
             "Unknown key. The console takes operator keys (CARMY_OPERATOR_KEYS) only."
