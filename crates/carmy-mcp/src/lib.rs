@@ -17,14 +17,14 @@
 //! - `tasks`: MCP tasks (`tasks/get`, `tasks/cancel`) answered from the store;
 //! - `results`: the one mapping of [`carmy::engine::Answer`] and [`carmy::engine::Refusal`] to MCP
 //!   results and JSON-RPC errors;
-//! - [`copy`]: the texts a language model reads, in one table.
+//! - [`texts`]: the texts a language model reads, in one table.
 
-pub mod copy;
 mod identity;
 mod prepare;
 mod results;
 mod server;
 mod tasks;
+pub mod texts;
 mod transport;
 
 use axum::Router;

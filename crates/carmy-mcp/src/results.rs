@@ -8,7 +8,7 @@
 //! (docs/semantics.md §12.9; UTC, RFC 3339 with milliseconds), `null` for a record kept forever
 //! and for every answer without a recorded outcome.
 
-use crate::copy::{entry, Effect, Facts, Situation};
+use crate::texts::{entry, Effect, Facts, Situation};
 use crate::EXECUTION_META;
 use carmy::engine::{Answer, Refusal};
 use carmy::runtime::InFlightState;
@@ -57,9 +57,9 @@ pub(crate) fn from_result(
         let mut content = vec![ContentBlock::text(text)];
         if let Some(key) = key {
             let note = if replayed {
-                crate::copy::DONE_EARLIER
+                crate::texts::DONE_EARLIER
             } else {
-                crate::copy::DONE
+                crate::texts::DONE
             };
             let note = note
                 .replace("{execution_id}", result.execution_id.as_str())

@@ -17,8 +17,8 @@
 //! `ttlMs` is the record's remaining retention (`null` while the execution has no outcome, and
 //! for records kept forever).
 
-use crate::copy::{entry, Facts, Situation};
 use crate::results;
+use crate::texts::{entry, Facts, Situation};
 use carmy::engine::{Engine, Refusal};
 use carmy::runtime::{ExecutionLookup, InFlightState, RecordState};
 use carmy::{ExecutionId, ExecutionStatus};
