@@ -3,7 +3,6 @@
 //! client, and shown by `carmy-gateway check-config`.
 
 use crate::config::Config;
-use crate::tools::EXAMPLE_TOOL_NAMES;
 use crate::GatewayError;
 use carmy::engine::Engine;
 use carmy::Tool;
@@ -11,11 +10,21 @@ use carmy_tools::mcp::McpUpstream;
 use carmy_tools::{HttpTool, ToolsConfig};
 use std::sync::Arc;
 
+/// The names of the example tools this build serves (docs/semantics.md §9): none without the
+/// cargo feature `example-tools`.
+#[cfg(feature = "example-tools")]
+const EXAMPLE_TOOL_NAMES: &[&str] = &crate::tools::EXAMPLE_TOOL_NAMES;
+/// The names of the example tools this build serves: none, it was built without the cargo
+/// feature `example-tools`.
+#[cfg(not(feature = "example-tools"))]
+const EXAMPLE_TOOL_NAMES: &[&str] = &[];
+
 /// Reads and validates the tools file, if one is configured; `${NAME}` references are read
 /// from the process environment.
 ///
 /// # Errors
-/// [`GatewayError::ToolsFile`] naming the file, line, tool and field of the first mistake.
+/// [`GatewayError::ToolsFile`] naming the file, line, tool and field of the first mistake, or
+/// `example_tools = true` in a build without the cargo feature `example-tools`.
 pub fn load(config: &Config) -> Result<Option<ToolsConfig>, GatewayError> {
     let Some(path) = &config.tools_file else {
         return Ok(None);
@@ -23,8 +32,17 @@ pub fn load(config: &Config) -> Result<Option<ToolsConfig>, GatewayError> {
     let tools = carmy_tools::load(
         path,
         &carmy_tools::secret::from_environment,
-        &EXAMPLE_TOOL_NAMES,
+        EXAMPLE_TOOL_NAMES,
     )?;
+    if tools.example_tools && !cfg!(feature = "example-tools") {
+        return Err(GatewayError::ToolsFile(carmy_tools::ConfigError {
+            file: path.clone(),
+            line: None,
+            entry: None,
+            field: Some("example_tools".to_owned()),
+            message: "this carmy-gateway was built without the example tools (cargo feature `example-tools`): remove `example_tools = true` or use a build with the feature".to_owned(),
+        }));
+    }
     Ok(Some(tools))
 }
 
@@ -59,8 +77,12 @@ pub fn tools(
 /// As [`load`] and [`tools`].
 pub async fn check_config(config: &Config) -> Result<(), GatewayError> {
     let Some(file) = load(config)? else {
-        println!("no tools file (CARMY_TOOLS_FILE): serving the example tools");
-        println!("example {}", EXAMPLE_TOOL_NAMES.join(", "));
+        if EXAMPLE_TOOL_NAMES.is_empty() {
+            println!("no tools file (CARMY_TOOLS_FILE) and no example tools in this build: no tools to serve");
+        } else {
+            println!("no tools file (CARMY_TOOLS_FILE): serving the example tools");
+            println!("example {}", EXAMPLE_TOOL_NAMES.join(", "));
+        }
         return Ok(());
     };
     let keys = crate::key_argument_config(config);

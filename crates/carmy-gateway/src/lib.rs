@@ -1,8 +1,13 @@
 //! # carmy-gateway
 //!
 //! The gateway binary's library: configuration ([`config`]), the example tools of
-//! docs/semantics.md §9 ([`tools`]) and their order book ([`orders`]), and the wiring of the Carmy
+//! docs/semantics.md §9 (`tools`) and their order book (`orders`), and the wiring of the Carmy
 //! runtime to the in-memory store (no `DATABASE_URL`) or to `PostgresStore` (with one).
+//!
+//! The example tools are demo code: they and their table `carmy.example_orders` are compiled in
+//! only with the cargo feature `example-tools` (on by default). A build without it
+//! (`--no-default-features`) serves no example tools, never creates that table, and refuses a
+//! tools file that says `example_tools = true`.
 //!
 //! With `CARMY_TOOLS_FILE` it serves the tools that file declares instead ([`configured`],
 //! crate `carmy-tools`, docs/semantics.md §10).
@@ -15,8 +20,10 @@
 pub mod config;
 pub mod configured;
 pub mod executions;
+#[cfg(feature = "example-tools")]
 pub mod orders;
 pub mod telemetry;
+#[cfg(feature = "example-tools")]
 pub mod tools;
 
 use carmy::auth::ApiKeys;
@@ -29,6 +36,7 @@ use carmy_mcp::McpConfig;
 use carmy_postgres::{PostgresStore, PostgresStoreOptions};
 use clap::Parser;
 use config::{Command, Config, MigrateArgs};
+#[cfg(feature = "example-tools")]
 use orders::{MemoryOrderBook, OrderBook, PostgresOrderBook};
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -74,7 +82,7 @@ pub enum GatewayError {
 /// A built gateway: the application, whose `serve` also shuts the store down (ending the
 /// PostgreSQL lease) after the drain.
 pub struct Gateway {
-    /// The Carmy application with the example tools.
+    /// The Carmy application with its tools.
     pub app: App,
     memory: Option<Arc<InMemoryIdempotencyStore>>,
 }
@@ -105,8 +113,9 @@ pub fn load_api_keys(config: &Config) -> Result<ApiKeys, GatewayError> {
 /// Builds the gateway for `config`: the tools file first (a mistake stops here, before any
 /// store is touched); with `DATABASE_URL`, migrates (under the migration lock),
 /// creates `carmy.example_orders` for the example tools if it is missing and the example tools
-/// are served ([`PostgresOrderBook::prepare`]; never with `example_tools = false`) and uses
-/// `PostgresStore` and that table; without, the in-memory store and orders.
+/// are served (`PostgresOrderBook::prepare`; never with `example_tools = false` or without the
+/// cargo feature `example-tools`) and uses `PostgresStore` and that table; without, the
+/// in-memory store and orders.
 ///
 /// # Errors
 /// [`GatewayError`] when keys, migrations or the database fail.
@@ -119,16 +128,21 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     };
     let operators = ApiKeys::parse(config.operator_keys.as_deref().unwrap_or_default())
         .map_err(|error| GatewayError::ApiKeys(format!("CARMY_OPERATOR_KEYS: {error}")))?;
-    let examples = tools_file.as_ref().is_none_or(|file| file.example_tools);
+    // Without the feature `configured::load` already refused `example_tools = true`.
+    let examples = cfg!(feature = "example-tools")
+        && tools_file.as_ref().is_none_or(|file| file.example_tools);
     let mut memory = None;
-    let (store, orders): (Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>) =
+    let (store, pool): (Arc<dyn IdempotencyStore>, Option<sqlx::PgPool>) =
         match &config.database_url {
             None => {
                 let store = Arc::new(InMemoryIdempotencyStore::new(config.memory_capacity));
                 memory = Some(Arc::clone(&store));
-                (store, Arc::new(MemoryOrderBook::default()))
+                (store, None)
             }
-            Some(url) => postgres_stores(config, url, examples).await?,
+            Some(url) => {
+                let (store, pool) = postgres_stores(config, url, examples).await?;
+                (store, Some(pool))
+            }
         };
     let mut builder = carmy::app()
         .idempotency_store(store)
@@ -140,11 +154,18 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         .max_body_bytes(config.max_body_bytes)
         .body_timeout(Duration::from_millis(config.body_timeout_ms))
         .engine_config(engine_config(config));
+    #[cfg(feature = "example-tools")]
     if examples {
+        let orders: Arc<dyn OrderBook> = match pool {
+            Some(pool) => Arc::new(PostgresOrderBook::new(pool)),
+            None => Arc::new(MemoryOrderBook::default()),
+        };
         for tool in tools::example_tools(orders) {
             builder = builder.tool(tool);
         }
     }
+    #[cfg(not(feature = "example-tools"))]
+    let _ = pool;
     for tool in configured_tools {
         builder = builder.shared_tool(tool);
     }
@@ -178,17 +199,16 @@ fn check_key_arguments(engine: &carmy::engine::Engine) -> Result<(), GatewayErro
     Ok(())
 }
 
-/// The stores of a gateway with `DATABASE_URL`: migrates (under the migration lock), creates
+/// The store of a gateway with `DATABASE_URL`: migrates (under the migration lock), creates
 /// `carmy.example_orders` if it is missing and `examples` says the example tools are served
-/// ([`PostgresOrderBook::prepare`]: demo data never lands in a database that does not serve
-/// them), and returns
-/// `PostgresStore` (behind the replay cache unless `CARMY_REPLAY_CACHE_ENTRIES=0`) and the
-/// orders table.
+/// (`PostgresOrderBook::prepare`: demo data never lands in a database that does not serve
+/// them), and returns `PostgresStore` (behind the replay cache unless
+/// `CARMY_REPLAY_CACHE_ENTRIES=0`) and its pool (for the example orders).
 async fn postgres_stores(
     config: &Config,
     url: &str,
     examples: bool,
-) -> Result<(Arc<dyn IdempotencyStore>, Arc<dyn OrderBook>), GatewayError> {
+) -> Result<(Arc<dyn IdempotencyStore>, sqlx::PgPool), GatewayError> {
     let mut options = PostgresStoreOptions::new(url.to_owned());
     options.lease_ttl = Duration::from_millis(config.lease_ttl_ms);
     options.batch_max_rows = config.db_batch_max_rows;
@@ -206,11 +226,14 @@ async fn postgres_stores(
     .connect_with(connect)
     .await
     .map_err(|error| GatewayError::Database(error.to_string()))?;
+    #[cfg(feature = "example-tools")]
     if examples {
         PostgresOrderBook::prepare(&pool)
             .await
             .map_err(GatewayError::Database)?;
     }
+    #[cfg(not(feature = "example-tools"))]
+    let _ = examples;
     check_replication(&pool, config.require_sync_replica).await?;
     let store = Arc::new(
         PostgresStore::from_pool(pool.clone(), options)
@@ -227,7 +250,7 @@ async fn postgres_stores(
     } else {
         store
     };
-    Ok((shared, Arc::new(PostgresOrderBook::new(pool))))
+    Ok((shared, pool))
 }
 
 /// Refuses a transaction-mode pooler between the gateway and PostgreSQL, before anything
@@ -276,18 +299,22 @@ async fn check_replication(pool: &sqlx::PgPool, require_sync: bool) -> Result<()
     }
 }
 
-/// `migrate --grant-runtime/--grant-reader` (docs/semantics.md §14.2): the example orders
-/// table is made first, so that the runtime role is granted it too.
+/// `migrate --grant-runtime/--grant-reader` (docs/semantics.md §14.2): with the cargo feature
+/// `example-tools`, the example orders table is made first, so that the runtime role is granted
+/// it too.
 async fn grant_roles(url: &str, args: &MigrateArgs) -> Result<(), GatewayError> {
     if let Some(role) = &args.grant_runtime {
-        let pool = carmy_postgres::pool_options(1, Duration::from_secs(10))
-            .connect(url)
-            .await
-            .map_err(|error| GatewayError::Database(error.to_string()))?;
-        PostgresOrderBook::prepare(&pool)
-            .await
-            .map_err(GatewayError::Database)?;
-        pool.close().await;
+        #[cfg(feature = "example-tools")]
+        {
+            let pool = carmy_postgres::pool_options(1, Duration::from_secs(10))
+                .connect(url)
+                .await
+                .map_err(|error| GatewayError::Database(error.to_string()))?;
+            PostgresOrderBook::prepare(&pool)
+                .await
+                .map_err(GatewayError::Database)?;
+            pool.close().await;
+        }
         carmy_postgres::grant_runtime(url, role)
             .await
             .map_err(|error| GatewayError::Database(error.to_string()))?;
