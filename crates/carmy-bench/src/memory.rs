@@ -9,7 +9,7 @@
 use carmy::fingerprint::Fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult};
-use carmy::runtime::{
+use carmy::store::{
     Claim, ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation, StoreError,
     DEFAULT_SESSION,
 };

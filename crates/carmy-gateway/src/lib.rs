@@ -30,7 +30,7 @@ use carmy::auth::ApiKeys;
 use carmy::cache::ReplayCache;
 use carmy::engine::EngineConfig;
 use carmy::memory::InMemoryIdempotencyStore;
-use carmy::runtime::IdempotencyStore;
+use carmy::store::IdempotencyStore;
 use carmy::App;
 use carmy_mcp::McpConfig;
 use carmy_postgres::{PostgresStore, PostgresStoreOptions};

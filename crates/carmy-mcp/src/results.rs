@@ -11,7 +11,7 @@
 use crate::texts::{entry, Effect, Facts, Situation};
 use crate::EXECUTION_META;
 use carmy::engine::{Answer, Refusal};
-use carmy::runtime::InFlightState;
+use carmy::store::InFlightState;
 use carmy::{ExecutionResult, ExecutionStatus};
 use rmcp::model::{CallToolResult, ContentBlock, ErrorData, MetaObject};
 use serde_json::{json, Map, Value};

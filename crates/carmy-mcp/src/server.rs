@@ -271,7 +271,7 @@ impl CarmyMcp {
     /// The execution holding `identity`, if the store could tell.
     async fn running_execution(
         &self,
-        identity: &carmy::runtime::IdempotencyKey,
+        identity: &carmy::store::IdempotencyKey,
     ) -> Option<carmy::ExecutionId> {
         match self.engine.lookup(identity).await {
             Ok(record) => record.map(|record| record.execution_id),

@@ -20,7 +20,7 @@
 use crate::results;
 use crate::texts::{entry, Facts, Situation};
 use carmy::engine::{Engine, Refusal};
-use carmy::runtime::{ExecutionLookup, InFlightState, RecordState};
+use carmy::store::{ExecutionLookup, InFlightState, RecordState};
 use carmy::{ExecutionId, ExecutionStatus};
 use rmcp::model::{
     CreateTaskResult, DetailedTask, ErrorCode, ErrorData, GetTaskResult, JsonObject, Task,

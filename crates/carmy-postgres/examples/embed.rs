@@ -12,7 +12,7 @@
 //! the store's lease ends). `crates/carmy-postgres/tests/embed_example.rs` serves [`app_on`].
 
 use carmy::cache::{ReplayCache, DEFAULT_CACHE_ENTRIES, DEFAULT_CACHE_TTL};
-use carmy::runtime::IdempotencyStore;
+use carmy::store::IdempotencyStore;
 use carmy::tool::FnTool;
 use carmy::{App, ToolError};
 use carmy_postgres::PostgresStore;

@@ -6,7 +6,7 @@
 
 use crate::failure::Failure;
 use crate::sql::{NOTIFY_CANCEL_SQL, RELEASE_RESERVATION_SQL};
-use carmy::runtime::{IdempotencyKey, RecordChange};
+use carmy::store::{IdempotencyKey, RecordChange};
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 

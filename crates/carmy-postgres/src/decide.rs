@@ -15,7 +15,7 @@ use carmy::decision::{
 };
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult};
-use carmy::runtime::{
+use carmy::store::{
     Decided, ExecutionLookup, IdempotencyKey, InFlightState, RecordState, StoreError, StoredRecord,
 };
 use chrono::{DateTime, Utc};

@@ -4,7 +4,7 @@
 use crate::failure::unavailable;
 use carmy::fingerprint::{Fingerprint, FingerprintParts};
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
-use carmy::runtime::{IdempotencyKey, InFlightState, RecordState, StoreError, StoredRecord};
+use carmy::store::{IdempotencyKey, InFlightState, RecordState, StoreError, StoredRecord};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 

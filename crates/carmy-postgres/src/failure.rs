@@ -2,7 +2,7 @@
 //! SQLSTATE classes for readiness ([`ReadFailure`]), and [`Failure`], the error of the store's
 //! `*_impl` methods before it becomes a `StoreError`.
 
-use carmy::runtime::StoreError;
+use carmy::store::StoreError;
 
 /// Whether `error` lost a statement in transit: the connection failed (I/O), the protocol broke
 /// or sqlx's connection worker died while the statement was on its way or its answer was. The

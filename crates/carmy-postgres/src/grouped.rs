@@ -22,7 +22,7 @@ use crate::diagnosis::Diagnosis;
 use crate::failure::lost_in_transit;
 use crate::hot::{run_error, HotManager};
 use crate::sql::{COMPLETE_BATCH_SQL, COMPLETE_SQL, RESERVE_BATCH_SQL, RESERVE_SQL};
-use carmy::runtime::{InFlightState, RecordState, StoreError, StoredRecord};
+use carmy::store::{InFlightState, RecordState, StoreError, StoredRecord};
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::Postgres;

@@ -14,7 +14,7 @@ use crate::diagnosis::Diagnosis;
 use crate::failure::Failure;
 use crate::session::lease_lock_timeout;
 use crate::sql::{END_LEASE_SQL, LEASE_SQL};
-use carmy::runtime::{LeaseState, StoreError};
+use carmy::store::{LeaseState, StoreError};
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};

@@ -1,6 +1,6 @@
 //! PostgreSQL store for Carmy (docs/semantics.md §8).
 //!
-//! - [`PostgresStore`] implements [`carmy::runtime::IdempotencyStore`] on the table
+//! - [`PostgresStore`] implements [`carmy::store::IdempotencyStore`] on the table
 //!   `carmy.reservations`: one row per call identity (principal, session_id, request_id), reserved
 //!   with `INSERT … ON CONFLICT DO NOTHING` before the tool runs and completed with one
 //!   autocommitted `UPDATE` by the execution that reserved it. Many gateway replicas share one
@@ -47,7 +47,7 @@
 //! let url = "postgres://postgres@127.0.0.1:5432/postgres";
 //! migrate(url).await?;
 //! let store = Arc::new(PostgresStore::connect(PostgresStoreOptions::new(url)).await?);
-//! let shared: Arc<dyn carmy::runtime::IdempotencyStore> = store.clone();
+//! let shared: Arc<dyn carmy::store::IdempotencyStore> = store.clone();
 //! # drop(shared);
 //! store.shutdown().await?;
 //! # Ok(())

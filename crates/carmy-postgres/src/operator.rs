@@ -22,7 +22,7 @@ use crate::sql::{
 };
 use carmy::decision::{AuditEntry, ReleaseRequest, Released, ResolveRequest};
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
-use carmy::runtime::{Decided, ExecutionLookup, InFlightState, StoreError};
+use carmy::store::{Decided, ExecutionLookup, InFlightState, StoreError};
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
 use sqlx::Row;

@@ -6,7 +6,7 @@ use crate::failure::ReadFailure;
 use crate::lease::Lease;
 use crate::migrate::latest_migration_version;
 use crate::sql::READY_SQL;
-use carmy::runtime::StoreError;
+use carmy::store::StoreError;
 use sqlx::postgres::PgPool;
 
 /// `Ok` when `max(version)` in [`crate::MIGRATION_TABLE`] is at least

@@ -5,7 +5,7 @@ use crate::failure::Failure;
 use crate::sql::COMPLETE_RECHECK_SQL;
 use carmy::outcome::ExecutionResult;
 use carmy::outcome::RecordedResult;
-use carmy::runtime::{IdempotencyKey, StoreError};
+use carmy::store::{IdempotencyKey, StoreError};
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 

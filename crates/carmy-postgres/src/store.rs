@@ -1,4 +1,4 @@
-//! [`PostgresStore`]: the durable [`IdempotencyStore`](carmy::runtime::IdempotencyStore) shared by all gateway replicas
+//! [`PostgresStore`]: the durable [`IdempotencyStore`](carmy::store::IdempotencyStore) shared by all gateway replicas
 //! (docs/semantics.md §8). The statements are in [`crate::sql`], the settings in
 //! [`crate::options`], the lease in `lease`, cancel delivery in `cancel`, error classes in
 //! `failure`, row decoding in `decode` and the hot-path connections in `hot`.
@@ -20,7 +20,7 @@ use crate::session::Job;
 use crate::sql::{COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, RESERVE_SQL};
 use carmy::fingerprint::{Fingerprint, FingerprintParts};
 use carmy::outcome::{ExecutionId, RecordedResult};
-use carmy::runtime::{
+use carmy::store::{
     Claim, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, Reservation, StoreError,
     StoredRecord,
 };
@@ -40,7 +40,7 @@ const BATCHES_IN_FLIGHT: usize = 2;
 /// expired row it met was replaced by a concurrent reservation first.
 const RESERVE_ATTEMPTS: usize = 3;
 
-/// The PostgreSQL [`IdempotencyStore`](carmy::runtime::IdempotencyStore) (docs/semantics.md §8): reservations and outcomes in
+/// The PostgreSQL [`IdempotencyStore`](carmy::store::IdempotencyStore) (docs/semantics.md §8): reservations and outcomes in
 /// `carmy.reservations`, this process's lease in `carmy.instances`.
 ///
 /// - `reserve` is one `INSERT … ON CONFLICT DO NOTHING` statement that also reads the existing
@@ -53,7 +53,7 @@ const RESERVE_ATTEMPTS: usize = 3;
 /// - Lease times come from the database clock (`now()`), never the process clock.
 ///
 /// Migrate the schema with [`crate::migrate`]. A store created before that starts but is not
-/// ready: [`IdempotencyStore::check_ready`](carmy::runtime::IdempotencyStore::check_ready) is `Ok` only when `max(version)` in
+/// ready: [`IdempotencyStore::check_ready`](carmy::store::IdempotencyStore::check_ready) is `Ok` only when `max(version)` in
 /// `carmy.refinery_schema_history` is at least [`crate::latest_migration_version`] and the
 /// instance row is written. A schema behind this build is [`StoreError::NotReady`]: `schema
 /// carmy is not migrated (found version N, need M): run migrations (…)` (or `found none`, or
@@ -83,7 +83,7 @@ pub struct PostgresStore {
     recorded: broadcast::Sender<ExecutionId>,
     /// Finished records changed behind this process's back, heard by the listener (for replay
     /// caches).
-    changes: broadcast::Sender<carmy::runtime::RecordChange>,
+    changes: broadcast::Sender<carmy::store::RecordChange>,
     /// Connections for `reserve` and `complete` (see [`crate::hot`]).
     hot: bb8::Pool<HotManager>,
     /// Group commit of `reserve` and `complete` together (`batch`, `combined`); `None` when
@@ -98,7 +98,7 @@ impl PostgresStore {
     /// renewer. Run [`crate::migrate`] first.
     ///
     /// When the instance row cannot be written (typically: the schema is not migrated yet), the
-    /// store is still returned: [`IdempotencyStore::check_ready`](carmy::runtime::IdempotencyStore::check_ready) then reports why, the renewer
+    /// store is still returned: [`IdempotencyStore::check_ready`](carmy::store::IdempotencyStore::check_ready) then reports why, the renewer
     /// keeps trying, and `reserve` registers the instance before it reserves anything (failing
     /// with [`StoreError::Unavailable`] while it cannot), so no reservation is ever made without a
     /// lease.
@@ -299,12 +299,12 @@ impl PostgresStore {
         // A finished row past its retention is replaced by this call's own statement
         // (docs/semantics.md §12.9), which decides expiry with the database's clock.
         let expired = |record: &StoredRecord| match &record.state {
-            carmy::runtime::RecordState::Finished(result) => carmy::retention::is_expired(
+            carmy::store::RecordState::Finished(result) => carmy::retention::is_expired(
                 result.finished_at,
                 intent.retention,
                 chrono::Utc::now(),
             ),
-            carmy::runtime::RecordState::InFlight(_) => false,
+            carmy::store::RecordState::InFlight(_) => false,
         };
         Ok(record
             .filter(|record| !expired(record))

@@ -1,7 +1,7 @@
 //! The core crate's store conformance suite (`carmy::conformance`), run against
 //! `PostgresStore`: every check gets a fresh, migrated database of its own, dropped with the store.
 
-use carmy::runtime::{IdempotencyStore, StoreFuture};
+use carmy::store::{IdempotencyStore, StoreFuture};
 use carmy_postgres::PostgresStore;
 use carmy_test_support::TestDb;
 use std::sync::Arc;
@@ -38,7 +38,7 @@ carmy::store_conformance_tests!(fresh_store);
 /// The same suite through the replay cache the gateway puts in front of `PostgresStore`.
 mod through_the_replay_cache {
     use carmy::cache::ReplayCache;
-    use carmy::runtime::IdempotencyStore;
+    use carmy::store::IdempotencyStore;
     use std::sync::Arc;
     use std::time::Duration;
 

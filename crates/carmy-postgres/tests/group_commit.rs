@@ -6,7 +6,7 @@
 
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
-use carmy::runtime::{
+use carmy::store::{
     Claim, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, Reservation,
     StoreError,
 };
@@ -255,7 +255,7 @@ async fn two_hundred_concurrent_new_identities_match_the_sequential_model_in_few
         assert_eq!(record.execution_id, winners[0].intent.execution_id);
         assert_eq!(
             record.state,
-            carmy::runtime::RecordState::Finished(winners[0].outcome())
+            carmy::store::RecordState::Finished(winners[0].outcome())
         );
     }
     assert!(

@@ -5,7 +5,7 @@
 
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::ExecutionId;
-use carmy::runtime::{
+use carmy::store::{
     Claim, ExecutionIntent, IdempotencyKey, IdempotencyStore, LeaseState, Reservation, StoreError,
 };
 use carmy_postgres::PostgresStore;

@@ -5,7 +5,7 @@
 
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
-use carmy::runtime::{Claim, ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation};
+use carmy::store::{Claim, ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation};
 use carmy_postgres::{check_path, PathError, PostgresStore};
 use carmy_test_support::{server_url, TestDb};
 use chrono::Utc;

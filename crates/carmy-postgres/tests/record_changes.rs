@@ -9,7 +9,7 @@
 //!   [`RecordChange::Unknown`] when its listener's session was cut and started again, then
 //!   still forwards changes.
 
-use carmy::runtime::{IdempotencyKey, IdempotencyStore, RecordChange};
+use carmy::store::{IdempotencyKey, IdempotencyStore, RecordChange};
 use carmy_postgres::CHANGED_CHANNEL;
 use carmy_test_support::TestDb;
 use sqlx::postgres::PgListener;

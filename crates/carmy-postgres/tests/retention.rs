@@ -12,7 +12,7 @@
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::ExecutionId;
 use carmy::retention::{PruneStep, Pruned};
-use carmy::runtime::{Claim, ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation};
+use carmy::store::{Claim, ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation};
 use carmy_test_support::TestDb;
 use proptest::prelude::*;
 use sqlx::PgPool;
@@ -365,7 +365,7 @@ async fn an_expired_row_is_replaced_by_exactly_one_reservation() {
         let (execution_id, reserved) = attempt.await.unwrap();
         match reserved {
             Reservation::Reserved => winners.push(execution_id),
-            Reservation::Existing(carmy::runtime::Existing::Uncertain { .. }) => {}
+            Reservation::Existing(carmy::store::Existing::Uncertain { .. }) => {}
             other => panic!("an expired record is never replayed: {other:?}"),
         }
     }

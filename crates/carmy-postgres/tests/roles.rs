@@ -5,7 +5,7 @@
 
 mod common;
 
-use carmy::runtime::IdempotencyStore;
+use carmy::store::IdempotencyStore;
 use carmy_postgres::{
     grant_reader, grant_runtime, migrate, GrantError, MigrateError, PostgresStore,
 };

@@ -6,7 +6,7 @@
 
 mod common;
 
-use carmy::runtime::{IdempotencyStore, LeaseState};
+use carmy::store::{IdempotencyStore, LeaseState};
 use carmy_postgres::PostgresStore;
 use carmy_test_support::{eventually_eq, TestDb};
 use sqlx::Connection;

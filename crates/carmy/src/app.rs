@@ -6,7 +6,7 @@ use crate::http::{router, AppState, DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES
 use crate::memory::InMemoryIdempotencyStore;
 use crate::metrics::Metrics;
 use crate::registry::ToolRegistry;
-use crate::runtime::IdempotencyStore;
+use crate::store::IdempotencyStore;
 use crate::tool::{Tool, ToolRegistryError};
 use axum::Router;
 use std::future::Future;

@@ -22,7 +22,7 @@ use crate::decision::ExecutionQuery;
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
 use crate::retention::PruneStep;
-use crate::runtime::{
+use crate::store::{
     Claim, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
     RecordChange, RecordState, Reservation, StoreFuture, StoredRecord,
 };

@@ -8,7 +8,7 @@
 
 use crate::fingerprint::{fingerprint_with_parts, Fingerprint, FingerprintParts};
 use crate::identity::validate_identifier;
-use crate::runtime::{IdempotencyKey, DEFAULT_SESSION};
+use crate::store::{IdempotencyKey, DEFAULT_SESSION};
 use crate::strict_json;
 use serde_json::Value;
 

@@ -1,16 +1,16 @@
 //! Operators' and owners' decisions on uncertain executions, and the audit trail they leave
 //! (docs/semantics.md §12.1): the types every store takes and returns for
-//! [`IdempotencyStore::resolve`](crate::runtime::IdempotencyStore::resolve),
-//! [`IdempotencyStore::release`](crate::runtime::IdempotencyStore::release),
-//! [`IdempotencyStore::list_executions`](crate::runtime::IdempotencyStore::list_executions) and
-//! [`IdempotencyStore::audit_trail`](crate::runtime::IdempotencyStore::audit_trail).
+//! [`IdempotencyStore::resolve`](crate::store::IdempotencyStore::resolve),
+//! [`IdempotencyStore::release`](crate::store::IdempotencyStore::release),
+//! [`IdempotencyStore::list_executions`](crate::store::IdempotencyStore::list_executions) and
+//! [`IdempotencyStore::audit_trail`](crate::store::IdempotencyStore::audit_trail).
 //!
 //! A decision is taken at most once per execution: the store compares and sets in one step, so
 //! of any number of concurrent decisions exactly one wins and the others get
 //! [`DecisionRefusal::AlreadyDecided`].
 
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
-use crate::runtime::{IdempotencyKey, InFlightState};
+use crate::store::{IdempotencyKey, InFlightState};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
@@ -189,17 +189,17 @@ pub struct OwnerLease {
 }
 
 /// One execution of any principal as an operator reads it by id
-/// ([`IdempotencyStore::operator_view`](crate::runtime::IdempotencyStore::operator_view)): the
+/// ([`IdempotencyStore::operator_view`](crate::store::IdempotencyStore::operator_view)): the
 /// record (held or released) and, where the store keeps one, its owner.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OperatorView {
     /// Its identity, record and (when released) who released it.
-    pub lookup: crate::runtime::ExecutionLookup,
+    pub lookup: crate::store::ExecutionLookup,
     /// Its owner and lease; `None` for a store without leases (in memory: this process).
     pub owner: Option<OwnerLease>,
 }
 
-/// Which records [`IdempotencyStore::list_executions`](crate::runtime::IdempotencyStore) returns.
+/// Which records [`IdempotencyStore::list_executions`](crate::store::IdempotencyStore) returns.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExecutionQuery {
     /// Only this principal's records; `None` for every principal (operators).

@@ -3,7 +3,7 @@
 //! Carmy executes AI agents' tool calls and makes their retries safe. A call that carries a
 //! `request_id` has an identity (principal, session, request_id) and a fingerprint (SHA-256 over
 //! the tool name and the RFC 8785 canonical arguments and metadata). Before the tool runs, the
-//! identity is reserved in an [`IdempotencyStore`](runtime::IdempotencyStore); the outcome is
+//! identity is reserved in an [`IdempotencyStore`](store::IdempotencyStore); the outcome is
 //! recorded durably before it is returned; every later attempt is answered from the record:
 //! a replay, an `IDEMPOTENCY_CONFLICT`, or an explicit `EXECUTION_UNCERTAIN`.
 //!
@@ -28,7 +28,7 @@
 //! - [`call`]: a call as every front hands it to the engine ([`call::ValidatedCall::parse`]);
 //! - [`engine`]: reserve → run detached → record, answering in the domain's terms
 //!   ([`engine::Answer`], [`engine::Refusal`]); no transport type appears there;
-//! - [`runtime`] (the store trait, its types and lifecycle), [`memory`] (the bounded in-memory
+//! - [`store`] (the store trait, its types and lifecycle), [`memory`] (the bounded in-memory
 //!   store), [`cache`] (finished records served from memory), [`outcome`] (recorded outcomes);
 //! - [`fingerprint`] and [`strict_json`] (docs/semantics.md §2), [`identity`] (identifier rules),
 //!   [`tool`], [`key_argument`] (the request id a model holds, docs/semantics.md §11);
@@ -60,8 +60,8 @@ pub mod outcome;
 pub mod reconcile;
 mod registry;
 pub mod retention;
-pub mod runtime;
 pub mod storable;
+pub mod store;
 pub mod strict_json;
 pub mod tool;
 pub mod trace;

@@ -7,7 +7,7 @@
 //! [`ReconcileTarget`], [`ProbeRecord`]). The engine runs them (`engine::reconcile`).
 
 use crate::outcome::ExecutionId;
-use crate::runtime::IdempotencyKey;
+use crate::store::IdempotencyKey;
 use crate::tool::Tool;
 use serde_json::Value;
 use std::future::Future;

@@ -5,7 +5,7 @@
 //!   every answer shows): [`expires_at`]. Every finished record states it as `expires_at`
 //!   (`null` when the retention is [`None`]: kept forever, `CARMY_RETENTION=0`).
 //! - From then on it no longer holds its identity: a reservation that meets it replaces it and
-//!   runs as new ([`crate::runtime::ExecutionIntent::retention`]), and [`run_pruner`] deletes it in
+//!   runs as new ([`crate::store::ExecutionIntent::retention`]), and [`run_pruner`] deletes it in
 //!   batches ([`IdempotencyStore::prune_expired`]).
 //! - Running and interrupted records never expire: their outcome is unknown (§4).
 //! - History goes with the same retention, counted from its own time: released executions from
@@ -14,7 +14,7 @@
 //!   than the retention ago and they own no running record.
 
 use crate::metrics::Metrics;
-use crate::runtime::IdempotencyStore;
+use crate::store::IdempotencyStore;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! record at least every [`POLL_EVERY`] in case a notification was lost.
 
 use crate::outcome::ExecutionId;
-use crate::runtime::{IdempotencyKey, IdempotencyStore, RecordState, StoreError, StoredRecord};
+use crate::store::{IdempotencyKey, IdempotencyStore, RecordState, StoreError, StoredRecord};
 use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio::time::Instant;

@@ -6,7 +6,7 @@ use axum::http::{Request, StatusCode};
 use axum::Router;
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::outcome::RecordedResult;
-use carmy::runtime::{
+use carmy::store::{
     Claim, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, Reservation,
     StoreError, StoreFuture,
 };

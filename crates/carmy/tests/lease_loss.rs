@@ -7,7 +7,7 @@
 use axum::body::Body;
 use axum::http::Request;
 use carmy::memory::InMemoryIdempotencyStore;
-use carmy::runtime::{IdempotencyStore, LeaseState};
+use carmy::store::{IdempotencyStore, LeaseState};
 use carmy::tool::FnTool;
 use carmy_test_support::eventually;
 use http_body_util::BodyExt;

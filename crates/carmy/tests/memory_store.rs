@@ -2,7 +2,7 @@
 
 use carmy::fingerprint::fingerprint;
 use carmy::memory::InMemoryIdempotencyStore;
-use carmy::runtime::{
+use carmy::store::{
     Claim, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, Reservation, StoreError,
 };
 use carmy::ExecutionId;
@@ -87,7 +87,7 @@ async fn full_store_refuses_new_identities_only_and_never_evicts() {
 mod through_the_replay_cache {
     use carmy::cache::ReplayCache;
     use carmy::memory::InMemoryIdempotencyStore;
-    use carmy::runtime::IdempotencyStore;
+    use carmy::store::IdempotencyStore;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -113,7 +113,7 @@ impl IdempotencyStore for Counting {
         &'a self,
         claim: Claim<'a>,
         intent: &'a ExecutionIntent,
-    ) -> carmy::runtime::StoreFuture<'a, Reservation> {
+    ) -> carmy::store::StoreFuture<'a, Reservation> {
         self.reserves
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.reserve(claim, intent)

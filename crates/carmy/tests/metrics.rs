@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::outcome::{ExecutionId, RecordedResult};
-use carmy::runtime::{
+use carmy::store::{
     Claim, ExecutionIntent, Existing, IdempotencyStore, InFlightState, Reservation, StoreError,
     StoreFuture,
 };

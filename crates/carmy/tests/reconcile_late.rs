@@ -11,7 +11,7 @@ use carmy::decision::{Decision, ExecutionQuery, ResolveRequest};
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::outcome::ExecutionStatus;
 use carmy::reconcile::RECONCILER_ACTOR;
-use carmy::runtime::IdempotencyStore;
+use carmy::store::IdempotencyStore;
 use carmy::tool::FnTool;
 use carmy::ToolError;
 use http_body_util::BodyExt;

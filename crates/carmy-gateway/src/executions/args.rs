@@ -4,7 +4,7 @@
 
 use crate::config::InRange;
 use carmy::outcome::ExecutionStatus;
-use carmy::runtime::InFlightState;
+use carmy::store::InFlightState;
 use carmy_postgres::StateFilter;
 use clap::{Args, Subcommand, ValueEnum};
 

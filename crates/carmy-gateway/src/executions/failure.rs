@@ -14,7 +14,7 @@
 
 use carmy::decision::DecisionRefusal;
 use carmy::outcome::ExecutionId;
-use carmy::runtime::StoreError;
+use carmy::store::StoreError;
 use std::process::ExitCode;
 
 /// A failed command: [`CliFailure::code`] for scripts, [`CliFailure::detail`] for people.

@@ -6,7 +6,7 @@
 use super::args::ReconcileArgs;
 use super::failure::CliFailure;
 use super::{connect, execution_id, render};
-use carmy::runtime::RecordState;
+use carmy::store::RecordState;
 use std::time::{Duration, Instant};
 
 /// How often the record is read while waiting for the probe.

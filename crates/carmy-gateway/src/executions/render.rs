@@ -5,7 +5,7 @@
 
 use carmy::decision::{AuditEntry, Resolution};
 use carmy::outcome::ExecutionResult;
-use carmy::runtime::{ExecutionLookup, InFlightState, RecordState};
+use carmy::store::{ExecutionLookup, InFlightState, RecordState};
 use carmy_postgres::ExecutionDetail;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{json, Value};

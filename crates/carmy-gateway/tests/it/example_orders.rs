@@ -3,7 +3,7 @@
 //! (`PostgresOrderBook::prepare`), and a database migrated by an earlier build (which had it in
 //! migration `V2__example_orders`) keeps working, orders included.
 
-use carmy::runtime::IdempotencyStore;
+use carmy::store::IdempotencyStore;
 use carmy_gateway::orders::{Order, OrderBook, PostgresOrderBook};
 use carmy_postgres::{migrate, PostgresStore, PostgresStoreOptions};
 use carmy_test_support::TestDb;

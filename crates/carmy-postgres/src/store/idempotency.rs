@@ -11,7 +11,7 @@ use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, Reso
 use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use carmy::reconcile::{Evidence, ProbeRecord, ReconcileClaim, ReconcileTarget};
 use carmy::retention::PruneStep;
-use carmy::runtime::{
+use carmy::store::{
     Claim, Decided, ExecutionIntent, ExecutionLookup, IdempotencyKey, IdempotencyStore, LeaseState,
     RecordChange, Reservation, StoreFuture, StoredRecord, WaitRequest,
 };

@@ -9,7 +9,7 @@ use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{
     ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
 };
-use carmy::runtime::{
+use carmy::store::{
     Claim, ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation, StoreError, StoreFuture,
 };
 use carmy_postgres::{ConnectError, PostgresStore};

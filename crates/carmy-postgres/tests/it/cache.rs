@@ -3,7 +3,7 @@
 
 use crate::common::*;
 use carmy::outcome::ExecutionStatus;
-use carmy::runtime::{ExecutionIntent, Existing, IdempotencyStore, RecordState, Reservation};
+use carmy::store::{ExecutionIntent, Existing, IdempotencyStore, RecordState, Reservation};
 use std::sync::Arc;
 use std::time::Duration;
 

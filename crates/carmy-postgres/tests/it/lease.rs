@@ -3,7 +3,7 @@
 //! again.
 
 use crate::common::*;
-use carmy::runtime::{
+use carmy::store::{
     Existing, IdempotencyStore, InFlightState, RecordState, Reservation, StoreError,
 };
 use carmy_postgres::PostgresStore;

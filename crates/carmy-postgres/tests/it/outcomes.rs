@@ -4,7 +4,7 @@
 
 use crate::common::*;
 use carmy::outcome::{ExecutionId, ExecutionStatus};
-use carmy::runtime::{Existing, IdempotencyStore, RecordState, Reservation, StoreError};
+use carmy::store::{Existing, IdempotencyStore, RecordState, Reservation, StoreError};
 use serde_json::Value;
 
 use carmy_test_support::TestDb;

@@ -2,7 +2,7 @@
 //! pool, an unreachable server or database, and options that are refused.
 
 use crate::common::*;
-use carmy::runtime::{IdempotencyStore, Reservation};
+use carmy::store::{IdempotencyStore, Reservation};
 use carmy_postgres::{
     latest_migration_version, migrate, ConnectError, OptionsError, PostgresStore,
     PostgresStoreOptions,

@@ -5,7 +5,7 @@
 use crate::common::*;
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::ExecutionStatus;
-use carmy::runtime::{
+use carmy::store::{
     ExecutionIntent, Existing, IdempotencyStore, InFlightState, RecordState, Reservation,
 };
 use std::sync::Arc;

@@ -4,9 +4,7 @@
 use crate::common::*;
 use carmy::decision::AuditAction;
 use carmy::outcome::ExecutionStatus;
-use carmy::runtime::{
-    Claim, IdempotencyStore, InFlightState, RecordState, Reservation, StoreError,
-};
+use carmy::store::{Claim, IdempotencyStore, InFlightState, RecordState, Reservation, StoreError};
 use serde_json::json;
 
 use carmy_test_support::TestDb;

@@ -3,7 +3,7 @@
 
 use crate::common::*;
 use carmy::outcome::ExecutionStatus;
-use carmy::runtime::{IdempotencyStore, RecordState, Reservation};
+use carmy::store::{IdempotencyStore, RecordState, Reservation};
 use carmy_postgres::{migrate, MigrateError, PostgresStore, PostgresStoreOptions};
 use sqlx::PgPool;
 use std::time::Duration;

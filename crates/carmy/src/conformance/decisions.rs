@@ -10,7 +10,7 @@ use crate::decision::{
     AuditAction, Decision, DecisionRefusal, ExecutionQuery, ReleaseRequest, ResolveRequest,
 };
 use crate::outcome::{ExecutionId, ExecutionStatus};
-use crate::runtime::{
+use crate::store::{
     Claim, ExecutionIntent, Existing, IdempotencyStore, InFlightState, RecordState, Reservation,
     StoreError, WaitRequest,
 };
@@ -253,7 +253,7 @@ pub async fn concurrent_decisions_have_one_winner(store: Arc<dyn IdempotencyStor
 
 /// The execution ids of a listing, sorted (a listing's order between executions reserved in
 /// the same millisecond is not defined).
-fn ids(found: Vec<crate::runtime::ExecutionLookup>) -> Vec<ExecutionId> {
+fn ids(found: Vec<crate::store::ExecutionLookup>) -> Vec<ExecutionId> {
     sorted(found.into_iter().map(|lookup| lookup.record.execution_id))
 }
 

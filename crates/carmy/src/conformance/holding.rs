@@ -3,7 +3,7 @@
 
 use super::{complete, fp, intent, key, reserve, result_for};
 use crate::outcome::{ExecutionId, ExecutionStatus};
-use crate::runtime::{Existing, IdempotencyStore, Reservation};
+use crate::store::{Existing, IdempotencyStore, Reservation};
 use serde_json::json;
 use std::sync::Arc;
 

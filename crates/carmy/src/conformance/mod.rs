@@ -5,7 +5,7 @@
 //! [`store_conformance_tests!`](crate::store_conformance_tests):
 //!
 //! ```ignore
-//! async fn fresh_store() -> std::sync::Arc<dyn carmy::runtime::IdempotencyStore> { /* … */ }
+//! async fn fresh_store() -> std::sync::Arc<dyn carmy::store::IdempotencyStore> { /* … */ }
 //! carmy::store_conformance_tests!(fresh_store);
 //! ```
 //!
@@ -25,7 +25,7 @@ use crate::fingerprint::{fingerprint, Fingerprint};
 use crate::outcome::{
     ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
 };
-use crate::runtime::{
+use crate::store::{
     Claim, ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
     Reservation, StoreError, StoreFuture,
 };

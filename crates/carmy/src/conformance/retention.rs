@@ -5,7 +5,7 @@
 use super::{complete, fp, intent, key, reserve, result_for};
 use crate::outcome::ExecutionStatus;
 use crate::retention::{PruneStep, Pruned};
-use crate::runtime::{
+use crate::store::{
     ExecutionIntent, Existing, IdempotencyKey, IdempotencyStore, InFlightState, RecordState,
     Reservation, StoreError,
 };

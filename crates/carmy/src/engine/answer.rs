@@ -4,7 +4,7 @@
 use crate::fingerprint::FingerprintParts;
 use crate::metrics::CallOutcome;
 use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
-use crate::runtime::{Existing, InFlightState, StoreError};
+use crate::store::{Existing, InFlightState, StoreError};
 
 /// A call's outcome: recorded (or, without `request_id`, just run), whether it was replayed
 /// from the record, and when the record expires. Complete: a front needs nothing else from the

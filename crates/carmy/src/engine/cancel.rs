@@ -4,7 +4,7 @@
 use super::lease_loss::Running;
 use super::{CancelAnswer, Engine, Refusal};
 use crate::outcome::ExecutionId;
-use crate::runtime::{InFlightState, RecordState};
+use crate::store::{InFlightState, RecordState};
 use std::collections::HashMap;
 use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -53,7 +53,7 @@ impl Engine {
     }
 
     /// Forwards cancel requests published by other processes (see
-    /// [`IdempotencyStore::cancel_requests`](crate::runtime::IdempotencyStore::cancel_requests))
+    /// [`IdempotencyStore::cancel_requests`](crate::store::IdempotencyStore::cancel_requests))
     /// to the executions this process runs, until the engine is dropped. Needs a Tokio runtime;
     /// does nothing for process-local stores.
     pub fn listen_for_remote_cancels(self: &Arc<Self>) {

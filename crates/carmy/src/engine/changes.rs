@@ -4,8 +4,8 @@
 
 use super::Engine;
 #[cfg(doc)]
-use crate::runtime::IdempotencyStore;
-use crate::runtime::RecordChange;
+use crate::store::IdempotencyStore;
+use crate::store::RecordChange;
 use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
 

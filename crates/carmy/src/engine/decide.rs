@@ -8,8 +8,8 @@ use crate::decision::{
     Released, ResolveRequest,
 };
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus};
-use crate::runtime::{ExecutionLookup, InFlightState};
 use crate::storable::check_outcome_values;
+use crate::store::{ExecutionLookup, InFlightState};
 use serde_json::Value;
 use tracing::Instrument;
 

@@ -4,7 +4,7 @@
 //! is still running.
 
 use super::{Answer, Engine, Refusal};
-use crate::runtime::InFlightState;
+use crate::store::InFlightState;
 use std::time::Duration;
 
 /// Longest `Retry-After` suggested for a running execution: a tool with a long deadline usually

@@ -8,7 +8,7 @@
 
 use super::Engine;
 use crate::outcome::ExecutionId;
-use crate::runtime::LeaseState;
+use crate::store::LeaseState;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -44,7 +44,7 @@ impl Running {
 
 impl Engine {
     /// Asks the tools of reserved executions to stop whenever the store reports that the lease
-    /// lapsed ([`IdempotencyStore::lease_state`](crate::runtime::IdempotencyStore::lease_state)),
+    /// lapsed ([`IdempotencyStore::lease_state`](crate::store::IdempotencyStore::lease_state)),
     /// until the engine is dropped. Needs a Tokio runtime; does nothing for stores without
     /// leases.
     pub fn stop_tools_on_lease_loss(self: &Arc<Self>) {

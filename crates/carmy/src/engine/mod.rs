@@ -29,7 +29,7 @@ use crate::fault;
 use crate::metrics::{Metrics, UNREGISTERED_TOOL};
 use crate::outcome::{ExecutionId, ExecutionResult};
 use crate::registry::{RegisteredTool, SharedRegistry, ToolRegistry};
-use crate::runtime::{
+use crate::store::{
     Claim, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore,
     InFlightState, LeaseState, Reservation, StoreError, StoredRecord,
 };
@@ -383,7 +383,7 @@ impl Engine {
                 // changed; otherwise the rejection stands and nothing is reserved.
                 return match self.lookup(&key).await? {
                     Some(record) => answer::from_existing(
-                        crate::runtime::Existing::for_record(record, call.fingerprint()),
+                        crate::store::Existing::for_record(record, call.fingerprint()),
                         call.parts(),
                     ),
                     None => Err(rejection),

@@ -15,7 +15,7 @@ use crate::reconcile::{
     backoff, Evidence, ProbeAnswer, ProbeRecord, ProbeTarget, ProbeVerdict, ReconcileClaim,
     ReconcileTarget, RECONCILER_ACTOR,
 };
-use crate::runtime::{Existing, IdempotencyKey, InFlightState};
+use crate::store::{Existing, IdempotencyKey, InFlightState};
 use crate::tool::{OnInterrupted, Tool};
 use serde_json::json;
 use std::sync::Arc;
@@ -205,7 +205,7 @@ impl Engine {
     }
 
     /// One round: claims what is due and reconciles each, one after another.
-    async fn reconcile_round(&self) -> Result<(), crate::runtime::StoreError> {
+    async fn reconcile_round(&self) -> Result<(), crate::store::StoreError> {
         let (tools, longest) = self.probed_tools();
         if tools.is_empty() {
             return Ok(());
@@ -311,7 +311,7 @@ impl Engine {
         &self,
         tool: &Arc<dyn Tool>,
         target: &ReconcileTarget,
-    ) -> Result<(), crate::runtime::StoreError> {
+    ) -> Result<(), crate::store::StoreError> {
         let probe_target = ProbeTarget {
             execution_id: target.execution_id.clone(),
             key: target.key.clone(),
@@ -322,9 +322,7 @@ impl Engine {
             .await
         {
             Ok(done) => done,
-            Err(refusal) => {
-                return Err(crate::runtime::StoreError::Unavailable(refusal.to_string()))
-            }
+            Err(refusal) => return Err(crate::store::StoreError::Unavailable(refusal.to_string())),
         };
         let retry_in = (reconciled.probe_again()
             && target.attempts < self.config.reconcile_max_attempts)
@@ -401,7 +399,7 @@ impl Engine {
         mut evidence: Evidence,
         attempts: Option<u32>,
         retry_in: Option<Duration>,
-    ) -> Result<(), crate::runtime::StoreError> {
+    ) -> Result<(), crate::store::StoreError> {
         evidence["at"] =
             json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
         if let Some(attempts) = attempts {

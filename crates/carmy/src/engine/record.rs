@@ -6,7 +6,7 @@ use super::{Engine, Refusal};
 use crate::fault;
 use crate::fingerprint::Fingerprint;
 use crate::outcome::{ExecutionId, RecordedResult};
-use crate::runtime::{Claim, IdempotencyKey, StoreError};
+use crate::store::{Claim, IdempotencyKey, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;

@@ -7,7 +7,7 @@ use crate::fault;
 use crate::outcome::{
     ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
 };
-use crate::runtime::IdempotencyKey;
+use crate::store::IdempotencyKey;
 use crate::tool::{Tool, ToolContext, ToolError, ToolErrorKind};
 use chrono::{DateTime, SubsecRound, Utc};
 use futures::FutureExt;

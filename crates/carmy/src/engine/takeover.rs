@@ -7,7 +7,7 @@ use super::run::Run;
 use super::{Answer, Engine, Refusal};
 use crate::call::ValidatedCall;
 use crate::outcome::ExecutionId;
-use crate::runtime::{Claim, Existing, IdempotencyKey};
+use crate::store::{Claim, Existing, IdempotencyKey};
 use crate::tool::Tool;
 use std::sync::Arc;
 

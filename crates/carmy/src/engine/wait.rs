@@ -3,7 +3,7 @@
 
 use super::{answer, Answer, Engine, Refusal};
 use crate::call::ValidatedCall;
-use crate::runtime::{Existing, IdempotencyKey, InFlightState, WaitRequest};
+use crate::store::{Existing, IdempotencyKey, InFlightState, WaitRequest};
 use std::sync::Arc;
 use std::time::Duration;
 

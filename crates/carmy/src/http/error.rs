@@ -4,7 +4,7 @@
 use crate::call::CallRejected;
 use crate::engine::Refusal;
 use crate::outcome::ExecutionId;
-use crate::runtime::InFlightState;
+use crate::store::InFlightState;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;

@@ -10,7 +10,7 @@
 use super::error::{ApiError, ProblemBody};
 use super::AppState;
 use crate::outcome::{ExecutionId, ExecutionResult};
-use crate::runtime::InFlightState;
+use crate::store::InFlightState;
 use axum::extract::State;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};

@@ -10,7 +10,7 @@ use super::{execution_id_from_path, invalid, is_json_content_type, json_response
 use crate::engine::{Release, Resolve};
 use crate::identity::validate_identifier;
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
-use crate::runtime::{ExecutionLookup, InFlightState, RecordState, DEFAULT_SESSION};
+use crate::store::{ExecutionLookup, InFlightState, RecordState, DEFAULT_SESSION};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};

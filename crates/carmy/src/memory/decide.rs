@@ -12,7 +12,7 @@ use crate::decision::{
     Resolution, ResolveRequest,
 };
 use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
-use crate::runtime::{
+use crate::store::{
     Decided, ExecutionLookup, IdempotencyKey, InFlightState, RecordState, StoredRecord,
 };
 use chrono::{DateTime, SubsecRound, Utc};

@@ -8,9 +8,9 @@ mod prune;
 use crate::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use crate::outcome::{ExecutionId, RecordedResult};
 use crate::retention::PruneStep;
-use crate::runtime::Decided;
-use crate::runtime::{Claim, WaitRequest};
-use crate::runtime::{
+use crate::store::Decided;
+use crate::store::{Claim, WaitRequest};
+use crate::store::{
     ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, IdempotencyStore, InFlightState,
     RecordState, Reservation, StoreError, StoreFuture, StoredRecord,
 };
@@ -352,19 +352,19 @@ impl IdempotencyStore for InMemoryIdempotencyStore {
     }
 
     /// No lease: every execution runs in this process.
-    fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<crate::runtime::LeaseState>> {
+    fn lease_state(&self) -> Option<tokio::sync::watch::Receiver<crate::store::LeaseState>> {
         None
     }
 
     /// Nothing changes behind this store's back: every change to its records goes through it.
     fn record_changes(
         &self,
-    ) -> Option<tokio::sync::broadcast::Receiver<crate::runtime::RecordChange>> {
+    ) -> Option<tokio::sync::broadcast::Receiver<crate::store::RecordChange>> {
         None
     }
 
     /// Nothing is cached here: the records are the store.
-    fn drop_cached(&self, _change: &crate::runtime::RecordChange) {}
+    fn drop_cached(&self, _change: &crate::store::RecordChange) {}
 
     /// Nothing is held outside this process.
     fn shutdown(&self) -> StoreFuture<'_, ()> {

@@ -5,7 +5,7 @@
 use super::{Held, Inner};
 use crate::outcome::ExecutionId;
 use crate::retention::{is_expired, Pruned};
-use crate::runtime::IdempotencyKey;
+use crate::store::IdempotencyKey;
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::time::Duration;

@@ -263,7 +263,7 @@ async fn a_late_outcome_is_superseded_and_kept_in_the_audit_log() {
     let (status, replay) = second.await.unwrap();
     assert_eq!((status, &replay["execution_id"]), (200, &json!(next)));
 
-    use carmy::runtime::IdempotencyStore;
+    use carmy::store::IdempotencyStore;
     let trail = gateway
         .memory_store()
         .audit_trail(&carmy::ExecutionId::from_stored(id))

@@ -20,7 +20,7 @@ use super::AppState;
 use crate::auth::Caller;
 use crate::engine::{Release, Resolve};
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
-use crate::runtime::{InFlightState, RecordState};
+use crate::store::{InFlightState, RecordState};
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;

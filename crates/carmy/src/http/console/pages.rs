@@ -3,7 +3,7 @@
 
 use crate::decision::{AuditAction, AuditEntry, OperatorView};
 use crate::outcome::ExecutionStatus;
-use crate::runtime::{ExecutionLookup, RecordState};
+use crate::store::{ExecutionLookup, RecordState};
 use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;

@@ -1,5 +1,5 @@
 //! Why a store could not answer ([`StoreError`]), and how each reason is answered
-//! (docs/semantics.md §5, §8). Re-exported by [`crate::runtime`].
+//! (docs/semantics.md §5, §8). Re-exported by [`crate::store`].
 
 use crate::outcome::ExecutionId;
 

@@ -10,7 +10,7 @@
 //! [`IdempotencyStore`]: super::IdempotencyStore
 
 /// Expands, inside an `impl IdempotencyStore for Wrapper` block, to the named
-/// [`IdempotencyStore`](crate::runtime::IdempotencyStore) methods, each passing its arguments
+/// [`IdempotencyStore`](crate::store::IdempotencyStore) methods, each passing its arguments
 /// unchanged to the field `$inner` (any value whose methods include the trait's: a store, a
 /// `Box` or an `Arc` of one) and returning its future as it is.
 ///
@@ -22,7 +22,7 @@
 /// fails to compile; forward that one by hand with `IdempotencyStore::shutdown(&self.store)`.
 ///
 /// ```
-/// use carmy::runtime::{Claim, ExecutionIntent, IdempotencyStore, Reservation, StoreFuture};
+/// use carmy::store::{Claim, ExecutionIntent, IdempotencyStore, Reservation, StoreFuture};
 /// use std::sync::atomic::{AtomicU64, Ordering};
 ///
 /// /// Counts reservations and passes everything on.
@@ -39,10 +39,10 @@
 ///     }
 ///
 ///     carmy::forward_store!(0 =>
-///         complete, release, lookup, find_execution, check_ready, resolve_execution,
-///         release_execution, list_executions, audit_trail, record_late_arrival, take_over,
-///         wait_for_outcome, prune_expired, request_cancel, cancel_requests, lease_state,
-///         record_changes, drop_cached, shutdown,
+///         complete, release, lookup, find_execution, wait_for_outcome, record_late_arrival,
+///         take_over, resolve_execution, release_execution, list_executions, audit_trail,
+///         request_cancel, cancel_requests, lease_state, record_changes, drop_cached,
+///         check_ready, prune_expired, shutdown,
 ///     );
 /// }
 /// ```
@@ -54,35 +54,35 @@ macro_rules! forward_store {
     (@one $inner:tt reserve) => {
         fn reserve<'a>(
             &'a self,
-            claim: $crate::runtime::Claim<'a>,
-            intent: &'a $crate::runtime::ExecutionIntent,
-        ) -> $crate::runtime::StoreFuture<'a, $crate::runtime::Reservation> {
+            claim: $crate::store::Claim<'a>,
+            intent: &'a $crate::store::ExecutionIntent,
+        ) -> $crate::store::StoreFuture<'a, $crate::store::Reservation> {
             self.$inner.reserve(claim, intent)
         }
     };
     (@one $inner:tt complete) => {
         fn complete<'a>(
             &'a self,
-            claim: $crate::runtime::Claim<'a>,
+            claim: $crate::store::Claim<'a>,
             result: &'a $crate::outcome::RecordedResult,
-        ) -> $crate::runtime::StoreFuture<'a, ()> {
+        ) -> $crate::store::StoreFuture<'a, ()> {
             self.$inner.complete(claim, result)
         }
     };
     (@one $inner:tt release) => {
         fn release<'a>(
             &'a self,
-            key: &'a $crate::runtime::IdempotencyKey,
+            key: &'a $crate::store::IdempotencyKey,
             execution_id: &'a $crate::outcome::ExecutionId,
-        ) -> $crate::runtime::StoreFuture<'a, ()> {
+        ) -> $crate::store::StoreFuture<'a, ()> {
             self.$inner.release(key, execution_id)
         }
     };
     (@one $inner:tt lookup) => {
         fn lookup<'a>(
             &'a self,
-            key: &'a $crate::runtime::IdempotencyKey,
-        ) -> $crate::runtime::StoreFuture<'a, Option<$crate::runtime::StoredRecord>> {
+            key: &'a $crate::store::IdempotencyKey,
+        ) -> $crate::store::StoreFuture<'a, Option<$crate::store::StoredRecord>> {
             self.$inner.lookup(key)
         }
     };
@@ -91,22 +91,43 @@ macro_rules! forward_store {
             &'a self,
             principal: &'a str,
             execution_id: &'a $crate::outcome::ExecutionId,
-        ) -> $crate::runtime::StoreFuture<'a, Option<$crate::runtime::ExecutionLookup>> {
+        ) -> $crate::store::StoreFuture<'a, Option<$crate::store::ExecutionLookup>> {
             self.$inner.find_execution(principal, execution_id)
         }
     };
-    (@one $inner:tt check_ready) => {
-        fn check_ready(&self) -> $crate::runtime::StoreFuture<'_, ()> {
-            self.$inner.check_ready()
+    (@one $inner:tt wait_for_outcome) => {
+        fn wait_for_outcome<'a>(
+            &'a self,
+            request: $crate::store::WaitRequest<'a>,
+        ) -> $crate::store::StoreFuture<'a, Option<$crate::store::StoredRecord>> {
+            self.$inner.wait_for_outcome(request)
+        }
+    };
+    (@one $inner:tt record_late_arrival) => {
+        fn record_late_arrival<'a>(
+            &'a self,
+            claim: $crate::store::Claim<'a>,
+            result: &'a $crate::outcome::RecordedResult,
+        ) -> $crate::store::StoreFuture<'a, Option<$crate::outcome::ExecutionId>> {
+            self.$inner.record_late_arrival(claim, result)
+        }
+    };
+    (@one $inner:tt take_over) => {
+        fn take_over<'a>(
+            &'a self,
+            claim: $crate::store::Claim<'a>,
+            execution_id: &'a $crate::outcome::ExecutionId,
+        ) -> $crate::store::StoreFuture<'a, Option<u32>> {
+            self.$inner.take_over(claim, execution_id)
         }
     };
     (@one $inner:tt resolve_execution) => {
         fn resolve_execution<'a>(
             &'a self,
             request: &'a $crate::decision::ResolveRequest,
-        ) -> $crate::runtime::StoreFuture<
+        ) -> $crate::store::StoreFuture<
             'a,
-            $crate::runtime::Decided<$crate::outcome::ExecutionResult>,
+            $crate::store::Decided<$crate::outcome::ExecutionResult>,
         > {
             self.$inner.resolve_execution(request)
         }
@@ -115,9 +136,9 @@ macro_rules! forward_store {
         fn release_execution<'a>(
             &'a self,
             request: &'a $crate::decision::ReleaseRequest,
-        ) -> $crate::runtime::StoreFuture<
+        ) -> $crate::store::StoreFuture<
             'a,
-            $crate::runtime::Decided<$crate::decision::Released>,
+            $crate::store::Decided<$crate::decision::Released>,
         > {
             self.$inner.release_execution(request)
         }
@@ -126,7 +147,7 @@ macro_rules! forward_store {
         fn list_executions<'a>(
             &'a self,
             query: &'a $crate::decision::ExecutionQuery,
-        ) -> $crate::runtime::StoreFuture<'a, Vec<$crate::runtime::ExecutionLookup>> {
+        ) -> $crate::store::StoreFuture<'a, Vec<$crate::store::ExecutionLookup>> {
             self.$inner.list_executions(query)
         }
     };
@@ -134,78 +155,23 @@ macro_rules! forward_store {
         fn audit_trail<'a>(
             &'a self,
             execution_id: &'a $crate::outcome::ExecutionId,
-        ) -> $crate::runtime::StoreFuture<'a, Vec<$crate::decision::AuditEntry>> {
+        ) -> $crate::store::StoreFuture<'a, Vec<$crate::decision::AuditEntry>> {
             self.$inner.audit_trail(execution_id)
         }
     };
-    (@one $inner:tt record_late_arrival) => {
-        fn record_late_arrival<'a>(
-            &'a self,
-            claim: $crate::runtime::Claim<'a>,
-            result: &'a $crate::outcome::RecordedResult,
-        ) -> $crate::runtime::StoreFuture<'a, Option<$crate::outcome::ExecutionId>> {
-            self.$inner.record_late_arrival(claim, result)
-        }
-    };
-    (@one $inner:tt take_over) => {
-        fn take_over<'a>(
-            &'a self,
-            claim: $crate::runtime::Claim<'a>,
-            execution_id: &'a $crate::outcome::ExecutionId,
-        ) -> $crate::runtime::StoreFuture<'a, Option<u32>> {
-            self.$inner.take_over(claim, execution_id)
-        }
-    };
-    (@one $inner:tt wait_for_outcome) => {
-        fn wait_for_outcome<'a>(
-            &'a self,
-            request: $crate::runtime::WaitRequest<'a>,
-        ) -> $crate::runtime::StoreFuture<'a, Option<$crate::runtime::StoredRecord>> {
-            self.$inner.wait_for_outcome(request)
-        }
-    };
-    (@one $inner:tt prune_expired) => {
-        fn prune_expired(
-            &self,
-            retention: ::std::time::Duration,
-            batch: usize,
-        ) -> $crate::runtime::StoreFuture<'_, $crate::retention::PruneStep> {
-            self.$inner.prune_expired(retention, batch)
-        }
-    };
-    (@one $inner:tt request_cancel) => {
-        fn request_cancel<'a>(
+    (@one $inner:tt operator_view) => {
+        fn operator_view<'a>(
             &'a self,
             execution_id: &'a $crate::outcome::ExecutionId,
-        ) -> $crate::runtime::StoreFuture<'a, ()> {
-            self.$inner.request_cancel(execution_id)
-        }
-    };
-    (@one $inner:tt cancel_requests) => {
-        fn cancel_requests(&self) -> Option<$crate::runtime::CancelRequests> {
-            self.$inner.cancel_requests()
-        }
-    };
-    (@one $inner:tt lease_state) => {
-        fn lease_state(&self) -> Option<$crate::runtime::LeaseWatch> {
-            self.$inner.lease_state()
-        }
-    };
-    (@one $inner:tt record_changes) => {
-        fn record_changes(&self) -> Option<$crate::runtime::RecordChanges> {
-            self.$inner.record_changes()
-        }
-    };
-    (@one $inner:tt drop_cached) => {
-        fn drop_cached(&self, change: &$crate::runtime::RecordChange) {
-            self.$inner.drop_cached(change)
+        ) -> $crate::store::StoreFuture<'a, Option<$crate::decision::OperatorView>> {
+            self.$inner.operator_view(execution_id)
         }
     };
     (@one $inner:tt claim_reconciliations) => {
         fn claim_reconciliations<'a>(
             &'a self,
             claim: &'a $crate::reconcile::ReconcileClaim,
-        ) -> $crate::runtime::StoreFuture<'a, Vec<$crate::reconcile::ReconcileTarget>> {
+        ) -> $crate::store::StoreFuture<'a, Vec<$crate::reconcile::ReconcileTarget>> {
             self.$inner.claim_reconciliations(claim)
         }
     };
@@ -213,7 +179,7 @@ macro_rules! forward_store {
         fn record_probe<'a>(
             &'a self,
             record: &'a $crate::reconcile::ProbeRecord,
-        ) -> $crate::runtime::StoreFuture<'a, ()> {
+        ) -> $crate::store::StoreFuture<'a, ()> {
             self.$inner.record_probe(record)
         }
     };
@@ -221,20 +187,54 @@ macro_rules! forward_store {
         fn probe_evidence<'a>(
             &'a self,
             execution_id: &'a $crate::outcome::ExecutionId,
-        ) -> $crate::runtime::StoreFuture<'a, Option<$crate::reconcile::Evidence>> {
+        ) -> $crate::store::StoreFuture<'a, Option<$crate::reconcile::Evidence>> {
             self.$inner.probe_evidence(execution_id)
         }
     };
-    (@one $inner:tt operator_view) => {
-        fn operator_view<'a>(
+    (@one $inner:tt request_cancel) => {
+        fn request_cancel<'a>(
             &'a self,
             execution_id: &'a $crate::outcome::ExecutionId,
-        ) -> $crate::runtime::StoreFuture<'a, Option<$crate::decision::OperatorView>> {
-            self.$inner.operator_view(execution_id)
+        ) -> $crate::store::StoreFuture<'a, ()> {
+            self.$inner.request_cancel(execution_id)
+        }
+    };
+    (@one $inner:tt cancel_requests) => {
+        fn cancel_requests(&self) -> Option<$crate::store::CancelRequests> {
+            self.$inner.cancel_requests()
+        }
+    };
+    (@one $inner:tt lease_state) => {
+        fn lease_state(&self) -> Option<$crate::store::LeaseWatch> {
+            self.$inner.lease_state()
+        }
+    };
+    (@one $inner:tt record_changes) => {
+        fn record_changes(&self) -> Option<$crate::store::RecordChanges> {
+            self.$inner.record_changes()
+        }
+    };
+    (@one $inner:tt drop_cached) => {
+        fn drop_cached(&self, change: &$crate::store::RecordChange) {
+            self.$inner.drop_cached(change)
+        }
+    };
+    (@one $inner:tt check_ready) => {
+        fn check_ready(&self) -> $crate::store::StoreFuture<'_, ()> {
+            self.$inner.check_ready()
+        }
+    };
+    (@one $inner:tt prune_expired) => {
+        fn prune_expired(
+            &self,
+            retention: ::std::time::Duration,
+            batch: usize,
+        ) -> $crate::store::StoreFuture<'_, $crate::retention::PruneStep> {
+            self.$inner.prune_expired(retention, batch)
         }
     };
     (@one $inner:tt shutdown) => {
-        fn shutdown(&self) -> $crate::runtime::StoreFuture<'_, ()> {
+        fn shutdown(&self) -> $crate::store::StoreFuture<'_, ()> {
             self.$inner.shutdown()
         }
     };

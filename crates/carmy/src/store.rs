@@ -6,7 +6,7 @@
 //! attempt with the same identity comes from what the store recorded.
 //!
 //! The trait is here; what it keeps and answers is in `record` and why it fails in `error`,
-//! both re-exported so every type is named `carmy::runtime::…`.
+//! both re-exported so every type is named `carmy::store::…`.
 
 mod error;
 mod forward;
@@ -48,8 +48,18 @@ pub type RecordChanges = tokio::sync::broadcast::Receiver<RecordChange>;
 
 /// A durable (or process-local) record of reservations and outcomes (docs/semantics.md §8).
 ///
-/// Object-safe: the engine holds an `Arc<dyn IdempotencyStore>`. Every method returns a
-/// [`StoreFuture`]. Implementations must:
+/// Object-safe: the engine holds an `Arc<dyn IdempotencyStore>`. The methods come in four
+/// groups, in this order:
+/// - hot path, on every call: [`reserve`](Self::reserve), [`complete`](Self::complete),
+///   [`release`](Self::release), [`lookup`](Self::lookup),
+///   [`find_execution`](Self::find_execution), [`wait_for_outcome`](Self::wait_for_outcome);
+/// - recovery of executions without an outcome (docs/semantics.md §12): late arrivals,
+///   takeovers, operators' decisions and listings, the audit trail, reconciliation probes;
+/// - signals between a shared store's processes: cancel requests, the lease, records changed
+///   behind this process's back, and dropping what is cached of them;
+/// - lifecycle: readiness, pruning, shutdown.
+///
+/// Every method that reaches the store returns a [`StoreFuture`]. Implementations must:
 /// - compare the fingerprint on every path of `reserve` (fresh insert, existing row, lost race);
 /// - make the reservation durable before `reserve` returns [`Reservation::Reserved`];
 /// - make the outcome durable before `complete` returns `Ok`, and complete only the execution that
@@ -65,15 +75,15 @@ pub type RecordChanges = tokio::sync::broadcast::Receiver<RecordChange>;
 /// record methods does not compile:
 ///
 /// ```compile_fail
-/// use carmy::runtime::IdempotencyStore;
+/// use carmy::store::IdempotencyStore;
 ///
 /// struct Forgetful(Box<dyn IdempotencyStore>);
 ///
 /// impl IdempotencyStore for Forgetful {
 ///     carmy::forward_store!(0 =>
-///         reserve, complete, release, lookup, find_execution, check_ready, resolve_execution,
-///         release_execution, list_executions, audit_trail, record_late_arrival, take_over,
-///         wait_for_outcome, prune_expired,
+///         reserve, complete, release, lookup, find_execution, wait_for_outcome,
+///         record_late_arrival, take_over, resolve_execution, release_execution,
+///         list_executions, audit_trail, check_ready, prune_expired,
 ///     );
 ///     // request_cancel, cancel_requests, lease_state, record_changes, drop_cached and shutdown
 ///     // not forwarded: error E0046.
@@ -82,6 +92,9 @@ pub type RecordChanges = tokio::sync::broadcast::Receiver<RecordChange>;
 ///
 /// The same wrapper that names them too compiles (see [`forward_store!`](crate::forward_store)).
 pub trait IdempotencyStore: Send + Sync + 'static {
+    // Hot path, on every call: reserve an identity, record its outcome, free an unused
+    // reservation, read a record back (by identity or by execution id), wait for one still
+    // running.
     /// Atomically compares `claim.fingerprint` and reserves a vacant `claim.key` for `intent`,
     /// or answers from the record that holds it (docs/semantics.md §3).
     ///
@@ -141,11 +154,59 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         execution_id: &'a ExecutionId,
     ) -> StoreFuture<'a, Option<ExecutionLookup>>;
 
-    /// Checks that the store is reachable and ready (for `GET /readyz`).
+    /// Waits until the request's `execution_id`, which holds `key` without an outcome, gets one
+    /// (recorded by its tool on any replica, or decided) or no longer holds the identity
+    /// (released), at most `timeout`; returns `key`'s record as last read (`None` when vacant).
+    /// Woken by the store's notifications (PostgreSQL: `LISTEN`/`NOTIFY` across replicas), and
+    /// reading the record at least every second ([`crate::wait::until_decided`] is the loop to
+    /// use). For `Prefer: wait=N` (docs/semantics.md §12.6).
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] with the reason.
-    fn check_ready(&self) -> StoreFuture<'_, ()>;
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn wait_for_outcome<'a>(
+        &'a self,
+        request: WaitRequest<'a>,
+    ) -> StoreFuture<'a, Option<StoredRecord>>;
+
+    // Recovery of executions without an outcome (docs/semantics.md §12): late arrivals,
+    // takeovers, operators' decisions and listings, the audit trail, reconciliation probes.
+    /// Keeps the outcome of an owner that finished after its execution was decided (resolved,
+    /// released, taken over) as a late arrival: an audit row
+    /// ([`AuditAction::LateArrival`](crate::decision::AuditAction), actor = the owner) holding
+    /// the outcome, never the record (docs/semantics.md §12.1: the effect may have happened
+    /// twice). Returns the execution that holds `claim.key` now (`None` when vacant). Called
+    /// after `complete` answered [`StoreError::NotOwner`], with what it refused.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails (the engine retries).
+    fn record_late_arrival<'a>(
+        &'a self,
+        claim: Claim<'a>,
+        result: &'a RecordedResult,
+    ) -> StoreFuture<'a, Option<ExecutionId>>;
+
+    /// Takes over an interrupted execution of a tool whose policy is
+    /// [`OnInterrupted::Rerun`](crate::tool::OnInterrupted) (docs/semantics.md §12.7), in one
+    /// compare-and-set step: only if `execution_id` still holds `claim.key` with
+    /// `claim.fingerprint`, has no outcome, and its owner's lease lapsed, this process becomes its
+    /// owner, its attempt is incremented and an audit row
+    /// ([`AuditAction::Takeover`](crate::decision::AuditAction)) is written. Of any number of
+    /// concurrent takeovers at most one wins. The winner runs the tool again as `execution_id`
+    /// and records with [`RecordedResult::with_attempt`]; `complete` refuses the earlier
+    /// attempt's outcome ([`StoreError::NotOwner`], kept as a late arrival).
+    ///
+    /// Returns the new attempt number (2 for the first takeover), or `None` when nothing
+    /// changed: another attempt took it over, it finished or was decided, or its owner holds a
+    /// lease again. A process-local store never has an interrupted execution and answers
+    /// `None`.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails, or this process holds no lease.
+    fn take_over<'a>(
+        &'a self,
+        claim: Claim<'a>,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<u32>>;
 
     /// Records the outcome that reconciliation found for an execution without one
     /// (docs/semantics.md §12.1), in one compare-and-set step with its audit row
@@ -196,115 +257,19 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     fn audit_trail<'a>(&'a self, execution_id: &'a ExecutionId)
         -> StoreFuture<'a, Vec<AuditEntry>>;
 
-    /// Keeps the outcome of an owner that finished after its execution was decided (resolved,
-    /// released, taken over) as a late arrival: an audit row
-    /// ([`AuditAction::LateArrival`](crate::decision::AuditAction), actor = the owner) holding
-    /// the outcome, never the record (docs/semantics.md §12.1: the effect may have happened
-    /// twice). Returns the execution that holds `claim.key` now (`None` when vacant). Called
-    /// after `complete` answered [`StoreError::NotOwner`], with what it refused.
-    ///
-    /// # Errors
-    /// [`StoreError::Unavailable`] when the store fails (the engine retries).
-    fn record_late_arrival<'a>(
-        &'a self,
-        claim: Claim<'a>,
-        result: &'a RecordedResult,
-    ) -> StoreFuture<'a, Option<ExecutionId>>;
-
-    /// Takes over an interrupted execution of a tool whose policy is
-    /// [`OnInterrupted::Rerun`](crate::tool::OnInterrupted) (docs/semantics.md §12.7), in one
-    /// compare-and-set step: only if `execution_id` still holds `claim.key` with
-    /// `claim.fingerprint`, has no outcome, and its owner's lease lapsed, this process becomes its
-    /// owner, its attempt is incremented and an audit row
-    /// ([`AuditAction::Takeover`](crate::decision::AuditAction)) is written. Of any number of
-    /// concurrent takeovers at most one wins. The winner runs the tool again as `execution_id`
-    /// and records with [`RecordedResult::with_attempt`]; `complete` refuses the earlier
-    /// attempt's outcome ([`StoreError::NotOwner`], kept as a late arrival).
-    ///
-    /// Returns the new attempt number (2 for the first takeover), or `None` when nothing
-    /// changed: another attempt took it over, it finished or was decided, or its owner holds a
-    /// lease again. A process-local store never has an interrupted execution and answers
-    /// `None`.
-    ///
-    /// # Errors
-    /// [`StoreError::Unavailable`] when the store fails, or this process holds no lease.
-    fn take_over<'a>(
-        &'a self,
-        claim: Claim<'a>,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Option<u32>>;
-
-    /// Waits until the request's `execution_id`, which holds `key` without an outcome, gets one
-    /// (recorded by its tool on any replica, or decided) or no longer holds the identity
-    /// (released), at most `timeout`; returns `key`'s record as last read (`None` when vacant).
-    /// Woken by the store's notifications (PostgreSQL: `LISTEN`/`NOTIFY` across replicas), and
-    /// reading the record at least every second ([`crate::wait::until_decided`] is the loop to
-    /// use). For `Prefer: wait=N` (docs/semantics.md §12.6).
+    /// One execution of any principal by id, held or released, with its owner and lease where
+    /// the store keeps them (the operator console, docs/semantics.md §12); `None` when there is
+    /// no such execution. The default finds none. A wrapper must forward it.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the store fails.
-    fn wait_for_outcome<'a>(
+    fn operator_view<'a>(
         &'a self,
-        request: WaitRequest<'a>,
-    ) -> StoreFuture<'a, Option<StoredRecord>>;
-
-    /// One pruning step of retention (docs/semantics.md §12.9; [`crate::retention`]): deletes at
-    /// most `batch` rows of each kind that outlived `retention`: finished records whose
-    /// [`expires_at`](crate::retention::expires_at) passed, released executions and audit rows
-    /// older than `retention` (audit rows only once their execution holds no record), stopped
-    /// instances. Never a running or interrupted record. A shared store lets one replica prune
-    /// at a time: [`PruneStep::Busy`](crate::retention::PruneStep) when another one does.
-    ///
-    /// # Errors
-    /// [`StoreError::Unavailable`] when the store fails (nothing or part of a step was done;
-    /// the next step continues).
-    fn prune_expired(
-        &self,
-        retention: std::time::Duration,
-        batch: usize,
-    ) -> StoreFuture<'_, crate::retention::PruneStep>;
-
-    /// Asks the process that runs `execution_id` to cancel it (`POST
-    /// /v1/executions/{execution_id}/cancel` landing on another replica). Delivery is best
-    /// effort; the caller watches the record for the outcome. A process-local store runs every
-    /// execution in this process and answers `Ok(())` at once; a wrapper forwards it.
-    ///
-    /// # Errors
-    /// [`StoreError::Unavailable`] when the request could not be published.
-    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()>;
-
-    /// The cancel requests other processes publish with [`IdempotencyStore::request_cancel`];
-    /// the engine cancels those it runs. `None` for a process-local store; a wrapper forwards it.
-    fn cancel_requests(&self) -> Option<CancelRequests>;
-
-    /// This process's lease as it changes (docs/semantics.md §12.2): [`LeaseState::Lapsed`] once
-    /// renewals failed past the moment it surely held, [`LeaseState::Held`] again after a
-    /// renewal succeeded. On a lapse the engine asks the tools it runs to stop (recorded
-    /// `cancelled`, effect unknown), since the other replicas already report them interrupted.
-    /// `None` for a store without leases (process-local); a wrapper forwards it.
-    fn lease_state(&self) -> Option<LeaseWatch>;
-
-    /// Finished records updated or deleted behind this process's back (docs/semantics.md §8.4,
-    /// §12.3: an operator's SQL, or another process replacing an expired record), as the store
-    /// hears of them: [`RecordChange::Changed`] per identity, [`RecordChange::Unknown`] when
-    /// announcements may have been missed. The engine hands each to
-    /// [`IdempotencyStore::drop_cached`] from `App::serve` on. `None` for a store nothing else
-    /// changes (process-local: every change goes through it); a wrapper forwards it.
-    fn record_changes(&self) -> Option<RecordChanges>;
-
-    /// Drops what this store (or a wrapper) caches of `change`'s records, so that the next
-    /// reservation or lookup reads the store. A store that caches nothing does nothing; a
-    /// wrapper drops its own copies and forwards it.
-    fn drop_cached(&self, change: &RecordChange);
-
-    /// Ends what the store holds for this process (a lease, listeners), after the engine
-    /// drained: executions this process still held read as interrupted at once instead of
-    /// after the lease lapses. Called once by `App::serve`; nothing is called after it.
-    ///
-    /// # Errors
-    /// [`StoreError::Unavailable`] when the store could not be told (the lease then lapses on
-    /// its own).
-    fn shutdown(&self) -> StoreFuture<'_, ()>;
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<crate::decision::OperatorView>> {
+        let _ = execution_id;
+        Box::pin(async { Ok(None) })
+    }
 
     /// Claims interrupted executions of `claim.tools` due for a reconciliation probe
     /// (docs/semantics.md §12.10), one replica at a time: each returned execution
@@ -349,17 +314,70 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
 
-    /// One execution of any principal by id, held or released, with its owner and lease where
-    /// the store keeps them (the operator console, docs/semantics.md §12); `None` when there is
-    /// no such execution. The default finds none. A wrapper must forward it.
+    // Signals between the processes of a shared store: cancel requests, this process's lease,
+    // records changed behind its back. None has a default body: a wrapper must pass each on.
+    /// Asks the process that runs `execution_id` to cancel it (`POST
+    /// /v1/executions/{execution_id}/cancel` landing on another replica). Delivery is best
+    /// effort; the caller watches the record for the outcome. A process-local store runs every
+    /// execution in this process and answers `Ok(())` at once; a wrapper forwards it.
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] when the store fails.
-    fn operator_view<'a>(
-        &'a self,
-        execution_id: &'a ExecutionId,
-    ) -> StoreFuture<'a, Option<crate::decision::OperatorView>> {
-        let _ = execution_id;
-        Box::pin(async { Ok(None) })
-    }
+    /// [`StoreError::Unavailable`] when the request could not be published.
+    fn request_cancel<'a>(&'a self, execution_id: &'a ExecutionId) -> StoreFuture<'a, ()>;
+
+    /// The cancel requests other processes publish with [`IdempotencyStore::request_cancel`];
+    /// the engine cancels those it runs. `None` for a process-local store; a wrapper forwards it.
+    fn cancel_requests(&self) -> Option<CancelRequests>;
+
+    /// This process's lease as it changes (docs/semantics.md §12.2): [`LeaseState::Lapsed`] once
+    /// renewals failed past the moment it surely held, [`LeaseState::Held`] again after a
+    /// renewal succeeded. On a lapse the engine asks the tools it runs to stop (recorded
+    /// `cancelled`, effect unknown), since the other replicas already report them interrupted.
+    /// `None` for a store without leases (process-local); a wrapper forwards it.
+    fn lease_state(&self) -> Option<LeaseWatch>;
+
+    /// Finished records updated or deleted behind this process's back (docs/semantics.md §8.4,
+    /// §12.3: an operator's SQL, or another process replacing an expired record), as the store
+    /// hears of them: [`RecordChange::Changed`] per identity, [`RecordChange::Unknown`] when
+    /// announcements may have been missed. The engine hands each to
+    /// [`IdempotencyStore::drop_cached`] from `App::serve` on. `None` for a store nothing else
+    /// changes (process-local: every change goes through it); a wrapper forwards it.
+    fn record_changes(&self) -> Option<RecordChanges>;
+
+    /// Drops what this store (or a wrapper) caches of `change`'s records, so that the next
+    /// reservation or lookup reads the store. A store that caches nothing does nothing; a
+    /// wrapper drops its own copies and forwards it.
+    fn drop_cached(&self, change: &RecordChange);
+
+    // Lifecycle: readiness, retention's pruning, the end of this process's hold on the store.
+    /// Checks that the store is reachable and ready (for `GET /readyz`).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] with the reason.
+    fn check_ready(&self) -> StoreFuture<'_, ()>;
+
+    /// One pruning step of retention (docs/semantics.md §12.9; [`crate::retention`]): deletes at
+    /// most `batch` rows of each kind that outlived `retention`: finished records whose
+    /// [`expires_at`](crate::retention::expires_at) passed, released executions and audit rows
+    /// older than `retention` (audit rows only once their execution holds no record), stopped
+    /// instances. Never a running or interrupted record. A shared store lets one replica prune
+    /// at a time: [`PruneStep::Busy`](crate::retention::PruneStep) when another one does.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails (nothing or part of a step was done;
+    /// the next step continues).
+    fn prune_expired(
+        &self,
+        retention: std::time::Duration,
+        batch: usize,
+    ) -> StoreFuture<'_, crate::retention::PruneStep>;
+
+    /// Ends what the store holds for this process (a lease, listeners), after the engine
+    /// drained: executions this process still held read as interrupted at once instead of
+    /// after the lease lapses. Called once by `App::serve`; nothing is called after it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store could not be told (the lease then lapses on
+    /// its own).
+    fn shutdown(&self) -> StoreFuture<'_, ()>;
 }

@@ -1,7 +1,7 @@
 //! What a store keeps and answers (docs/semantics.md §2, §3, §4): a call's identity
 //! ([`IdempotencyKey`]), what the engine asks to reserve ([`ExecutionIntent`]), a stored record
 //! and its state, the answer to a reservation ([`Reservation`], [`Existing`]) and an execution
-//! read back by id ([`ExecutionLookup`]). Re-exported by [`crate::runtime`].
+//! read back by id ([`ExecutionLookup`]). Re-exported by [`crate::store`].
 
 use crate::decision::Resolution;
 use crate::fingerprint::{Fingerprint, FingerprintParts};
