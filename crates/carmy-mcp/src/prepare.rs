@@ -6,7 +6,7 @@
 
 use crate::identity::{call_identity, IdSource};
 use crate::results;
-use crate::transport::Caller;
+use crate::transport::RequestFacts;
 use crate::McpConfig;
 use carmy::call::{CallValues, ValidatedCall};
 use carmy::engine::Engine;
@@ -32,7 +32,7 @@ pub(crate) enum Prepared {
     Answer(CallToolResult),
 }
 
-/// Prepares `request` from `caller` with `meta` (the request's and the call's `_meta`) and
+/// Prepares `request` from `facts` with `meta` (the request's and the call's `_meta`) and
 /// the `traceparent` it came with (docs/semantics.md §13; a malformed one is dropped).
 ///
 /// # Errors
@@ -41,7 +41,7 @@ pub(crate) enum Prepared {
 pub(crate) fn prepare(
     engine: &Engine,
     config: &McpConfig,
-    caller: &Caller,
+    facts: &RequestFacts,
     meta: &Map<String, Value>,
     traceparent: Option<&str>,
     request: CallToolRequestParams,
@@ -70,7 +70,7 @@ pub(crate) fn prepare(
         None => None,
     };
     let identity = call_identity(
-        caller.idempotency_key.as_ref(),
+        facts.idempotency_key.as_ref(),
         meta,
         &config.request_id_meta_keys,
         model.as_deref(),
@@ -101,7 +101,7 @@ pub(crate) fn prepare(
         session_id: identity.session_id,
         metadata: None,
     };
-    let mut call = ValidatedCall::from_values(caller.principal.clone(), values)
+    let mut call = ValidatedCall::from_values(facts.principal.clone(), values)
         .map_err(|rejected| ErrorData::invalid_params(rejected.into_message(), None))?
         .with_traceparent(traceparent);
     if identity.source == Some(IdSource::Argument) {

@@ -7,7 +7,7 @@ use crate::identity::IdSource;
 use crate::prepare::{prepare, Prepared, Ready};
 use crate::results;
 use crate::tasks;
-use crate::transport::Caller;
+use crate::transport::RequestFacts;
 use crate::{McpConfig, EXECUTION_META};
 use carmy::engine::Engine;
 use carmy::key_argument::{listed_schema, KeyArgument};
@@ -117,7 +117,7 @@ impl ServerHandler for CarmyMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let caller = caller(&context)?;
+        let facts = request_facts(&context)?;
         let parts = context.extensions.get::<axum::http::request::Parts>();
         let tasks = context
             .client_capabilities()
@@ -140,7 +140,7 @@ impl ServerHandler for CarmyMcp {
         match prepare(
             &self.engine,
             &self.config,
-            caller,
+            facts,
             &meta,
             traceparent.as_deref(),
             request,
@@ -162,8 +162,8 @@ impl ServerHandler for CarmyMcp {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let caller = caller(&context)?;
-        tasks::get(&self.engine, &caller.principal, &request.task_id, || {
+        let facts = request_facts(&context)?;
+        tasks::get(&self.engine, &facts.principal, &request.task_id, || {
             self.read_tools()
         })
         .await
@@ -175,17 +175,17 @@ impl ServerHandler for CarmyMcp {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let caller = caller(&context)?;
-        tasks::cancel(&self.engine, &caller.principal, &request.task_id).await
+        let facts = request_facts(&context)?;
+        tasks::cancel(&self.engine, &facts.principal, &request.task_id).await
     }
 }
 
-/// The [`Caller`] the transport recorded for this request.
-fn caller(context: &RequestContext<RoleServer>) -> Result<&Caller, ErrorData> {
+/// The [`RequestFacts`] the transport recorded for this request.
+fn request_facts(context: &RequestContext<RoleServer>) -> Result<&RequestFacts, ErrorData> {
     context
         .extensions
         .get::<axum::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<Caller>())
+        .and_then(|parts| parts.extensions.get::<RequestFacts>())
         .ok_or_else(|| {
             tracing::error!("an MCP request reached the handler without its caller");
             ErrorData::internal_error("internal error", None)

@@ -18,8 +18,10 @@ use std::time::Duration;
 
 /// What the handler learns from the HTTP request: the principal and, for `tools/call`, the
 /// `params.idempotencyKey` member as sent (any JSON; the handler checks that it is a string).
+/// Not a [`carmy::auth::Caller`]: the MCP front only acts as a principal
+/// ([`Credentials::principal`] refuses operator keys), so no operator rights travel.
 #[derive(Clone, Debug)]
-pub(crate) struct Caller {
+pub(crate) struct RequestFacts {
     pub(crate) principal: String,
     pub(crate) idempotency_key: Option<Value>,
 }
@@ -46,8 +48,8 @@ impl Gate {
     }
 }
 
-/// Authenticates, reads and checks the body, records the [`Caller`] in the request's extensions
-/// (the SDK hands them to the handler), and passes the request on with the same body.
+/// Authenticates, reads and checks the body, records the [`RequestFacts`] in the request's
+/// extensions (the SDK hands them to the handler), and passes the request on with the same body.
 pub(crate) async fn admit(State(gate): State<Gate>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
     let authorization = parts
@@ -82,7 +84,7 @@ pub(crate) async fn admit(State(gate): State<Gate>, request: Request, next: Next
     } else {
         body
     };
-    parts.extensions.insert(Caller {
+    parts.extensions.insert(RequestFacts {
         principal,
         idempotency_key,
     });

@@ -77,7 +77,7 @@ mod replication;
 mod session;
 pub mod sql;
 mod store;
-mod wait;
+mod waiters;
 
 pub use cancel::{CANCEL_CHANNEL, CHANGED_CHANNEL, DECIDED_CHANNEL, RECORDED_CHANNEL};
 pub use grants::{grant_reader, grant_runtime, GrantError, READER_GRANTS_SQL, RUNTIME_GRANTS_SQL};

@@ -37,8 +37,9 @@
 //! - [`retention`] (when finished records expire, and the pruner);
 //! - [`reconcile`] (probes that ask a tool's upstream whether an interrupted execution's effect
 //!   happened, docs/semantics.md §12.10);
-//! - [`auth`] (API keys), [`metrics`], [`trace`] (W3C `traceparent`), [`fault`]
-//!   (fault-injection points), [`app`] (the builder).
+//! - [`auth`] (API keys, operator keys, the authenticated [`auth::Caller`]; the HTTP front's
+//!   extractors are in `http/extractors.rs`), [`metrics`], [`trace`] (W3C `traceparent`),
+//!   [`fault`] (fault-injection points), [`app`] (the builder).
 
 pub mod app;
 pub mod auth;

@@ -6,7 +6,7 @@ use super::PostgresStore;
 use crate::cancel::{release_unused, request_cancel};
 use crate::decide;
 use crate::reconcile;
-use crate::wait;
+use crate::waiters;
 use carmy::decision::{AuditEntry, ExecutionQuery, ReleaseRequest, Released, ResolveRequest};
 use carmy::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use carmy::reconcile::{Evidence, ProbeRecord, ReconcileClaim, ReconcileTarget};
@@ -20,7 +20,7 @@ use tokio::sync::{broadcast, watch};
 
 /// Decisions call the DBAs' SQL functions ([`crate::decide`]); a late arrival is an audit row
 /// with this process's instance id as the actor; a waiter registers in `carmy.outcome_waiters`
-/// and waits on the listener ([`crate::wait`]).
+/// and waits on the listener ([`crate::waiters`]).
 impl IdempotencyStore for PostgresStore {
     /// One autocommitted `DELETE` of the row, only while it is `running`, held by
     /// `execution_id` and owned by this process (not after another replica took it over).
@@ -165,7 +165,7 @@ impl IdempotencyStore for PostgresStore {
         Box::pin(async move {
             let recorded = Some(self.recorded.subscribe());
             let waiter = self
-                .finish(wait::register(&self.pool, request.execution_id).await)
+                .finish(waiters::register(&self.pool, request.execution_id).await)
                 .await?;
             let record = until_decided(
                 self,
@@ -175,7 +175,7 @@ impl IdempotencyStore for PostgresStore {
                 request.timeout,
             )
             .await;
-            wait::unregister(&self.pool, request.execution_id, &waiter).await;
+            waiters::unregister(&self.pool, request.execution_id, &waiter).await;
             record
         })
     }

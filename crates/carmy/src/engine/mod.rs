@@ -13,13 +13,13 @@ pub mod answer;
 mod cancel;
 mod changes;
 pub mod decide;
+mod existing;
 mod hints;
 mod lease_loss;
 pub mod reconcile;
 mod record;
 mod run;
 mod takeover;
-mod wait;
 
 pub use answer::{Answer, CancelAnswer, Refusal};
 pub use decide::{OperatorDetail, Release, Resolve};

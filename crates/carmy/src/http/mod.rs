@@ -2,10 +2,10 @@
 //! in the domain's terms; [`error`] maps them to status codes and problem details in one place, and
 //! [`auth`] finds the principal.
 
-mod auth;
 mod bodies;
 pub(crate) mod console;
 pub mod error;
+mod extractors;
 mod openapi;
 mod reconcile_route;
 mod recovery;
@@ -13,7 +13,6 @@ mod recovery;
 use crate::call::{CallRejected, CallRequest, ValidatedCall};
 use crate::engine::{CancelAnswer, Engine};
 use crate::outcome::ExecutionId;
-use auth::Principal;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -25,6 +24,7 @@ use bodies::{
     ToolList, NO_SUCH_EXECUTION,
 };
 use error::ApiError;
+use extractors::Principal;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;

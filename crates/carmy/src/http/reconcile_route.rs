@@ -1,9 +1,9 @@
 //! `POST /v1/executions/{execution_id}/reconcile` (docs/semantics.md §12.10): runs
 //! the tool's probe for an interrupted execution now and answers what it found and decided.
 
-use super::auth::AuthenticatedCaller;
 use super::bodies::{ExecutionPath, NO_SUCH_EXECUTION};
 use super::error::ApiError;
+use super::extractors::AuthenticatedCaller;
 use super::openapi;
 use super::{execution_id_from_path, json_response, AppState};
 use crate::engine::reconcile::Reconciled;

@@ -2,9 +2,9 @@
 //! `POST /v1/executions/{id}/release` and `GET /v1/executions` (listing, and lookup by
 //! identity), plus the one body of a record read by id.
 
-use super::auth::AuthenticatedCaller;
 use super::bodies::{ExecutionPath, ExecutionState, InFlightBody, ListAnswer, NO_SUCH_EXECUTION};
 use super::error::ApiError;
+use super::extractors::AuthenticatedCaller;
 use super::openapi;
 use super::{execution_id_from_path, invalid, is_json_content_type, json_response, AppState};
 use crate::engine::{Release, Resolve};

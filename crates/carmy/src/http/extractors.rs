@@ -1,6 +1,7 @@
-//! The caller of an HTTP request, from its `Authorization` header, by the one check every front
-//! uses ([`Credentials`], docs/semantics.md §6). A server without API keys refuses any
-//! `Authorization` header (401, [`ApiError::NoApiKeys`]).
+//! The axum extractors of an HTTP request's caller ([`Principal`], [`AuthenticatedCaller`]),
+//! from its `Authorization` header, by the one check every front uses ([`Credentials`],
+//! docs/semantics.md §6). A server without API keys refuses any `Authorization` header (401,
+//! [`ApiError::NoApiKeys`]).
 
 use super::error::ApiError;
 use super::AppState;

@@ -1,7 +1,8 @@
-//! Waiting for a running execution's outcome across replicas (docs/semantics.md §12.6): the
-//! waiting call registers in `carmy.outcome_waiters` (so the trigger of migration `V7` notifies
-//! [`RECORDED_CHANNEL`](crate::cancel::RECORDED_CHANNEL) when the outcome is recorded), waits
-//! with [`carmy::wait::until_decided`] on the store's listener, and unregisters.
+//! The waiters of `carmy.outcome_waiters`, for waiting on a running execution's outcome across
+//! replicas (docs/semantics.md §12.6): the waiting call registers (so the trigger of migration
+//! `V7` notifies [`RECORDED_CHANNEL`](crate::cancel::RECORDED_CHANNEL) when the outcome is
+//! recorded), waits with [`carmy::wait::until_decided`] on the store's listener, and
+//! unregisters.
 
 use crate::failure::Failure;
 use carmy::outcome::ExecutionId;

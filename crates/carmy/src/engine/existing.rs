@@ -1,5 +1,6 @@
-//! Waiting for a running duplicate instead of answering `EXECUTION_UNCERTAIN` `running` at once
-//! (docs/semantics.md §12.6, `Prefer: wait=N`).
+//! A call answered from its identity's existing record, waiting for a running duplicate instead
+//! of answering `EXECUTION_UNCERTAIN` `running` at once (docs/semantics.md §12.6,
+//! `Prefer: wait=N`). The waiting loop itself is [`crate::wait`].
 
 use super::{answer, Answer, Engine, Refusal};
 use crate::call::ValidatedCall;
