@@ -179,6 +179,11 @@ pub(crate) fn from_refusal(
             tracing::error!(%refusal, "tools/call got a refusal that execute never gives");
             return Err(ErrorData::internal_error("internal error", None));
         }
+        // `Refusal` is non-exhaustive: one added to carmy later is logged, never guessed at.
+        _ => {
+            tracing::error!(%refusal, "tools/call got a refusal this front does not know");
+            return Err(ErrorData::internal_error("internal error", None));
+        }
     };
     let copy = entry(situation);
     let execution_id = execution_id.map(carmy::ExecutionId::as_str);

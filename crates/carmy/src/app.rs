@@ -32,6 +32,7 @@ pub fn app() -> AppBuilder {
 
 /// Why an application could not be built or served.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AppError {
     /// A tool could not be registered.
     #[error(transparent)]

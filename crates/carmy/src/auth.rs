@@ -12,6 +12,7 @@ pub const ANONYMOUS_PRINCIPAL: &str = "anonymous";
 
 /// A malformed key list.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ApiKeysError {
     /// An entry is not `key=principal` with both sides non-empty (entries are numbered from 1).
     #[error("API key entry {0} is not of the form key=principal")]
@@ -177,6 +178,7 @@ impl Caller {
 /// `UNAUTHORIZED` with this text as the detail (HTTP words [`AuthError::OperatorKey`] with its
 /// routes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AuthError {
     /// No credential where one is required, an unknown key, or two `Authorization` headers
     /// (ambiguous).

@@ -93,6 +93,7 @@ pub struct Released {
 
 /// Why a decision changed nothing (docs/semantics.md §12.1).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecisionRefusal {
     /// No such execution (for this principal, when one was given).
     #[error("no such execution")]
@@ -109,6 +110,7 @@ pub enum DecisionRefusal {
 /// What an audit row records (docs/semantics.md §12.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AuditAction {
     /// An outcome was recorded by a decision.
     Resolve,

@@ -35,6 +35,7 @@ impl fmt::Display for Fingerprint {
 
 /// Why a fingerprint could not be computed; the text is safe to show to the caller.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FingerprintError {
     /// A number that no exact decimal can be formed for (an exponent beyond 64 bits).
     #[error("number {0} is out of range")]

@@ -5,6 +5,7 @@ pub const MAX_IDENTIFIER_BYTES: usize = 255;
 
 /// Why an identifier was refused; the text is safe to show to the caller.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum IdentifierError {
     /// Zero bytes long.
     #[error("{field} must not be empty")]

@@ -71,6 +71,7 @@ impl fmt::Display for ExecutionId {
 /// How a finished execution ended (docs/semantics.md §4). All four are recorded and replayed alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ExecutionStatus {
     /// The tool returned a value.
     Completed,

@@ -65,6 +65,7 @@ fn may_rerun(tool: &dyn Tool) -> bool {
 
 /// Why a tool could not be registered.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ToolRegistryError {
     /// Two tools share a name.
     #[error("tool {0:?} is registered twice")]

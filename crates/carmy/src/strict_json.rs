@@ -22,6 +22,7 @@ const RESERVED_RAW_MEMBER: &str = "$serde_json::private::RawValue";
 
 /// Why a value was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StrictJsonError {
     /// Not JSON, or JSON with a duplicate member, a reserved member name or too deep a nesting.
     /// The text is safe to show to the caller.

@@ -61,6 +61,7 @@ pub struct ToolError {
 
 /// What a [`ToolError`] says about the tool's effect (docs/semantics.md §4).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ToolErrorKind {
     /// The tool finished and failed; recorded `failed`, replayed.
     #[default]

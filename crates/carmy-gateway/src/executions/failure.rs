@@ -140,6 +140,16 @@ impl CliFailure {
                      --force"
                 ),
             ),
+            // `DecisionRefusal` is non-exhaustive: a refusal added to carmy later still says
+            // that nothing changed.
+            _ => Self::new(
+                "INTERNAL",
+                1,
+                format!(
+                    "the decision on execution {execution_id} was refused ({refusal}); nothing \
+                     was changed: see carmy-gateway executions show {execution_id}"
+                ),
+            ),
         }
     }
 

@@ -112,6 +112,8 @@ pub fn result(
         ExecutionStatus::Failed => Some("TOOL_ERROR"),
         ExecutionStatus::TimedOut => Some("TIMEOUT"),
         ExecutionStatus::Cancelled => Some("CANCELLED"),
+        // `ExecutionStatus` is non-exhaustive; these tests know the four above.
+        other => panic!("no test outcome for status {other:?}"),
     }
     .map(|code| ExecutionError {
         code: code.to_owned(),

@@ -25,6 +25,7 @@ pub struct Answer {
 #[derive(Clone, Debug, PartialEq)]
 // One answer per cancel request, moved once: boxing the record would buy nothing.
 #[allow(clippy::large_enum_variant)]
+#[non_exhaustive]
 pub enum CancelAnswer {
     /// The execution finished (normally `cancelled`; a tool that returned first keeps its
     /// outcome): the recorded outcome.
@@ -37,6 +38,7 @@ pub enum CancelAnswer {
 /// Why the engine gives no outcome (docs/semantics.md §3, §5). No variant carries store text or
 /// another principal's data.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Refusal {
     /// The call broke a rule (identifiers, JSON, the tool's schema); nothing was reserved.
     #[error("{0}")]

@@ -35,6 +35,7 @@ const ON_DEMAND_CLAIM_PAUSES: [Duration; 3] = [
 
 /// What reconciling one execution came to.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Reconciled {
     /// The probe found the effect: the execution was resolved `completed` with its body.
     Resolved(ExecutionResult),

@@ -16,6 +16,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 /// machine `code` (docs/semantics.md §3, §5); no variant carries database text or another
 /// principal's data.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ApiError {
     /// 400 `INVALID_REQUEST`: bad JSON, bad identifiers, arguments rejected by the schema.
     #[error("{0}")]

@@ -5,6 +5,7 @@ use crate::outcome::ExecutionId;
 
 /// Why a store could not answer.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// A bounded store is full and the identity is new: `IDEMPOTENCY_CAPACITY` (507).
     #[error("the idempotency store is full")]
