@@ -29,6 +29,7 @@ mod operator_keys;
 mod order_errors;
 mod partition;
 mod payments;
+mod pgbouncer;
 mod postgres_outages;
 mod postgres_replicas;
 mod readme_tools;
