@@ -32,6 +32,7 @@ mod payments;
 mod pgbouncer;
 mod postgres_outages;
 mod postgres_replicas;
+mod readiness_replication;
 mod readme_tools;
 mod reconcile;
 mod record_damaged;
