@@ -147,6 +147,18 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// [`StoreError::Unavailable`] with the reason.
     fn check_ready(&self) -> StoreFuture<'_, ()>;
 
+    /// What a ready store warns about without refusing calls, one sentence each, shown in
+    /// `/readyz` as `warnings` (e.g. PostgreSQL's: the primary has standbys but its commits do
+    /// not wait for a synchronous one, docs/semantics.md §14). Asked after
+    /// [`IdempotencyStore::check_ready`] succeeded. Default: none; a wrapper store forwards it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the check itself failed (`/readyz` then shows no
+    /// warnings and logs the cause).
+    fn readiness_warnings(&self) -> StoreFuture<'_, Vec<String>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
     /// Records the outcome that reconciliation found for an execution without one
     /// (docs/semantics.md §12.1), in one compare-and-set step with its audit row
     /// ([`AuditAction::Resolve`](crate::decision::AuditAction)): of any number of concurrent

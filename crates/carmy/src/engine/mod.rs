@@ -281,11 +281,21 @@ impl Engine {
     /// store's own [`StoreError::NotReady`] text (e.g. `schema carmy is not migrated …: run
     /// migrations`), or a fixed sentence when it failed (the cause is logged here).
     ///
+    /// When ready, the store's warnings ([`IdempotencyStore::readiness_warnings`]; none when
+    /// that check fails, which is logged).
+    ///
     /// # Errors
     /// The reason, as a sentence.
-    pub async fn readiness(&self) -> Result<(), String> {
+    pub async fn readiness(&self) -> Result<Vec<String>, String> {
         match self.store.check_ready().await {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(self
+                .store
+                .readiness_warnings()
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!(%error, "cannot check the idempotency store's warnings");
+                    Vec::new()
+                })),
             Err(StoreError::NotReady(reason)) => Err(reason),
             Err(error) => {
                 tracing::warn!(%error, "the idempotency store is not ready");

@@ -100,6 +100,11 @@ macro_rules! forward_store {
             self.$inner.check_ready()
         }
     };
+    (@one $inner:tt readiness_warnings) => {
+        fn readiness_warnings(&self) -> $crate::runtime::StoreFuture<'_, Vec<String>> {
+            self.$inner.readiness_warnings()
+        }
+    };
     (@one $inner:tt resolve_execution) => {
         fn resolve_execution<'a>(
             &'a self,
