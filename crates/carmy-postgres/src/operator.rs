@@ -260,13 +260,11 @@ impl Operator {
     }
 }
 
-/// Decodes a row of the operator statements of [`crate::sql`]; `released` for those of
-/// `carmy.released_executions`.
 /// One execution of any principal by id on `pool`: a held one, else a released one (the
 /// operator's `show`, and [`PostgresStore`](crate::PostgresStore)'s `operator_view` for the
 /// console).
 pub(crate) async fn show_detail(
-    pool: &PgPool,
+    pool: &Db,
     execution_id: &ExecutionId,
 ) -> Result<Option<ExecutionDetail>, Failure> {
     for (sql, released) in [
@@ -301,6 +299,8 @@ impl ExecutionDetail {
     }
 }
 
+/// Decodes a row of the operator statements of [`crate::sql`]; `released` for those of
+/// `carmy.released_executions`.
 fn detail(row: &PgRow, released: bool) -> Result<ExecutionDetail, Failure> {
     let lookup = if released {
         decide::decode_released(row)?

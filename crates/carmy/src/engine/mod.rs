@@ -352,7 +352,9 @@ impl Engine {
         let task = self.executions.spawn(
             async move {
                 let tool = call.tool().to_owned();
-                let answer = engine.complete_answer(engine.execute_attached(call).await, &tool);
+                let recorded = call.request_id().is_some();
+                let answer =
+                    engine.complete_answer(engine.execute_attached(call).await, &tool, recorded);
                 let current = tracing::Span::current();
                 if let Some(execution_id) = answer::execution_id_of(&answer) {
                     current.record("execution_id", execution_id.as_str());
