@@ -12,7 +12,6 @@
 
 use super::{check, Bodies, Connection, RunResult, Scenario, WorkerTally};
 use crate::cpu;
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -139,7 +138,7 @@ fn side_result(
         },
         p50_ms: ms(0.50),
         p99_ms: ms(0.99),
-        errors: tally.errors.into_iter().collect::<BTreeMap<_, _>>(),
+        errors: tally.errors,
         rows_before: None,
         replay_cache: true,
         group_commit: true,
