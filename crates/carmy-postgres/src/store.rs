@@ -274,6 +274,11 @@ impl PostgresStore {
         // Never reserve without a lease row: others would read the reservation as interrupted.
         self.lease.ensure_held().await?;
         if let Some(reserves) = &self.batches {
+            // Nothing queued and a slot free: this call's own statement, exactly as with
+            // batching off, holding the slot so that no batch overtakes it.
+            if let Some(_slot) = reserves.alone() {
+                return self.reserve_alone(key, fingerprint, intent).await;
+            }
             let batched = self
                 .reserve_batched(reserves, key, fingerprint, intent)
                 .await?;
@@ -395,10 +400,14 @@ impl PostgresStore {
         Claim { key, fingerprint }: Claim<'_>,
         recorded: &RecordedResult,
     ) -> Result<(), Failure> {
-        let outcome = recorded.record_json();
-        let result = recorded.result();
-        let error_code = result.error.as_ref().map(|error| error.code.as_str());
         if let Some(completes) = &self.batches {
+            // Nothing queued and a slot free: this call's own statement, as with batching off.
+            if let Some(_slot) = completes.alone() {
+                return self.complete_alone(key, fingerprint, recorded).await;
+            }
+            let outcome = recorded.record_json();
+            let result = recorded.result();
+            let error_code = result.error.as_ref().map(|error| error.code.as_str());
             let request = CompleteRequest {
                 principal: key.principal.clone(),
                 session_id: key.session_id.clone(),
@@ -422,6 +431,20 @@ impl PostgresStore {
                 return after_update(&self.pool, key, recorded, updated).await;
             }
         }
+        self.complete_alone(key, fingerprint, recorded).await
+    }
+
+    /// An outcome recorded by this call's own statement ([`COMPLETE_SQL`]), then read back
+    /// when it matched nothing (`after_update`).
+    async fn complete_alone(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        recorded: &RecordedResult,
+    ) -> Result<(), Failure> {
+        let outcome = recorded.record_json();
+        let result = recorded.result();
+        let error_code = result.error.as_ref().map(|error| error.code.as_str());
         let query = sqlx::query(COMPLETE_SQL)
             .bind(&key.principal)
             .bind(&key.session_id)
