@@ -12,6 +12,9 @@
 //! PostgreSQL. Replays are of the identities its counted new identities made (the other steps
 //! may have emptied the table), each replayed once uncounted first.
 //!
+//! A second gateway with group commit off (`CARMY_DB_BATCH_MAX_ROWS=1`) then counts new
+//! identities alone, the lone caller's comparison (issue 30).
+//!
 //! Needs `valgrind` on `PATH` (`scripts/bench` installs it on Debian when missing); without it
 //! the figures are skipped.
 
@@ -40,6 +43,10 @@ pub struct Instructions {
     pub mcp_new_identity: f64,
     /// A replay over `/mcp`.
     pub mcp_replay: f64,
+    /// A new identity over `POST /v1/executions` on a gateway with group commit off
+    /// (`CARMY_DB_BATCH_MAX_ROWS=1`), when the gateway has the setting: what a lone caller
+    /// would cost without batching, against [`Instructions::http_new_identity`].
+    pub http_new_identity_unbatched: Option<f64>,
 }
 
 /// Whether `program` is on `PATH`.
@@ -68,15 +75,7 @@ pub async fn measure(
     ));
     std::fs::create_dir_all(&dir)
         .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
-    let wrapper = vec![
-        "valgrind".to_owned(),
-        "--tool=callgrind".to_owned(),
-        format!(
-            "--callgrind-out-file={}",
-            dir.join("callgrind.out").display()
-        ),
-        "--dump-instr=no".to_owned(),
-    ];
+    let wrapper = callgrind_wrapper(&dir);
     eprintln!("instructions per call: starting the gateway under callgrind");
     let mut gateway = Gateway::start_under(
         &wrapper,
@@ -88,8 +87,79 @@ pub async fn measure(
     )?;
     let counted = count_all(&gateway, &dir).await;
     gateway.stop();
+    let mut counted = match counted {
+        Ok(counted) => counted,
+        Err(error) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(error);
+        }
+    };
+    if crate::gateway::has_setting(binary, "CARMY_DB_BATCH_MAX_ROWS") {
+        let unbatched_dir = dir.join("unbatched");
+        let mut env = env.to_vec();
+        env.push(("CARMY_DB_BATCH_MAX_ROWS", "1".to_owned()));
+        let outcome = count_unbatched(binary, database_url, &env, &unbatched_dir).await;
+        counted.http_new_identity_unbatched = Some(outcome?);
+    }
     let _ = std::fs::remove_dir_all(&dir);
-    counted.map(Some)
+    Ok(Some(counted))
+}
+
+/// The wrapper that runs a gateway under callgrind, its dumps going to `dir`.
+fn callgrind_wrapper(dir: &Path) -> Vec<String> {
+    vec![
+        "valgrind".to_owned(),
+        "--tool=callgrind".to_owned(),
+        format!(
+            "--callgrind-out-file={}",
+            dir.join("callgrind.out").display()
+        ),
+        "--dump-instr=no".to_owned(),
+    ]
+}
+
+/// Instructions per new identity over HTTP of a gateway started under callgrind with `env`
+/// (group commit off), dumps going to `dir`.
+async fn count_unbatched(
+    binary: &Path,
+    database_url: &str,
+    env: &[(&'static str, String)],
+    dir: &Path,
+) -> Result<f64, String> {
+    std::fs::create_dir_all(dir)
+        .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+    eprintln!("instructions per call: new identity, group commit off");
+    let mut gateway = Gateway::start_under(
+        &callgrind_wrapper(dir),
+        Duration::from_secs(300),
+        binary,
+        "callgrind-unbatched",
+        database_url,
+        env,
+    )?;
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let bodies = |kind: &str, calls: usize| -> Vec<String> {
+        (0..calls)
+            .map(|index| load::call_body(&format!("cg-{tag}-{kind}-{index}"), false))
+            .collect()
+    };
+    let counted = async {
+        load::sequential(
+            gateway.address,
+            Scenario::NewIdentity,
+            &bodies("warm", WARM_UP),
+        )
+        .await?;
+        control(&gateway, "--zero")?;
+        let measured = bodies("http", CALLS);
+        load::sequential(gateway.address, Scenario::NewIdentity, &measured).await?;
+        control(&gateway, "--dump")?;
+        let total = dump_total(&dir.join("callgrind.out.1"))?;
+        Ok::<f64, String>(total as f64 / measured.len() as f64)
+    }
+    .await;
+    gateway.stop();
+    counted
 }
 
 /// The four counts on `gateway`, dumps going to `dir`.
@@ -138,6 +208,7 @@ async fn count_all(gateway: &Gateway, dir: &Path) -> Result<Instructions, String
         http_replay: per_call[1],
         mcp_new_identity: per_call[2],
         mcp_replay: per_call[3],
+        http_new_identity_unbatched: None,
     })
 }
 

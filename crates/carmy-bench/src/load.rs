@@ -7,6 +7,7 @@
 //! by kind ([`check`]).
 
 mod check;
+pub mod paired;
 
 use crate::cpu;
 use bytes::Bytes;

@@ -224,6 +224,7 @@ async fn run(
     let main =
         measure::main_gateway(args, gateway_binary, pgbench_binary, database, &main_env).await?;
     let mut runs = main.runs;
+    let lone_caller = main.lone_caller;
     if has_cache && args.replay_cache_entries != Some(0) {
         runs.extend(measure::measure_uncached(args, gateway_binary, database).await?);
     }
@@ -266,6 +267,7 @@ async fn run(
         pgbench_new_identity_c1: main.pgbench_new_c1,
         pgbench_read_one: main.pgbench_read,
         runs,
+        lone_caller,
         memory_store,
         round_trips: Some(round_trips),
         flatness,

@@ -33,6 +33,9 @@ pub struct MainRuns {
     pub pgbench_read: PgbenchResult,
     /// New identities, replays and conflicts at each concurrency, then the MCP scenarios.
     pub runs: Vec<RunResult>,
+    /// The lone caller alternating between this gateway and one with group commit off
+    /// ([`lone_caller`]), when the gateway has the setting.
+    pub lone_caller: Option<[RunResult; 2]>,
 }
 
 /// Starts the main gateway with `env`, preloads the rows and the replay identities, and
@@ -84,6 +87,11 @@ pub async fn main_gateway(
     for &concurrency in &args.concurrency {
         runs.push(measure_new_identities(args, concurrency, &gw, database, &mut settled).await?);
     }
+    let lone_caller = if gateway::has_setting(gateway_binary, "CARMY_DB_BATCH_MAX_ROWS") {
+        Some(lone_caller(args, gateway_binary, database, env, &gw).await?)
+    } else {
+        None
+    };
 
     eprintln!("pgbench read_one.sql, {pgbench_seconds} s");
     let pgbench_read = pgbench::run(
@@ -120,7 +128,46 @@ pub async fn main_gateway(
         pgbench_new_c1,
         pgbench_read,
         runs,
+        lone_caller,
     })
+}
+
+/// New identities from one caller alternating, call by call, between `main` (group commit
+/// on) and a gateway started now with `CARMY_DB_BATCH_MAX_ROWS=1` (group commit off), both on
+/// `database` ([`load::paired`]): the lone-caller comparison, with whatever else runs on the
+/// machine falling on both alike. The results: on, then off.
+pub async fn lone_caller(
+    args: &Args,
+    gateway_binary: &Path,
+    database: &BenchDb,
+    main_env: &[(&'static str, String)],
+    main: &Gateway,
+) -> Result<[RunResult; 2], String> {
+    let mut env = main_env.to_vec();
+    env.push(("CARMY_DB_BATCH_MAX_ROWS", "1".to_owned()));
+    let mut unbatched = Gateway::start(gateway_binary, "lone-unbatched", &database.url, &env)?;
+    // Each side gets about `measure` of calls.
+    let measure = args.measure() * 2;
+    eprintln!(
+        "new identity at c=1, group commit on and off call by call, {:.1} s",
+        measure.as_secs_f64()
+    );
+    let sides = [main, &unbatched].map(|gateway| load::paired::Side {
+        address: gateway.address,
+        pid: gateway.pid(),
+    });
+    let results = load::paired::alternate(
+        sides,
+        Scenario::NewIdentity,
+        args.replay_identities,
+        args.warmup(),
+        measure,
+    )
+    .await;
+    unbatched.stop();
+    let [on, mut off] = results?;
+    off.group_commit = false;
+    Ok([on, off])
 }
 
 /// The in-memory store, timed in-process on one thread.

@@ -185,6 +185,9 @@ pub struct Report {
     pub pgbench_read_one: PgbenchResult,
     /// The HTTP measurements.
     pub runs: Vec<RunResult>,
+    /// New identities from one caller alternating between the main gateway (group commit on)
+    /// and one with group commit off, call by call (`crate::load::paired`): on, then off.
+    pub lone_caller: Option<[RunResult; 2]>,
     /// The in-memory store, in-process on one thread.
     pub memory_store: MemoryStoreResult,
     /// Round trips per call, counted on the wire.

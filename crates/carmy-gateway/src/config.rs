@@ -41,6 +41,19 @@ pub struct Config {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<String>,
 
+    /// PostgreSQL URL of the session-bound connections (docs/semantics.md §14.3): the lease,
+    /// the LISTEN connection, migrations and the example orders' table setup. Needed when
+    /// `DATABASE_URL` goes through a transaction-mode pooler (PgBouncer `pool_mode =
+    /// transaction`); it must reach PostgreSQL directly or through a session-mode pooler.
+    /// Unset: `DATABASE_URL` serves everything.
+    #[arg(
+        long,
+        env = "CARMY_DATABASE_SESSION_URL",
+        hide_env_values = true,
+        global = true
+    )]
+    pub database_session_url: Option<String>,
+
     /// API keys as `key=principal` pairs, comma separated; unset (with no keys file) means
     /// anonymous mode, loopback only.
     #[arg(long, env = "CARMY_API_KEYS", hide_env_values = true)]

@@ -132,7 +132,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
     let examples = cfg!(feature = "example-tools")
         && tools_file.as_ref().is_none_or(|file| file.example_tools);
     let mut memory = None;
-    let (store, pool): (Arc<dyn IdempotencyStore>, Option<sqlx::PgPool>) =
+    let (store, db): (Arc<dyn IdempotencyStore>, Option<carmy_postgres::Db>) =
         match &config.database_url {
             None => {
                 let store = Arc::new(InMemoryIdempotencyStore::new(config.memory_capacity));
@@ -140,8 +140,8 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
                 (store, None)
             }
             Some(url) => {
-                let (store, pool) = postgres_stores(config, url, examples).await?;
-                (store, Some(pool))
+                let (store, db) = postgres_stores(config, url, examples).await?;
+                (store, Some(db))
             }
         };
     let mut builder = carmy::app()
@@ -156,8 +156,8 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         .engine_config(engine_config(config));
     #[cfg(feature = "example-tools")]
     if examples {
-        let orders: Arc<dyn OrderBook> = match pool {
-            Some(pool) => Arc::new(PostgresOrderBook::new(pool)),
+        let orders: Arc<dyn OrderBook> = match db {
+            Some(db) => Arc::new(PostgresOrderBook::new(db)),
             None => Arc::new(MemoryOrderBook::default()),
         };
         for tool in tools::example_tools(orders) {
@@ -165,7 +165,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         }
     }
     #[cfg(not(feature = "example-tools"))]
-    let _ = pool;
+    let _ = db;
     for tool in configured_tools {
         builder = builder.shared_tool(tool);
     }
@@ -203,22 +203,41 @@ fn check_key_arguments(engine: &carmy::engine::Engine) -> Result<(), GatewayErro
 /// `carmy.example_orders` if it is missing and `examples` says the example tools are served
 /// (`PostgresOrderBook::prepare`: demo data never lands in a database that does not serve
 /// them), and returns `PostgresStore` (behind the replay cache unless
-/// `CARMY_REPLAY_CACHE_ENTRIES=0`) and its pool (for the example orders).
+/// `CARMY_REPLAY_CACHE_ENTRIES=0`) and its database handle (for the example orders).
 async fn postgres_stores(
     config: &Config,
     url: &str,
     examples: bool,
-) -> Result<(Arc<dyn IdempotencyStore>, sqlx::PgPool), GatewayError> {
+) -> Result<(Arc<dyn IdempotencyStore>, carmy_postgres::Db), GatewayError> {
     let mut options = PostgresStoreOptions::new(url.to_owned());
     options.lease_ttl = Duration::from_millis(config.lease_ttl_ms);
     options.batch_max_rows = config.db_batch_max_rows;
     options.statement_timeout = Duration::from_millis(config.db_statement_timeout_ms);
+    options.session_url.clone_from(&config.database_session_url);
+    options.require_sync_replica = config.require_sync_replica;
     // The pool's sessions carry the settings of docs/semantics.md §14.1.
     let connect = options
         .session_connect_options()
         .map_err(|error| GatewayError::Database(error.to_string()))?;
-    check_database_path(&connect, &options).await?;
-    carmy_postgres::migrate(url).await?;
+    options.transaction_pooler = check_database_path(&connect, &options).await?;
+    // Migrations and the orders' table setup hold the migration lock: session-bound.
+    let session_url = options
+        .session_url
+        .clone()
+        .unwrap_or_else(|| url.to_owned());
+    carmy_postgres::migrate(&session_url).await?;
+    #[cfg(feature = "example-tools")]
+    if examples {
+        let setup = carmy_postgres::pool_options(1, Duration::from_secs(10))
+            .connect(&session_url)
+            .await
+            .map_err(|error| GatewayError::Database(error.to_string()))?;
+        let prepared = PostgresOrderBook::prepare(&setup).await;
+        setup.close().await;
+        prepared.map_err(GatewayError::Database)?;
+    }
+    #[cfg(not(feature = "example-tools"))]
+    let _ = examples;
     let pool = carmy_postgres::pool_options(
         config.db_pool_size,
         Duration::from_millis(config.db_acquire_timeout_ms),
@@ -226,21 +245,17 @@ async fn postgres_stores(
     .connect_with(connect)
     .await
     .map_err(|error| GatewayError::Database(error.to_string()))?;
-    #[cfg(feature = "example-tools")]
-    if examples {
-        PostgresOrderBook::prepare(&pool)
-            .await
-            .map_err(GatewayError::Database)?;
-    }
-    #[cfg(not(feature = "example-tools"))]
-    let _ = examples;
-    check_replication(&pool, config.require_sync_replica).await?;
     let store = Arc::new(
-        PostgresStore::from_pool(pool.clone(), options)
+        PostgresStore::from_pool(pool, options)
             .await
             .map_err(|error| GatewayError::Database(error.to_string()))?,
     );
+    if let Err(refused) = check_replication(store.db(), config.require_sync_replica).await {
+        let _ = store.shutdown().await;
+        return Err(refused);
+    }
     tracing::info!(instance_id = store.instance_id(), "using PostgreSQL");
+    let db = store.db().clone();
     let shared: Arc<dyn IdempotencyStore> = if config.replay_cache_entries > 0 {
         Arc::new(ReplayCache::new(
             store,
@@ -250,35 +265,68 @@ async fn postgres_stores(
     } else {
         store
     };
-    Ok((shared, pool))
+    Ok((shared, db))
 }
 
-/// Refuses a transaction-mode pooler between the gateway and PostgreSQL, before anything
-/// (the migration lock included) runs through it, and warns when the session settings did not
-/// reach the server (docs/semantics.md §14.1, §14.3).
+/// What runs through a transaction-mode pooler without a session URL, for the refusal and the
+/// start log (docs/semantics.md §14.3).
+const SESSION_BOUND: &str = "the instance lease (a session's row lock and renewals), the LISTEN connection (cancels, outcomes for waiters, replay-cache invalidation) and migrations (a session advisory lock)";
+
+/// Checks the path to PostgreSQL before anything (the migration lock included) runs through it
+/// (docs/semantics.md §14.1, §14.3) and returns whether `DATABASE_URL` goes through a
+/// transaction-mode pooler. Such a pooler is refused without `CARMY_DATABASE_SESSION_URL` (the
+/// text names what breaks and the variable); with it, the session URL must itself hold
+/// sessions, and the start log says what runs where. Warns when the session settings did not
+/// reach the server.
 async fn check_database_path(
     connect: &sqlx::postgres::PgConnectOptions,
     options: &PostgresStoreOptions,
-) -> Result<(), GatewayError> {
-    let statement_timeout = match carmy_postgres::check_path(connect).await {
-        Ok(statement_timeout) => statement_timeout,
-        Err(refused @ carmy_postgres::PathError::TransactionPooler(_)) => {
-            return Err(GatewayError::Database(refused.to_string()))
+) -> Result<bool, GatewayError> {
+    let (pooled, statement_timeout) = match carmy_postgres::check_path(connect).await {
+        Ok(statement_timeout) => (false, Some(statement_timeout)),
+        Err(carmy_postgres::PathError::TransactionPooler(pid)) => {
+            if options.session_url.is_none() {
+                return Err(GatewayError::Database(format!(
+                    "DATABASE_URL goes through a transaction-mode pooler (two of Carmy's connections were served by PostgreSQL process {pid}, e.g. PgBouncer pool_mode = transaction): {SESSION_BOUND} need a session of their own and break there; set CARMY_DATABASE_SESSION_URL to a direct or session-mode URL of the same database (the hot path then stays on DATABASE_URL), or use pool_mode = session (docs/operations.md, Connection poolers)"
+                )));
+            }
+            (true, None)
         }
         // Unreachable, refused, …: the migration that follows reports it as before.
-        Err(carmy_postgres::PathError::Probe(_)) => return Ok(()),
+        Err(carmy_postgres::PathError::Probe(_)) => (false, None),
     };
-    if !options.statement_timeout.is_zero() && statement_timeout == "0" {
+    if let Some(session_url) = &options.session_url {
+        let session: sqlx::postgres::PgConnectOptions =
+            session_url.parse().map_err(|error: sqlx::Error| {
+                GatewayError::Database(format!("CARMY_DATABASE_SESSION_URL is invalid: {error}"))
+            })?;
+        if let Err(carmy_postgres::PathError::TransactionPooler(pid)) =
+            carmy_postgres::check_path(&session).await
+        {
+            return Err(GatewayError::Database(format!(
+                "CARMY_DATABASE_SESSION_URL goes through a transaction-mode pooler too (two connections were served by PostgreSQL process {pid}): {SESSION_BOUND} need a session of their own; point it at PostgreSQL directly or at a session-mode pooler (docs/operations.md, Connection poolers)"
+            )));
+        }
+    }
+    if pooled {
+        tracing::info!(
+            "DATABASE_URL goes through a transaction-mode pooler: reservations, outcomes, lookups and decisions run there, each statement in a transaction of its own (statement_timeout set with SET LOCAL); {SESSION_BOUND} use CARMY_DATABASE_SESSION_URL"
+        );
+    }
+    if statement_timeout.as_deref() == Some("0") && !options.statement_timeout.is_zero() {
         tracing::warn!(
             "the database sessions have no statement_timeout although CARMY_DB_STATEMENT_TIMEOUT_MS asks for one: a pooler dropped the startup options (PgBouncer's ignore_startup_parameters); set it on the role (ALTER ROLE … SET statement_timeout, docs/operations.md)"
         );
     }
-    Ok(())
+    Ok(pooled)
 }
 
 /// Warns (or, with `CARMY_REQUIRE_SYNC_REPLICA`, refuses to start) when the primary's commits
 /// do not wait for a synchronous standby although it has standbys (docs/semantics.md §14).
-async fn check_replication(pool: &sqlx::PgPool, require_sync: bool) -> Result<(), GatewayError> {
+async fn check_replication(
+    pool: &carmy_postgres::Db,
+    require_sync: bool,
+) -> Result<(), GatewayError> {
     let found = carmy_postgres::check_replication(pool)
         .await
         .map_err(|error| {
@@ -434,6 +482,8 @@ async fn run(config: Config) -> Result<ExitCode, GatewayError> {
                 .database_url
                 .as_deref()
                 .ok_or(GatewayError::NoDatabase)?;
+            // Migrations hold a session lock: the session URL when there is one (§14.3).
+            let url = config.database_session_url.as_deref().unwrap_or(url);
             carmy_postgres::migrate(url).await?;
             tracing::info!(
                 version = carmy_postgres::latest_migration_version(),

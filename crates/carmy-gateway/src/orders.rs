@@ -3,6 +3,7 @@
 //! tools' own, not the product's: [`PostgresOrderBook::prepare`] creates it
 //! (`sql/example_orders.sql`) where it is missing.
 
+use carmy_postgres::Db;
 use serde_json::{json, Value};
 use sqlx::{Executor, PgPool, Row};
 use std::future::Future;
@@ -123,14 +124,16 @@ pub const EXAMPLE_ORDERS_SQL: &str = include_str!("../sql/example_orders.sql");
 
 /// Orders in `carmy.example_orders`, shared by all replicas.
 pub struct PostgresOrderBook {
-    pool: PgPool,
+    /// The store's pool, pinned behind a transaction-mode pooler (docs/semantics.md §14.3).
+    pool: Db,
 }
 
 impl PostgresOrderBook {
-    /// Uses `pool` (the store's pool: one pool per process). Call [`PostgresOrderBook::prepare`]
-    /// once first.
-    pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+    /// Uses `pool` (the store's pool: one pool per process; a `PgPool` is taken as direct,
+    /// [`carmy_postgres::PostgresStore::db`] keeps the store's pinning, docs/semantics.md
+    /// §14.3). Call [`PostgresOrderBook::prepare`] once first.
+    pub fn new(pool: impl Into<Db>) -> Self {
+        Self { pool: pool.into() }
     }
 
     /// Creates `carmy.example_orders` (with [`EXAMPLE_ORDERS_SQL`]) when it does not exist, in
@@ -211,6 +214,7 @@ impl PostgresOrderBook {
     /// A connection of the pool; failing here means nothing was sent.
     async fn connection(&self) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, OrderError> {
         self.pool
+            .pool()
             .acquire()
             .await
             .map_err(|error| OrderError::NotSent(error.to_string()))
@@ -230,7 +234,7 @@ impl OrderBook for PostgresOrderBook {
             .bind(owner)
             .bind(sku)
             .bind(quantity)
-            .fetch_one(&mut *connection)
+            .fetch_one(self.pool.through(&mut connection))
             .await
             .map_err(|error| OrderError::after_sending(&error))
         })

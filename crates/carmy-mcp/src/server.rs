@@ -223,6 +223,9 @@ impl CarmyMcp {
         let Ready { call, key, .. } = ready;
         let tool = call.tool().to_owned();
         let identity = call.key();
+        // A call without a request id has no record (docs/semantics.md §11): its answer names
+        // no request id to repeat and no expiry.
+        let key = key.filter(|_| identity.is_some());
         let execution = self.engine.execute(call);
         tokio::pin!(execution);
         let outcome = match &identity {

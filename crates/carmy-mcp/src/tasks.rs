@@ -61,7 +61,7 @@ fn execution_id(task_id: &str) -> Result<ExecutionId, ErrorData> {
 /// principal cannot learn of another's tasks).
 fn unknown(task_id: &str) -> ErrorData {
     ErrorData::invalid_params(
-        format!("no task {task_id:?} for this API key: task ids are execution ids, visible only to the principal that made the call"),
+        format!("no task {task_id:?} for this API key: task ids are execution ids, visible only to the principal that made the call. A task also ends this way when its call did not run after all (the tool said nothing happened: repeat the call with the same request id to run it) or when its record expired"),
         None,
     )
 }
@@ -170,7 +170,8 @@ fn detailed(
             }
             if result.status == ExecutionStatus::Cancelled {
                 return DetailedTask::new(
-                    task.with_status_message(format!("execution {id} was cancelled")),
+                    // A recorded cancel stopped a running tool: its effect is unknown (§4).
+                    task.with_status_message(format!("execution {id} was cancelled while its tool ran: its effect may or may not have happened; check with a read-only tool before doing it again")),
                     TaskPayload::Cancelled,
                 );
             }

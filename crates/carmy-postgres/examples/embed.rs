@@ -2,7 +2,7 @@
 //! your own Rust service"):
 //!
 //! ```sh
-//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres \
+//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/carmy \
 //!   cargo run -p carmy-postgres --example embed
 //! ```
 //!

@@ -4,9 +4,11 @@
 //! A [`Batcher`] owns one worker task. Whenever fewer than [`Limits::in_flight`] batches are in
 //! flight, the worker takes whatever queued meanwhile, up to [`Limits::max_rows`] requests (and
 //! about [`MAX_BATCH_BYTES`] of payload), and hands it to its [`Execute`] implementation, which
-//! answers every request of the batch. Nothing waits for a batch to fill: a request that finds
-//! nothing queued and a batch slot free runs at once as a batch of one, in its caller's own task
-//! (no hand-over to the worker and back), so a lone caller costs what it would unbatched. Each caller waits on its own answer; a batch that fails
+//! answers every request of the batch. Nothing waits for a batch to fill: a call that finds
+//! nothing queued and a batch slot free runs at once, alone, in its caller's own task
+//! ([`Batcher::alone`]: the store then runs exactly what it runs with batching off; through
+//! [`Batcher::submit`], a batch of one), with no hand-over to the worker and back, so a lone
+//! caller costs what it would unbatched. Each caller waits on its own answer; a batch that fails
 //! answers each of its own callers with the failure, and nothing else. A request that finds no
 //! batch to go in within [`Limits::queue_timeout`] (every batch stuck, e.g. behind a lock) is
 //! answered [`Execute::timed_out`], as a call that waits for a pooled connection would be.
@@ -21,7 +23,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 /// A batch stops taking requests once their payload ([`Execute::weight`]) reaches this many
 /// bytes (1 MiB), so that a few large outcomes do not make one huge statement. A single request
@@ -117,18 +119,27 @@ impl<E: Execute> Batcher<E> {
         }
     }
 
-    /// Runs `request` at once as a batch of one when nothing is queued and a slot is free,
-    /// else queues it; waits for its answer.
+    /// A batch slot for a call to run alone, when nothing is queued and a slot is free: the
+    /// caller runs its own single-row statement while it holds the slot (the store's path with
+    /// batching off, no request built, no hand-over); `None` otherwise (the call goes through
+    /// [`Batcher::submit`]). Dropping the slot frees it for the next batch.
+    pub(crate) fn alone(&self) -> Option<OwnedSemaphorePermit> {
+        if self.queued.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        Arc::clone(&self.slots).try_acquire_owned().ok()
+    }
+
+    /// Runs `request` at once as a batch of one when nothing is queued and a slot is free
+    /// ([`Batcher::alone`]), else queues it; waits for its answer.
     ///
     /// # Errors
     /// [`Unanswered`] when the worker is gone.
     pub(crate) async fn submit(&self, request: E::Request) -> Result<E::Answer, Unanswered> {
-        if self.queued.load(Ordering::Acquire) == 0 {
-            if let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() {
-                let answer = self.executor.execute(vec![request]).await.pop();
-                drop(slot);
-                return answer.ok_or(Unanswered::Lost);
-            }
+        if let Some(slot) = self.alone() {
+            let answer = self.executor.execute(vec![request]).await.pop();
+            drop(slot);
+            return answer.ok_or(Unanswered::Lost);
         }
         let (reply, answer) = oneshot::channel();
         let queued = Queued {
@@ -325,6 +336,39 @@ mod tests {
         assert_eq!(answer, Ok(10));
         assert_eq!(*batches.lock().unwrap(), vec![vec![5]]);
         assert_eq!(*tasks.lock().unwrap(), vec![Some(caller_id)]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_runs_alone_only_when_nothing_is_queued_and_a_slot_is_free() {
+        let (executor, batches, gate) = doubler(false);
+        let batcher = Arc::new(Batcher::start(executor, limits(8)));
+        let slot = batcher.alone().expect("an idle batcher has a free slot");
+        // The only slot is taken: a request queues, and no other call may run alone.
+        let queued = {
+            let batcher = Arc::clone(&batcher);
+            tokio::spawn(async move { batcher.submit(1).await })
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while batcher.queued.load(Ordering::Acquire) == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "never queued");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(batcher.alone().is_none(), "a request is queued");
+        drop(slot);
+        // The worker takes the queued request into a batch, which holds the slot at the gate.
+        taken(&batches, 1).await;
+        assert!(batcher.alone().is_none(), "the only slot is in flight");
+        gate.add_permits(1000);
+        assert_eq!(queued.await.unwrap(), Ok(2));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while batcher.alone().is_none() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the slot was never freed"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(*batches.lock().unwrap(), vec![vec![1]]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,9 +5,9 @@
 //! ran ([`release_unused`]).
 
 use crate::failure::Failure;
+use crate::pinned::Db;
 use crate::sql::{NOTIFY_CANCEL_SQL, RELEASE_RESERVATION_SQL};
 use carmy::store::{IdempotencyKey, RecordChange};
-use sqlx::postgres::PgPool;
 use sqlx::Row;
 
 use carmy::outcome::ExecutionId;
@@ -135,10 +135,7 @@ fn changed(payload: &str) -> RecordChange {
 
 /// `NOTIFY carmy_cancel, '<execution_id>'`: every replica hears it; the one running the
 /// execution cancels it.
-pub(crate) async fn request_cancel(
-    pool: &PgPool,
-    execution_id: &ExecutionId,
-) -> Result<(), Failure> {
+pub(crate) async fn request_cancel(pool: &Db, execution_id: &ExecutionId) -> Result<(), Failure> {
     sqlx::query(NOTIFY_CANCEL_SQL)
         .bind(CANCEL_CHANNEL)
         .bind(execution_id.as_str())
@@ -153,7 +150,7 @@ pub(crate) async fn request_cancel(
 /// attempt's handed back so that it reads interrupted again (docs/semantics.md §12.7). A release
 /// that arrives after another replica took the execution over changes nothing.
 pub(crate) async fn release_unused(
-    pool: &PgPool,
+    pool: &Db,
     instance_id: &str,
     key: &IdempotencyKey,
     execution_id: &ExecutionId,

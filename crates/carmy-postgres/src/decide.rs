@@ -5,6 +5,7 @@
 
 use crate::decode::{decode_key, decode_record};
 use crate::failure::{unavailable, Failure};
+use crate::pinned::Db;
 use crate::sql::{
     AUDIT_TRAIL_SQL, FIND_RELEASED_SQL, LATE_ARRIVAL_SQL, LIST_EXECUTIONS_SQL,
     RELEASE_EXECUTION_SQL, RESOLVE_EXECUTION_SQL, TAKE_OVER_SQL,
@@ -19,7 +20,7 @@ use carmy::store::{
     Decided, ExecutionLookup, IdempotencyKey, InFlightState, RecordState, StoreError, StoredRecord,
 };
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgPool, PgRow};
+use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 /// The refusal a decision function raised (SQLSTATE `CR404`, `CR409`, `CR412`), if any.
@@ -36,7 +37,7 @@ fn refusal(error: &sqlx::Error) -> Option<DecisionRefusal> {
 /// Runs a decision statement: its one text column, or the refusal it raised.
 async fn decide(
     query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    pool: &PgPool,
+    pool: &Db,
 ) -> Result<Decided<String>, Failure> {
     match query.fetch_one(pool).await {
         Ok(row) => Ok(Ok(row.try_get::<String, _>(0)?)),
@@ -49,7 +50,7 @@ async fn decide(
 
 /// `carmy.resolve_execution` for `request`.
 pub(crate) async fn resolve(
-    pool: &PgPool,
+    pool: &Db,
     request: &ResolveRequest,
 ) -> Result<Decided<ExecutionResult>, Failure> {
     let data = serde_json::to_string(&request.data).map_err(|e| unavailable_text(&e))?;
@@ -93,7 +94,7 @@ struct ReleasedSummary {
 
 /// `carmy.release_execution` for `request`.
 pub(crate) async fn release(
-    pool: &PgPool,
+    pool: &Db,
     request: &ReleaseRequest,
 ) -> Result<Decided<Released>, Failure> {
     let query = sqlx::query(RELEASE_EXECUTION_SQL)
@@ -138,7 +139,7 @@ fn unavailable_text(error: &dyn std::fmt::Display) -> StoreError {
 /// Keeps the outcome of `refused`, a `complete` that arrived after its execution was decided,
 /// as a late arrival; the execution that holds the identity now.
 pub(crate) async fn late_arrival(
-    pool: &PgPool,
+    pool: &Db,
     instance_id: &str,
     key: &IdempotencyKey,
     recorded: &carmy::outcome::RecordedResult,
@@ -162,7 +163,7 @@ pub(crate) async fn late_arrival(
 /// Takes `execution_id` over for `instance_id` ([`TAKE_OVER_SQL`]); the new attempt, or
 /// `None` when nothing was taken over.
 pub(crate) async fn take_over(
-    pool: &PgPool,
+    pool: &Db,
     instance_id: &str,
     key: &IdempotencyKey,
     fingerprint: &carmy::fingerprint::Fingerprint,
@@ -187,7 +188,7 @@ pub(crate) async fn take_over(
 
 /// Records matching `query` (released ones excluded).
 pub(crate) async fn list(
-    pool: &PgPool,
+    pool: &Db,
     query: &ExecutionQuery,
 ) -> Result<Vec<ExecutionLookup>, Failure> {
     let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
@@ -213,7 +214,7 @@ pub(crate) async fn list(
 
 /// A released execution of `principal`, from `carmy.released_executions`.
 pub(crate) async fn find_released(
-    pool: &PgPool,
+    pool: &Db,
     principal: &str,
     execution_id: &ExecutionId,
 ) -> Result<Option<ExecutionLookup>, Failure> {
@@ -252,7 +253,7 @@ pub(crate) fn decode_released(row: &PgRow) -> Result<ExecutionLookup, Failure> {
 
 /// The audit rows of `execution_id`, oldest first.
 pub(crate) async fn audit_trail(
-    pool: &PgPool,
+    pool: &Db,
     execution_id: &ExecutionId,
 ) -> Result<Vec<AuditEntry>, Failure> {
     let rows = sqlx::query(AUDIT_TRAIL_SQL)

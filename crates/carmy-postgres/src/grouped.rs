@@ -147,7 +147,7 @@ impl Hot {
         query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> Result<Vec<PgRow>, sqlx::Error> {
         let mut hot = self.pool.get().await.map_err(run_error)?;
-        let rows = query.fetch_all(&mut hot.connection).await;
+        let rows = query.fetch_all(hot.through()).await;
         hot.used(&rows);
         rows
     }
@@ -373,7 +373,7 @@ impl Hot {
                 .bind(request.error_code.as_deref())
                 .bind(request.attempt);
             let mut hot = self.pool.get().await.map_err(run_error)?;
-            let done = query.execute(&mut hot.connection).await;
+            let done = query.execute(hot.through()).await;
             hot.used(&done);
             return Ok(vec![done?.rows_affected() == 1]);
         }

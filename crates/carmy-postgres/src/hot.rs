@@ -9,19 +9,27 @@
 
 use crate::failure::lost_in_transit;
 use crate::options::needs_ping;
+use crate::pinned::{Pinning, Through};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::Connection;
 use std::time::{Duration, Instant};
 
 /// A pooled connection with what the pool needs to know about it.
 pub(crate) struct HotConnection {
-    pub(crate) connection: PgConnection,
+    connection: PgConnection,
+    /// How statements run on it (a transaction-mode pooler pins each one, `pinned`).
+    pinning: Pinning,
     /// Set when a statement failed in transit: the connection is discarded on return.
     broken: bool,
     last_used: Instant,
 }
 
 impl HotConnection {
+    /// The connection as an executor with its pinning.
+    pub(crate) fn through(&mut self) -> Through<'_> {
+        Through::new(&mut self.connection, self.pinning.clone())
+    }
+
     /// Records how a statement on this connection went.
     pub(crate) fn used<T>(&mut self, outcome: &Result<T, sqlx::Error>) {
         self.last_used = Instant::now();
@@ -34,6 +42,7 @@ impl HotConnection {
 /// Opens connections with the store's connect options.
 pub(crate) struct HotManager {
     connect: PgConnectOptions,
+    pinning: Pinning,
 }
 
 impl bb8::ManageConnection for HotManager {
@@ -43,6 +52,7 @@ impl bb8::ManageConnection for HotManager {
     async fn connect(&self) -> Result<HotConnection, sqlx::Error> {
         Ok(HotConnection {
             connection: PgConnection::connect_with(&self.connect).await?,
+            pinning: self.pinning.clone(),
             broken: false,
             last_used: Instant::now(),
         })
@@ -61,10 +71,11 @@ impl bb8::ManageConnection for HotManager {
     }
 }
 
-/// A pool of at most `max_size` hot connections, waiting at most `timeout` for one; it opens
-/// connections only when they are first needed.
+/// A pool of at most `max_size` hot connections, waiting at most `timeout` for one, whose
+/// statements run as `pinning` says; it opens connections only when they are first needed.
 pub(crate) fn hot_pool(
     connect: PgConnectOptions,
+    pinning: Pinning,
     max_size: u32,
     timeout: Duration,
 ) -> bb8::Pool<HotManager> {
@@ -72,7 +83,7 @@ pub(crate) fn hot_pool(
         .max_size(max_size.max(1))
         .connection_timeout(timeout.max(Duration::from_millis(1)))
         .test_on_check_out(true)
-        .build_unchecked(HotManager { connect })
+        .build_unchecked(HotManager { connect, pinning })
 }
 
 /// A bb8 failure as the sqlx error the rest of the store reports (a wait that timed out is

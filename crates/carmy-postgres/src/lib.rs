@@ -34,7 +34,8 @@
 //! `decode`, `hot`, `batch`, `combined` and `grouped` (group commit of `reserve` and
 //! `complete`, both in one commit), `ready`, `recheck`, `migrate`, `session` (defensive
 //! session settings, docs/semantics.md §14.1), `grants` (least-privilege roles, §14.2),
-//! `pooler` (§14.3), `replication` (synchronous standbys, §14), `reconcile` (claims and
+//! `pooler` and `pinned` (§14.3: detecting a transaction-mode pooler, and running statements
+//! through one), `replication` (synchronous standbys, §14), `reconcile` (claims and
 //! evidence of reconciliation probes, §12.10), `prune` (retention, docs/semantics.md §12.9:
 //! `carmy.prune_expired` of
 //! migration `V9`, one replica at a time).
@@ -68,6 +69,7 @@ mod lease;
 mod migrate;
 mod operator;
 mod options;
+mod pinned;
 mod pooler;
 mod prune;
 mod ready;
@@ -91,6 +93,7 @@ pub use options::{
     DEFAULT_BATCH_MAX_ROWS, DEFAULT_LEASE_TTL, DEFAULT_MAX_CONNECTIONS, DEFAULT_STATEMENT_TIMEOUT,
     MAX_BATCH_MAX_ROWS, MAX_LEASE_TTL, MIN_LEASE_TTL, MIN_RENEWABLE_LEASE_TTL, PING_IF_IDLE_FOR,
 };
+pub use pinned::{Db, Pinning, Through};
 pub use pooler::{check_path, PathError};
 pub use replication::{check_replication, Replication, REPLICATION_SQL};
 pub use store::PostgresStore;

@@ -15,6 +15,7 @@ use crate::decode::{decode_key, decode_record};
 use crate::diagnosis::{explain_connect, Diagnosis};
 use crate::failure::{settle, Failure};
 use crate::options::{pool_options, ConnectError, OptionsError};
+use crate::pinned::{Db, Pinning};
 use crate::ready::check_schema;
 use crate::sql::{
     OPERATOR_LIST_FINISHED_SQL, OPERATOR_LIST_IN_FLIGHT_SQL, OPERATOR_LIST_RELEASED_SQL,
@@ -24,7 +25,7 @@ use carmy::decision::{AuditEntry, ReleaseRequest, Released, ResolveRequest};
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
 use carmy::store::{Decided, ExecutionLookup, InFlightState, StoreError};
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgRow};
 use sqlx::Row;
 use std::time::Duration;
 
@@ -91,7 +92,7 @@ pub struct ExecutionDetail {
 /// a lease (see the module docs).
 #[derive(Debug)]
 pub struct Operator {
-    pool: PgPool,
+    pool: Db,
     diagnosis: Diagnosis,
 }
 
@@ -123,6 +124,8 @@ impl Operator {
             }
         };
         let diagnosis = Diagnosis::new(pool.clone());
+        // The operator CLI connects as told; a transaction pooler is the caller's to avoid.
+        let pool = Db::new(pool, Pinning::direct());
         Ok(Self { pool, diagnosis })
     }
 
@@ -253,17 +256,15 @@ impl Operator {
 
     /// Closes the connection.
     pub async fn close(self) {
-        self.pool.close().await;
+        self.pool.pool().close().await;
     }
 }
 
-/// Decodes a row of the operator statements of [`crate::sql`]; `released` for those of
-/// `carmy.released_executions`.
 /// One execution of any principal by id on `pool`: a held one, else a released one (the
 /// operator's `show`, and [`PostgresStore`](crate::PostgresStore)'s `operator_view` for the
 /// console).
 pub(crate) async fn show_detail(
-    pool: &PgPool,
+    pool: &Db,
     execution_id: &ExecutionId,
 ) -> Result<Option<ExecutionDetail>, Failure> {
     for (sql, released) in [
@@ -298,6 +299,8 @@ impl ExecutionDetail {
     }
 }
 
+/// Decodes a row of the operator statements of [`crate::sql`]; `released` for those of
+/// `carmy.released_executions`.
 fn detail(row: &PgRow, released: bool) -> Result<ExecutionDetail, Failure> {
     let lookup = if released {
         decide::decode_released(row)?

@@ -68,6 +68,14 @@ pub enum OptionsError {
         "database_url is invalid ({0}); accepted: postgres://user[:password]@host[:port]/dbname[?params]"
     )]
     DatabaseUrl(String),
+    /// `session_url` is not a PostgreSQL URL sqlx can read.
+    #[error(
+        "session_url (CARMY_DATABASE_SESSION_URL) is invalid ({0}); accepted: postgres://user[:password]@host[:port]/dbname[?params]"
+    )]
+    SessionUrl(String),
+    /// `transaction_pooler` is set without `session_url`.
+    #[error("transaction_pooler is set without session_url: the lease and the LISTEN connection need a session of their own (set CARMY_DATABASE_SESSION_URL to a direct or session-mode URL)")]
+    SessionUrlMissing,
     /// `max_connections` is 0.
     #[error("max_connections is 0; accepted: 1 or more")]
     MaxConnections,
@@ -164,6 +172,22 @@ pub struct PostgresStoreOptions {
     /// lease's connection has its own, shorter bounds (its renewal interval, and a quarter of it
     /// as `lock_timeout`). Default [`DEFAULT_STATEMENT_TIMEOUT`] (30 s).
     pub statement_timeout: Duration,
+    /// A URL for the session-bound connections (docs/semantics.md §14.3): the lease's and the
+    /// `LISTEN` connection's (migrations take it from the caller). `None`: `database_url`. Set it
+    /// when `database_url` reaches the database through a transaction-mode pooler (then also set
+    /// [`PostgresStoreOptions::transaction_pooler`]); it must connect directly or through a
+    /// session-mode pooler. Same syntax as `database_url`.
+    pub session_url: Option<String>,
+    /// `database_url` goes through a transaction-mode pooler (PgBouncer `pool_mode =
+    /// transaction`, found by [`crate::check_path`]): every statement of the pool and the hot
+    /// path runs pinned (`BEGIN` with `SET LOCAL` timeouts, an unnamed statement, `COMMIT`;
+    /// [`crate::Pinning`]), which costs two round trips more per statement. Needs
+    /// [`PostgresStoreOptions::session_url`]. Default `false`.
+    pub transaction_pooler: bool,
+    /// Readiness (docs/semantics.md §14): when the primary has standbys and its commits do not
+    /// wait for a synchronous one, `check_ready` fails (`true`) or reports a warning (`false`,
+    /// the default; [`crate::PostgresStore::readiness_warnings`]).
+    pub require_sync_replica: bool,
 }
 
 /// Options with defaults for the database at this URL ([`PostgresStoreOptions::new`]), so that
@@ -201,6 +225,9 @@ impl PostgresStoreOptions {
             instance_id: format!("inst_{}", uuid::Uuid::new_v4().simple()),
             batch_max_rows: DEFAULT_BATCH_MAX_ROWS,
             statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
+            session_url: None,
+            transaction_pooler: false,
+            require_sync_replica: false,
         }
     }
 
@@ -212,6 +239,32 @@ impl PostgresStoreOptions {
     /// [`OptionsError::DatabaseUrl`] or [`OptionsError::MaxConnections`].
     pub fn session_connect_options(&self) -> Result<PgConnectOptions, OptionsError> {
         Ok(self.session().apply(&self.connect_options()?, Job::Pool))
+    }
+
+    /// The connect options of the session-bound connections (lease, `LISTEN`):
+    /// [`PostgresStoreOptions::session_url`] when set, else `pool` (the pool's own).
+    ///
+    /// # Errors
+    /// [`OptionsError::SessionUrl`] when `session_url` cannot be read.
+    pub(crate) fn session_bound(
+        &self,
+        pool: &PgConnectOptions,
+    ) -> Result<PgConnectOptions, OptionsError> {
+        match &self.session_url {
+            None => Ok(pool.clone()),
+            Some(url) => url
+                .parse()
+                .map_err(|error: sqlx::Error| OptionsError::SessionUrl(error.to_string())),
+        }
+    }
+
+    /// How the pool's and the hot path's statements run ([`PostgresStoreOptions::transaction_pooler`]).
+    pub(crate) fn pinning(&self) -> crate::pinned::Pinning {
+        if self.transaction_pooler {
+            crate::pinned::Pinning::transaction_pooler(self.statement_timeout)
+        } else {
+            crate::pinned::Pinning::direct()
+        }
     }
 
     /// The session settings of this store's connections.
@@ -261,6 +314,9 @@ impl PostgresStoreOptions {
         }
         if self.instance_id.is_empty() {
             return Err(OptionsError::InstanceId);
+        }
+        if self.transaction_pooler && self.session_url.is_none() {
+            return Err(OptionsError::SessionUrlMissing);
         }
         // At most 86,400,000: always fits.
         Ok(i64::try_from(self.lease_ttl.as_millis()).unwrap_or(i64::MAX))

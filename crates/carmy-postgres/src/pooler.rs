@@ -11,8 +11,9 @@ use sqlx::{Connection, Executor, PgConnection, Row};
 pub enum PathError {
     /// Two client connections open at once were served by the same server process: a pooler
     /// multiplexes them (PgBouncer in transaction or statement mode). Carmy's prepared
-    /// statements, `LISTEN`, lease session and migration lock do not hold there.
-    #[error("two of Carmy's connections were served by the same PostgreSQL process (pid {0}): a pooler in transaction mode (e.g. PgBouncer pool_mode = transaction) is in between, under which Carmy's prepared statements, LISTEN, lease and migration lock break; use pool_mode = session or connect directly (docs/operations.md, Connection poolers)")]
+    /// statements, `LISTEN`, lease session and migration lock do not hold there; the store
+    /// works through it only with a session URL and pinned statements (`crate::Pinning`).
+    #[error("two of Carmy's connections were served by the same PostgreSQL process (pid {0}): a pooler in transaction mode (e.g. PgBouncer pool_mode = transaction) is in between, under which Carmy's prepared statements, LISTEN, lease and migration lock break; give the session-bound connections a direct or session-mode URL (CARMY_DATABASE_SESSION_URL, PostgresStoreOptions::session_url and transaction_pooler), use pool_mode = session, or connect directly (docs/operations.md, Connection poolers)")]
     TransactionPooler(i32),
     /// The probe could not run (the cause follows).
     #[error("cannot check the connection path: {0}")]

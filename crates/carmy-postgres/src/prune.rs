@@ -5,9 +5,9 @@
 //! … LIMIT n FOR UPDATE SKIP LOCKED))`. The same function serves DBAs.
 
 use crate::failure::Failure;
+use crate::pinned::Db;
 use crate::sql::PRUNE_SQL;
 use carmy::retention::{PruneStep, Pruned};
-use sqlx::postgres::PgPool;
 use sqlx::Row;
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ pub(crate) fn millis(duration: Duration) -> i64 {
 
 /// One pruning step: [`PruneStep::Busy`] when another session holds the lock.
 pub(crate) async fn step(
-    pool: &PgPool,
+    pool: &Db,
     retention: Duration,
     batch: usize,
 ) -> Result<PruneStep, Failure> {

@@ -5,9 +5,9 @@ use crate::diagnosis::Diagnosis;
 use crate::failure::ReadFailure;
 use crate::lease::Lease;
 use crate::migrate::latest_migration_version;
+use crate::pinned::Db;
 use crate::sql::READY_SQL;
 use carmy::store::StoreError;
-use sqlx::postgres::PgPool;
 
 /// `Ok` when `max(version)` in [`crate::MIGRATION_TABLE`] is at least
 /// [`latest_migration_version`] and the lease row is written (registering it now if needed);
@@ -15,7 +15,7 @@ use sqlx::postgres::PgPool;
 /// migrations …`); otherwise [`StoreError::Unavailable`] with the reason (see
 /// [`PostgresStore`](crate::PostgresStore)).
 pub(crate) async fn check_ready(
-    pool: &PgPool,
+    pool: &Db,
     lease: &Lease,
     diagnosis: &Diagnosis,
 ) -> Result<(), StoreError> {
@@ -31,7 +31,7 @@ pub(crate) async fn check_ready(
 
 /// The schema half of [`check_ready`]: `Ok` when `max(version)` in [`crate::MIGRATION_TABLE`]
 /// is at least [`latest_migration_version`]; errors as there.
-pub(crate) async fn check_schema(pool: &PgPool, diagnosis: &Diagnosis) -> Result<(), StoreError> {
+pub(crate) async fn check_schema(pool: &Db, diagnosis: &Diagnosis) -> Result<(), StoreError> {
     let needed = latest_migration_version();
     let applied: Option<i32> = match sqlx::query_scalar(READY_SQL).fetch_one(pool).await {
         Ok(applied) => applied,

@@ -2,17 +2,17 @@
 //! acknowledgement is `Ok`, anything else is not the owner's to record (docs/semantics.md §4).
 
 use crate::failure::Failure;
+use crate::pinned::Db;
 use crate::sql::COMPLETE_RECHECK_SQL;
 use carmy::outcome::ExecutionResult;
 use carmy::outcome::RecordedResult;
 use carmy::store::{IdempotencyKey, StoreError};
-use sqlx::postgres::PgPool;
 use sqlx::Row;
 
 /// Whether the row of `key` already holds exactly this outcome (`outcome`, the record's text)
 /// of this execution. Otherwise this execution does not hold the reservation.
 pub(crate) async fn already_recorded(
-    pool: &PgPool,
+    pool: &Db,
     key: &IdempotencyKey,
     result: &ExecutionResult,
     outcome: &str,
@@ -38,7 +38,7 @@ pub(crate) async fn already_recorded(
 /// row already holds exactly this outcome (a retry after a lost acknowledgement); otherwise
 /// [`StoreError::NotOwner`] (another execution holds the identity, or it was decided).
 pub(crate) async fn after_update(
-    pool: &PgPool,
+    pool: &Db,
     key: &IdempotencyKey,
     recorded: &RecordedResult,
     updated: u64,

@@ -6,9 +6,9 @@
 
 use crate::decode::decode_key;
 use crate::failure::Failure;
+use crate::pinned::Db;
 use carmy::outcome::ExecutionId;
 use carmy::reconcile::{Evidence, ProbeRecord, ReconcileClaim, ReconcileTarget};
-use sqlx::postgres::PgPool;
 use sqlx::Row;
 use std::time::Duration;
 
@@ -57,7 +57,7 @@ fn millis(duration: Duration) -> i64 {
 
 /// [`CLAIM_SQL`] for `claim`.
 pub(crate) async fn claim(
-    pool: &PgPool,
+    pool: &Db,
     claim: &ReconcileClaim,
 ) -> Result<Vec<ReconcileTarget>, Failure> {
     let rows = sqlx::query(CLAIM_SQL)
@@ -83,7 +83,7 @@ pub(crate) async fn claim(
 }
 
 /// [`RECORD_PROBE_SQL`] for `record`.
-pub(crate) async fn record(pool: &PgPool, record: &ProbeRecord) -> Result<(), Failure> {
+pub(crate) async fn record(pool: &Db, record: &ProbeRecord) -> Result<(), Failure> {
     sqlx::query(RECORD_PROBE_SQL)
         .bind(record.execution_id.as_str())
         .bind(record.evidence.to_string())
@@ -95,7 +95,7 @@ pub(crate) async fn record(pool: &PgPool, record: &ProbeRecord) -> Result<(), Fa
 
 /// [`EVIDENCE_SQL`] for `execution_id`.
 pub(crate) async fn evidence(
-    pool: &PgPool,
+    pool: &Db,
     execution_id: &ExecutionId,
 ) -> Result<Option<Evidence>, Failure> {
     let row = sqlx::query(EVIDENCE_SQL)
@@ -121,10 +121,7 @@ pub const RECONCILE_SOON_SQL: &str = "UPDATE carmy.reservations \
        AND carmy.in_flight_state(owner_instance) = 'interrupted'";
 
 /// [`RECONCILE_SOON_SQL`] for `execution_id`: whether it matched.
-pub(crate) async fn reconcile_soon(
-    pool: &PgPool,
-    execution_id: &ExecutionId,
-) -> Result<bool, Failure> {
+pub(crate) async fn reconcile_soon(pool: &Db, execution_id: &ExecutionId) -> Result<bool, Failure> {
     let done = sqlx::query(RECONCILE_SOON_SQL)
         .bind(execution_id.as_str())
         .execute(pool)

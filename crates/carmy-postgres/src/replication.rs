@@ -2,7 +2,7 @@
 //! standbys whose commits do not wait for a synchronous one can lose acknowledged outcomes when
 //! a standby is promoted ([`check_replication`]).
 
-use sqlx::postgres::PgPool;
+use sqlx::postgres::Postgres;
 use sqlx::Row;
 
 /// Reads the primary's standbys and its synchronous settings. `pg_stat_replication` shows one
@@ -49,14 +49,17 @@ impl Replication {
     }
 }
 
-/// Reads [`REPLICATION_SQL`] on `pool`'s server: [`Replication::Synchronous`] when
+/// Reads [`REPLICATION_SQL`] on `executor`'s server (a pool, a connection, a [`crate::Db`]): [`Replication::Synchronous`] when
 /// `synchronous_standby_names` is set and `synchronous_commit` is `on`, `remote_write` or
 /// `remote_apply`.
 ///
 /// # Errors
 /// The statement's error.
-pub async fn check_replication(pool: &PgPool) -> Result<Replication, sqlx::Error> {
-    let row = sqlx::query(REPLICATION_SQL).fetch_one(pool).await?;
+pub async fn check_replication<'c, E>(executor: E) -> Result<Replication, sqlx::Error>
+where
+    E: sqlx::Executor<'c, Database = Postgres>,
+{
+    let row = sqlx::query(REPLICATION_SQL).fetch_one(executor).await?;
     let standbys: i64 = row.try_get(0)?;
     let standby_names: String = row.try_get(1)?;
     let synchronous_commit: String = row.try_get(2)?;

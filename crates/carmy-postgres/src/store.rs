@@ -14,6 +14,7 @@ use crate::grouped::{CompleteAnswer, CompleteRequest, Hot, ReserveAnswer, Reserv
 use crate::hot::{hot_pool, run_error, HotManager};
 use crate::lease::{lease_pool, renewal_interval, Lease};
 use crate::options::{pool_options, ConnectError, PostgresStoreOptions};
+use crate::pinned::Db;
 use crate::ready::check_ready;
 use crate::recheck::after_update;
 use crate::session::Job;
@@ -72,8 +73,11 @@ const RESERVE_ATTEMPTS: usize = 3;
 /// `Arc<dyn IdempotencyStore>`).
 #[derive(Debug)]
 pub struct PostgresStore {
-    pool: PgPool,
+    /// The shared pool, pinned behind a transaction-mode pooler (`pinned`).
+    pool: Db,
     instance_id: String,
+    /// Readiness fails, rather than warns, on asynchronous standbys (docs/semantics.md §14).
+    require_sync_replica: bool,
     lease: Arc<Lease>,
     diagnosis: Arc<Diagnosis>,
     stop: watch::Sender<bool>,
@@ -136,8 +140,11 @@ impl PostgresStore {
     /// registration that fails is retried, as there). Call it inside a Tokio runtime.
     ///
     /// # Errors
-    /// [`ConnectError::Options`] when `lease_ttl` is not between 1 ms and 24 h or `instance_id`
-    /// is empty.
+    /// [`ConnectError::Options`] when `lease_ttl` is not between 1 ms and 24 h, `instance_id`
+    /// is empty, `session_url` cannot be read, or `transaction_pooler` is set without it.
+    ///
+    /// The lease and the `LISTEN` connection use `session_url` when set; the pool's and the hot
+    /// path's statements run pinned when `transaction_pooler` is set (docs/semantics.md §14.3).
     pub async fn from_pool(
         pool: PgPool,
         options: PostgresStoreOptions,
@@ -148,8 +155,11 @@ impl PostgresStore {
         // without them.
         let session = options.session();
         let connect = (*pool.connect_options()).clone();
+        // The lease and the listener need sessions of their own (docs/semantics.md §14.3).
+        let session_bound = options.session_bound(&connect)?;
+        let pinning = options.pinning();
         let lease = Arc::new(Lease::new(
-            lease_pool(session.apply(&connect, Job::Lease), options.lease_ttl),
+            lease_pool(session.apply(&session_bound, Job::Lease), options.lease_ttl),
             Arc::clone(&diagnosis),
             options.instance_id.clone(),
             ttl_millis,
@@ -168,6 +178,7 @@ impl PostgresStore {
             tokio::spawn(Arc::clone(&lease).run(renewal_interval(options.lease_ttl), stopped));
         let hot = hot_pool(
             session.apply(&connect, Job::Hot),
+            pinning.clone(),
             pool.options().get_max_connections(),
             pool.options().get_acquire_timeout(),
         );
@@ -193,12 +204,13 @@ impl PostgresStore {
             changes: changes.clone(),
         };
         tokio::spawn(listen_for_cancels(
-            session.apply(&connect, Job::Listen),
+            session.apply(&session_bound, Job::Listen),
             heard,
             stop.subscribe(),
         ));
         Ok(Self {
-            pool,
+            pool: Db::new(pool, pinning),
+            require_sync_replica: options.require_sync_replica,
             instance_id: options.instance_id,
             lease,
             diagnosis,
@@ -217,8 +229,15 @@ impl PostgresStore {
         &self.instance_id
     }
 
-    /// The pool, for other queries of the database (e.g. the example tools' orders).
+    /// The pool, for other queries of the database. Behind a transaction-mode pooler its
+    /// statements need [`PostgresStore::db`] instead.
     pub fn pool(&self) -> &PgPool {
+        self.pool.pool()
+    }
+
+    /// The pool as an executor that works behind a transaction-mode pooler too
+    /// (docs/semantics.md §14.3; e.g. the example tools' orders).
+    pub fn db(&self) -> &Db {
         &self.pool
     }
 
@@ -255,6 +274,11 @@ impl PostgresStore {
         // Never reserve without a lease row: others would read the reservation as interrupted.
         self.lease.ensure_held().await?;
         if let Some(reserves) = &self.batches {
+            // Nothing queued and a slot free: this call's own statement, exactly as with
+            // batching off, holding the slot so that no batch overtakes it.
+            if let Some(_slot) = reserves.alone() {
+                return self.reserve_alone(key, fingerprint, intent).await;
+            }
             let batched = self
                 .reserve_batched(reserves, key, fingerprint, intent)
                 .await?;
@@ -334,7 +358,7 @@ impl PostgresStore {
                 .bind(retention);
             let row = {
                 let mut hot = self.hot.get().await.map_err(run_error)?;
-                let row = query.fetch_optional(&mut hot.connection).await;
+                let row = query.fetch_optional(hot.through()).await;
                 hot.used(&row);
                 row?
             };
@@ -376,10 +400,14 @@ impl PostgresStore {
         Claim { key, fingerprint }: Claim<'_>,
         recorded: &RecordedResult,
     ) -> Result<(), Failure> {
-        let outcome = recorded.record_json();
-        let result = recorded.result();
-        let error_code = result.error.as_ref().map(|error| error.code.as_str());
         if let Some(completes) = &self.batches {
+            // Nothing queued and a slot free: this call's own statement, as with batching off.
+            if let Some(_slot) = completes.alone() {
+                return self.complete_alone(key, fingerprint, recorded).await;
+            }
+            let outcome = recorded.record_json();
+            let result = recorded.result();
+            let error_code = result.error.as_ref().map(|error| error.code.as_str());
             let request = CompleteRequest {
                 principal: key.principal.clone(),
                 session_id: key.session_id.clone(),
@@ -403,6 +431,20 @@ impl PostgresStore {
                 return after_update(&self.pool, key, recorded, updated).await;
             }
         }
+        self.complete_alone(key, fingerprint, recorded).await
+    }
+
+    /// An outcome recorded by this call's own statement ([`COMPLETE_SQL`]), then read back
+    /// when it matched nothing (`after_update`).
+    async fn complete_alone(
+        &self,
+        key: &IdempotencyKey,
+        fingerprint: &Fingerprint,
+        recorded: &RecordedResult,
+    ) -> Result<(), Failure> {
+        let outcome = recorded.record_json();
+        let result = recorded.result();
+        let error_code = result.error.as_ref().map(|error| error.code.as_str());
         let query = sqlx::query(COMPLETE_SQL)
             .bind(&key.principal)
             .bind(&key.session_id)
@@ -416,7 +458,7 @@ impl PostgresStore {
             .bind(i32::try_from(recorded.attempt()).unwrap_or(i32::MAX));
         let updated = {
             let mut hot = self.hot.get().await.map_err(run_error)?;
-            let done = query.execute(&mut hot.connection).await;
+            let done = query.execute(hot.through()).await;
             hot.used(&done);
             done?.rows_affected()
         };
@@ -455,8 +497,39 @@ impl PostgresStore {
     }
 
     /// Whether this store can serve calls (see [`crate::ready`]).
+    ///
+    /// With `require_sync_replica`, also [`StoreError::NotReady`] while the primary has
+    /// standbys and its commits do not wait for a synchronous one (docs/semantics.md §14).
     async fn check_ready_impl(&self) -> Result<(), StoreError> {
-        check_ready(&self.pool, &self.lease, &self.diagnosis).await
+        check_ready(&self.pool, &self.lease, &self.diagnosis).await?;
+        if self.require_sync_replica {
+            if let Some(warning) = self.replication_warning().await? {
+                return Err(StoreError::NotReady(format!(
+                    "{warning} (not ready: CARMY_REQUIRE_SYNC_REPLICA=true)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The warning of [`crate::check_replication`] for this store's primary, if any.
+    async fn replication_warning(&self) -> Result<Option<String>, StoreError> {
+        match crate::replication::check_replication(&self.pool).await {
+            Ok(found) => Ok(found.warning()),
+            Err(error) => Err(StoreError::Unavailable(format!(
+                "cannot read the replication settings: {}",
+                self.diagnosis.explain(error).await
+            ))),
+        }
+    }
+
+    /// What `/readyz` shows as warnings: the replication warning (docs/semantics.md §14), unless
+    /// `require_sync_replica` made it a refusal already.
+    async fn readiness_warnings_impl(&self) -> Result<Vec<String>, StoreError> {
+        if self.require_sync_replica {
+            return Ok(Vec::new());
+        }
+        Ok(self.replication_warning().await?.into_iter().collect())
     }
 
     /// Turns the outcome of a `*_impl` method into the trait's: a database error becomes

@@ -5,8 +5,8 @@
 //! unregisters.
 
 use crate::failure::Failure;
+use crate::pinned::Db;
 use carmy::outcome::ExecutionId;
-use sqlx::postgres::PgPool;
 
 /// Registers a waiter (and drops waiters older than an hour, left by replicas that died while
 /// waiting). Binds: `$1` execution id, `$2` waiter id.
@@ -21,7 +21,7 @@ pub const UNREGISTER_WAITER_SQL: &str =
     "DELETE FROM carmy.outcome_waiters WHERE execution_id = $1 AND waiter = $2";
 
 /// Registers a new waiter for `execution_id`; returns its id.
-pub(crate) async fn register(pool: &PgPool, execution_id: &ExecutionId) -> Result<String, Failure> {
+pub(crate) async fn register(pool: &Db, execution_id: &ExecutionId) -> Result<String, Failure> {
     let waiter = uuid::Uuid::new_v4().simple().to_string();
     sqlx::query(REGISTER_WAITER_SQL)
         .bind(execution_id.as_str())
@@ -33,7 +33,7 @@ pub(crate) async fn register(pool: &PgPool, execution_id: &ExecutionId) -> Resul
 
 /// Unregisters `waiter`; a failure is only logged (a stale row costs one extra notification
 /// and is removed within the hour).
-pub(crate) async fn unregister(pool: &PgPool, execution_id: &ExecutionId, waiter: &str) {
+pub(crate) async fn unregister(pool: &Db, execution_id: &ExecutionId, waiter: &str) {
     let removed = sqlx::query(UNREGISTER_WAITER_SQL)
         .bind(execution_id.as_str())
         .bind(waiter)

@@ -1,135 +1,18 @@
 //! Carmy behind a real PgBouncer (Debian's `pgbouncer`, 1.18; scripts/test installs it), on a
 //! loopback port (docs/semantics.md §14.3): in session mode the store serves calls through it;
-//! in transaction mode [`check_path`] refuses it, naming the pooler and what to do.
+//! in transaction mode [`check_path`] tells it apart, sqlx's own statements break there, and the
+//! store with a session URL passes the conformance suite and concurrent calls through it.
 //! `CARMY_PGBOUNCER` names another binary.
 
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult, ExecutionStatus};
 use carmy::store::{Claim, ExecutionIntent, IdempotencyKey, IdempotencyStore, Reservation};
-use carmy_postgres::{check_path, PathError, PostgresStore};
-use carmy_test_support::{server_url, TestDb};
+use carmy_postgres::{check_path, PathError, Pinning, PostgresStore, Through};
+use carmy_test_support::{Bouncer, TestDb};
 use chrono::Utc;
 use sqlx::postgres::PgConnectOptions;
-use sqlx::Connection;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// A PgBouncer process in front of the test server, killed on drop.
-struct Bouncer {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-}
-
-impl Drop for Bouncer {
-    fn drop(&mut self) {
-        // SIGTERM, which runuser passes on to PgBouncer (a SIGKILL would orphan it).
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl Bouncer {
-    /// Starts PgBouncer in `mode` (`session` or `transaction`) on a free loopback port, trusting
-    /// the test server's user, and waits (10 s at most) until it accepts a session.
-    async fn start(mode: &str) -> Self {
-        let server = url::Url::parse(&server_url()).unwrap();
-        let user = server.username().to_owned();
-        let dir =
-            std::env::temp_dir().join(format!("carmy-pgbouncer-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir(&dir).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let ini = format!(
-            "[databases]\n* = host={} port={}\n[pgbouncer]\nlisten_addr = 127.0.0.1\n\
-             listen_port = {port}\nunix_socket_dir =\nauth_type = trust\nauth_file = {}/users.txt\n\
-             pool_mode = {mode}\nignore_startup_parameters = extra_float_digits, options\n\
-             max_client_conn = 200\ndefault_pool_size = 20\nlogfile = {}/pgbouncer.log\n",
-            server.host_str().unwrap_or("127.0.0.1"),
-            server.port().unwrap_or(5432),
-            dir.display(),
-            dir.display(),
-        );
-        std::fs::write(dir.join("pgbouncer.ini"), ini).unwrap();
-        std::fs::write(dir.join("users.txt"), format!("\"{user}\" \"\"\n")).unwrap();
-        let binary = std::env::var("CARMY_PGBOUNCER").unwrap_or_else(|_| "pgbouncer".to_owned());
-        let ini = dir.join("pgbouncer.ini");
-        // PgBouncer refuses to run as root: as root, run it as the `postgres` user.
-        let child = if is_root() {
-            let status = Command::new("chown")
-                .args(["-R", "postgres"])
-                .arg(&dir)
-                .status()
-                .unwrap();
-            assert!(status.success(), "chown the PgBouncer directory");
-            Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .arg(which(&binary))
-                .arg(&ini)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-        } else {
-            Command::new(&binary)
-                .arg(&ini)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-        }
-        .unwrap_or_else(|error| {
-            panic!("cannot start {binary} (scripts/test installs Debian's pgbouncer): {error}")
-        });
-        let bouncer = Self { child, port, dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match sqlx::PgConnection::connect(&bouncer.url("postgres")).await {
-                Ok(connection) => {
-                    let _ = connection.close().await;
-                    return bouncer;
-                }
-                Err(error) if Instant::now() > deadline => {
-                    panic!("PgBouncer did not accept a session within 10 s: {error}")
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
-    }
-
-    /// The URL of `database` through this PgBouncer.
-    fn url(&self, database: &str) -> String {
-        let mut url = url::Url::parse(&server_url()).unwrap();
-        url.set_host(Some("127.0.0.1")).unwrap();
-        url.set_port(Some(self.port)).unwrap();
-        url.set_path(&format!("/{database}"));
-        url.into()
-    }
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
-}
-
-/// `binary`'s path: as given when it has a slash, else found on `PATH` (or /usr/sbin).
-fn which(binary: &str) -> PathBuf {
-    if binary.contains('/') {
-        return PathBuf::from(binary);
-    }
-    let path = std::env::var("PATH").unwrap_or_default();
-    std::env::split_paths(&format!("{path}:/usr/sbin"))
-        .map(|dir| dir.join(binary))
-        .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| PathBuf::from(binary))
-}
+use sqlx::{Connection, Row};
+use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_pgbouncer_in_session_mode_the_store_serves_calls() {
@@ -195,11 +78,200 @@ async fn pgbouncer_in_transaction_mode_is_refused_with_what_to_do() {
     );
     assert!(
         refused.to_string().ends_with(
-            "use pool_mode = session or connect directly (docs/operations.md, Connection poolers)"
+            "(CARMY_DATABASE_SESSION_URL, PostgresStoreOptions::session_url and transaction_pooler), use pool_mode = session, or connect directly (docs/operations.md, Connection poolers)"
         ),
         "{refused}"
     );
     // Directly, the same check passes.
     let direct: PgConnectOptions = db.url.parse().unwrap();
     assert_eq!(check_path(&direct).await.unwrap(), "0");
+}
+
+/// A store whose pool and hot path go through `bouncer` (transaction mode) while its lease and
+/// `LISTEN` connection use `db`'s own URL (`CARMY_DATABASE_SESSION_URL` in the gateway).
+async fn pooled_store(db: &TestDb, bouncer: &Bouncer) -> PostgresStore {
+    let mut options = db.options();
+    options.database_url = bouncer.url(&db.name);
+    options.session_url = Some(db.url.clone());
+    options.transaction_pooler = true;
+    PostgresStore::connect(options).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlx_statements_break_behind_a_transaction_pooler_unless_pinned() {
+    let db = TestDb::migrated().await;
+    // One server process for every client: what one client leaves there, the next one meets.
+    let bouncer = Bouncer::start_with("transaction", 1).await;
+    let url = bouncer.url(&db.name);
+    let mut first = sqlx::PgConnection::connect(&url).await.unwrap();
+    let mut second = sqlx::PgConnection::connect(&url).await.unwrap();
+    let query = || sqlx::query("SELECT $1::int + 1").bind(41_i32);
+    // sqlx's named statement stays on the server after the first client's call …
+    let answer: i32 = query().fetch_one(&mut first).await.unwrap().get(0);
+    assert_eq!(answer, 42);
+    // … so the second client's statement of the same name is refused there.
+    let refused = query().fetch_one(&mut second).await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("prepared statement \"sqlx_s_1\" already exists"),
+        "{refused}"
+    );
+    drop((first, second));
+    // Pinned (a transaction of its own, an unnamed statement), both clients run it, again and
+    // again, with the statement timeout set for the transaction.
+    let pinning = Pinning::transaction_pooler(Duration::from_millis(1234));
+    let mut clients = [
+        sqlx::PgConnection::connect(&url).await.unwrap(),
+        sqlx::PgConnection::connect(&url).await.unwrap(),
+    ];
+    for round in 0..3_i32 {
+        for client in &mut clients {
+            let through = Through::new(client, pinning.clone());
+            let row = sqlx::query("SELECT $1::int + 1, current_setting('statement_timeout')")
+                .bind(round)
+                .fetch_one(through)
+                .await
+                .unwrap();
+            assert_eq!(
+                (row.get::<i32, _>(0), row.get::<String, _>(1)),
+                (round + 1, "1234ms".to_owned())
+            );
+        }
+    }
+    // A failed statement leaves no transaction open on the shared server.
+    let through = Through::new(&mut clients[0], pinning.clone());
+    let failed = sqlx::query("SELECT 1 / $1::int")
+        .bind(0_i32)
+        .fetch_one(through)
+        .await
+        .unwrap_err();
+    assert!(failed.to_string().contains("division by zero"), "{failed}");
+    let through = Through::new(&mut clients[1], pinning);
+    let row = sqlx::query("SELECT $1::text")
+        .bind("after")
+        .fetch_one(through)
+        .await
+        .unwrap();
+    assert_eq!(row.get::<String, _>(0), "after");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_transaction_pooler_with_a_session_url_concurrent_calls_are_exact() {
+    let db = TestDb::migrated().await;
+    // Two server processes for the store's twenty client connections.
+    let bouncer = Bouncer::start_with("transaction", 2).await;
+    let store = std::sync::Arc::new(pooled_store(&db, &bouncer).await);
+    store.check_ready().await.unwrap();
+    let fingerprint = Fingerprint {
+        version: "v1".to_owned(),
+        digest: "d".repeat(64),
+    };
+    // 40 identities, each claimed by 3 racing calls: exactly one reservation per identity, its
+    // outcome recorded once.
+    let mut tasks = Vec::new();
+    for call in 0..120_i64 {
+        let store = std::sync::Arc::clone(&store);
+        let fingerprint = fingerprint.clone();
+        tasks.push(tokio::spawn(async move {
+            let key = IdempotencyKey::new("p", "s", format!("pooled-{}", call % 40));
+            let claim = Claim {
+                key: &key,
+                fingerprint: &fingerprint,
+            };
+            let intent = ExecutionIntent {
+                execution_id: ExecutionId::generate(),
+                tool: "create_order".to_owned(),
+                parts: None,
+                retention: None,
+            };
+            match store.reserve(claim, &intent).await.unwrap() {
+                Reservation::Reserved => {
+                    let result = ExecutionResult {
+                        execution_id: intent.execution_id.clone(),
+                        status: ExecutionStatus::Completed,
+                        data: serde_json::json!({ "order_id": call % 40 }),
+                        error: None,
+                        tool: intent.tool.clone(),
+                        request_id: Some(format!("pooled-{}", call % 40)),
+                        session_id: "s".to_owned(),
+                        started_at: Utc::now(),
+                        finished_at: Utc::now(),
+                        resolution: None,
+                    };
+                    store.complete(claim, &result.into()).await.unwrap();
+                    1
+                }
+                Reservation::Existing(_) => 0,
+            }
+        }));
+    }
+    let mut reserved = 0;
+    for task in tasks {
+        reserved += task.await.unwrap();
+    }
+    assert_eq!(reserved, 40);
+    for identity in 0..40_i64 {
+        let key = IdempotencyKey::new("p", "s", format!("pooled-{identity}"));
+        assert!(
+            store.lookup(&key).await.unwrap().is_some(),
+            "pooled-{identity}"
+        );
+    }
+    let mut connection = db.connect().await;
+    let rows: Vec<(String, serde_json::Value)> = sqlx::query_as(
+        "SELECT request_id, outcome::jsonb -> 'data' FROM carmy.reservations \
+         WHERE request_id LIKE 'pooled-%' AND state = 'completed' ORDER BY request_id",
+    )
+    .fetch_all(&mut connection)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 40);
+    for (request_id, data) in rows {
+        let identity: i64 = request_id.trim_start_matches("pooled-").parse().unwrap();
+        assert_eq!(data, serde_json::json!({ "order_id": identity }));
+    }
+    store.shutdown().await.unwrap();
+}
+
+/// The conformance suite (`carmy::conformance`) with the store behind PgBouncer in transaction
+/// mode, its lease and `LISTEN` connection on the direct URL.
+mod conformance_through_a_transaction_pooler {
+    use carmy::store::{IdempotencyStore, StoreFuture};
+    use carmy_postgres::PostgresStore;
+    use carmy_test_support::{Bouncer, TestDb};
+    use std::sync::Arc;
+
+    /// The store, its PgBouncer and its database, dropped in that order.
+    struct OwnedStore {
+        store: PostgresStore,
+        _bouncer: Bouncer,
+        _db: TestDb,
+    }
+
+    impl IdempotencyStore for OwnedStore {
+        carmy::forward_store!(store =>
+            reserve, complete, release, lookup, find_execution, check_ready, resolve_execution,
+            release_execution, list_executions, audit_trail, record_late_arrival, take_over,
+            wait_for_outcome, prune_expired, lease_state, request_cancel, cancel_requests,
+            record_changes, drop_cached, readiness_warnings,
+        );
+
+        fn shutdown(&self) -> StoreFuture<'_, ()> {
+            IdempotencyStore::shutdown(&self.store)
+        }
+    }
+
+    async fn fresh_pooled_store() -> Arc<dyn IdempotencyStore> {
+        let db = TestDb::migrated().await;
+        let bouncer = Bouncer::start("transaction").await;
+        let store = super::pooled_store(&db, &bouncer).await;
+        Arc::new(OwnedStore {
+            store,
+            _bouncer: bouncer,
+            _db: db,
+        })
+    }
+
+    carmy::store_conformance_tests!(fresh_pooled_store);
 }

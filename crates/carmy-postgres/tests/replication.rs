@@ -1,8 +1,10 @@
 //! [`check_replication`] (docs/semantics.md §14) on a real primary with a streaming standby,
 //! started by `scripts/pg-replica-pair`: asynchronous (PostgreSQL's default, a failover can lose
-//! reported outcomes) until the primary's commits wait for the standby, synchronous after.
+//! reported outcomes, a warning in readiness, or not ready with `require_sync_replica`) until the
+//! primary's commits wait for the standby, synchronous after.
 
-use carmy_postgres::{check_replication, Replication};
+use carmy::store::{IdempotencyStore, StoreError};
+use carmy_postgres::{check_replication, PostgresStore, PostgresStoreOptions, Replication};
 use carmy_test_support::eventually_eq;
 use sqlx::postgres::PgPoolOptions;
 use std::path::PathBuf;
@@ -73,6 +75,24 @@ async fn a_primary_with_an_asynchronous_standby_is_told_apart_from_a_synchronous
         .unwrap()
         .starts_with("the primary has 1 standby(s) but commits do not wait for a synchronous one"));
 
+    // Readiness (`/readyz`) says so too: a warning, or with require_sync_replica not ready.
+    carmy_postgres::migrate(&url).await.unwrap();
+    let warning = found.warning().unwrap();
+    let warned = store(&url, false).await;
+    warned.check_ready().await.unwrap();
+    assert_eq!(
+        warned.readiness_warnings().await.unwrap(),
+        vec![warning.clone()]
+    );
+    let strict = store(&url, true).await;
+    match strict.check_ready().await {
+        Err(StoreError::NotReady(reason)) => assert_eq!(
+            reason,
+            format!("{warning} (not ready: CARMY_REQUIRE_SYNC_REPLICA=true)")
+        ),
+        other => panic!("{other:?}"),
+    }
+
     for statement in [
         "ALTER SYSTEM SET synchronous_standby_names = '*'",
         "SELECT pg_reload_conf()",
@@ -89,5 +109,23 @@ async fn a_primary_with_an_asynchronous_standby_is_told_apart_from_a_synchronous
         },
     )
     .await;
+    strict.check_ready().await.unwrap();
+    assert_eq!(
+        strict.readiness_warnings().await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        warned.readiness_warnings().await.unwrap(),
+        Vec::<String>::new()
+    );
+    strict.shutdown().await.unwrap();
+    warned.shutdown().await.unwrap();
     pool.close().await;
+}
+
+/// A store on `url` with `require_sync_replica`.
+async fn store(url: &str, require_sync_replica: bool) -> PostgresStore {
+    let mut options = PostgresStoreOptions::new(url);
+    options.require_sync_replica = require_sync_replica;
+    PostgresStore::connect(options).await.unwrap()
 }

@@ -10,6 +10,7 @@
 //! | [`replica`] | real `carmy-gateway` processes (start, SIGKILL, SIGTERM, restart) |
 //! | [`proxy`] | [`CutProxy`]: a TCP proxy to PostgreSQL that a test cuts and restores (a partition) |
 //! | [`http`] | HTTP helpers against a [`Replica`] |
+//! | [`pgbouncer`] | [`Bouncer`]: a real PgBouncer in session or transaction mode |
 //! | [`cluster`] | throwaway PostgreSQL clusters from the installed binaries, optionally with TLS |
 //! | [`tls`] | a CA and a server certificate made at test time |
 //!
@@ -24,6 +25,8 @@ pub mod db;
 pub mod http;
 #[cfg(feature = "full")]
 pub mod in_process;
+#[cfg(feature = "full")]
+pub mod pgbouncer;
 pub mod poll;
 #[cfg(feature = "full")]
 pub mod proxy;
@@ -42,6 +45,8 @@ pub use http::{
 };
 #[cfg(feature = "full")]
 pub use in_process::InProcess;
+#[cfg(feature = "full")]
+pub use pgbouncer::Bouncer;
 pub use poll::{eventually, eventually_eq};
 #[cfg(feature = "full")]
 pub use proxy::CutProxy;

@@ -162,6 +162,9 @@ pub struct RawReconcile {
     /// That tool's arguments: `{execution_id}`, `{request_id}` and the call's arguments in
     /// their strings.
     pub arguments: Option<Spanned<toml::Value>>,
+    /// With `tool`: the JSON Pointer (RFC 6901) into the called tool's result that must hold a
+    /// value (not null, false or empty) for the probe to mean "found".
+    pub found_pointer: Option<Spanned<String>>,
     /// Headers of the probe's request; values may use `${NAME}` (kept secret).
     #[serde(default)]
     pub headers: BTreeMap<String, Spanned<String>>,

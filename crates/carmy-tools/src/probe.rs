@@ -39,9 +39,14 @@ pub fn build(spec: ProbeSpec, client: reqwest::Client, secrets: Vec<Secret>) -> 
             secrets: masked,
             client,
         }),
-        ProbeAsk::Tool { tool, arguments } => Box::new(ToolProbe::new(
+        ProbeAsk::Tool {
             tool,
             arguments,
+            found_pointer,
+        } => Box::new(ToolProbe::new(
+            tool,
+            arguments,
+            found_pointer,
             spec.absent_status,
             spec.absent_not_executed,
             spec.timeout,

@@ -105,6 +105,8 @@ pub enum ProbeAsk {
         /// Its arguments, `{execution_id}`, `{request_id}` and `{argument}` placeholders in
         /// their strings.
         arguments: Value,
+        /// The JSON Pointer into the result that must hold a value for "found".
+        found_pointer: String,
     },
 }
 

@@ -85,8 +85,12 @@ fn probe_line(probe: &ProbeSpec) -> String {
                 headers.join(", "),
             )
         }
-        ProbeAsk::Tool { tool, arguments } => format!(
-            "reconcile tool {tool} arguments={arguments}  absent=[{}] absent_means={means}  timeout={}ms",
+        ProbeAsk::Tool {
+            tool,
+            arguments,
+            found_pointer,
+        } => format!(
+            "reconcile tool {tool} arguments={arguments}  found_pointer={found_pointer}  absent=[{}] absent_means={means}  timeout={}ms",
             list(&probe.absent_status),
             probe.timeout.as_millis(),
         ),

@@ -1,8 +1,9 @@
 //! The tool probe of a tool (`[tools.reconcile]` with `tool` and `arguments`,
 //! docs/semantics.md §12.10): a call of another tool the gateway serves, one
 //! annotated read-only, with `{execution_id}`, `{request_id}` and the call's arguments filled
-//! into the strings of its arguments. A result that is not an error means found (the result is
-//! the outcome's data); an error carrying an upstream status listed in `absent_status` (an HTTP
+//! into the strings of its arguments. A result that is not an error and holds a value at the
+//! probe's `found_pointer` means found (the result is the outcome's data); a result without one
+//! proves nothing (a lookup may answer "not found" as a success); an error carrying an upstream status listed in `absent_status` (an HTTP
 //! tool's `error.details.status`) means absent; anything else proves nothing.
 //!
 //! The call is not an execution: nothing is reserved or recorded for it, so no agent's retry
@@ -67,6 +68,7 @@ pub fn check_served(config: &ToolsConfig, served: &[Arc<dyn Tool>]) -> Result<()
 pub struct ToolProbe {
     tool: String,
     arguments: Value,
+    found_pointer: String,
     absent_status: BTreeSet<u16>,
     absent_not_executed: bool,
     timeout: Duration,
@@ -78,6 +80,7 @@ impl ToolProbe {
     pub fn new(
         tool: String,
         arguments: Value,
+        found_pointer: String,
         absent_status: BTreeSet<u16>,
         absent_not_executed: bool,
         timeout: Duration,
@@ -85,6 +88,7 @@ impl ToolProbe {
         Self {
             tool,
             arguments,
+            found_pointer,
             absent_status,
             absent_not_executed,
             timeout,
@@ -127,10 +131,14 @@ impl ToolProbe {
             .catch_unwind()
             .await;
         match called {
-            Ok(Ok(result)) => ProbeAnswer {
+            Ok(Ok(result)) if holds_a_value(result.pointer(&self.found_pointer)) => ProbeAnswer {
                 verdict: ProbeVerdict::Found(result.clone()),
                 evidence: json!({"answer": "found", "request": request, "body": result}),
             },
+            Ok(Ok(result)) => inconclusive(json!({"answer": "not_found", "request": request,
+                "body": result, "detail": format!(
+                "the tool answered without a value at found_pointer {}: not proof that the effect happened, nor that it did not",
+                self.found_pointer)})),
             Ok(Err(error)) => {
                 let status = error
                     .details
@@ -296,6 +304,18 @@ pub fn render(arguments: &Value, values: &Value) -> Result<Value, String> {
         ),
         other => other.clone(),
     })
+}
+
+/// Whether the value at a probe's `found_pointer` says "found": present, and not `null`,
+/// `false`, `""`, `[]` or `{}`.
+fn holds_a_value(value: Option<&Value>) -> bool {
+    match value {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => false,
+        Some(Value::String(text)) => !text.is_empty(),
+        Some(Value::Array(items)) => !items.is_empty(),
+        Some(Value::Object(members)) => !members.is_empty(),
+        Some(_) => true,
+    }
 }
 
 #[cfg(test)]

@@ -167,10 +167,10 @@ impl ReplayCache {
 impl IdempotencyStore for ReplayCache {
     // Passed on unchanged: `release`, the decisions, `take_over`, `wait_for_outcome` and late
     // arrivals act only on records without an outcome, which are never cached; the audit trail,
-    // readiness, cancel delivery, the lease and shutdown are the inner store's own.
+    // readiness (and its warnings), cancel delivery, the lease and shutdown are the inner store's own.
     crate::forward_store!(inner =>
         release, resolve_execution, release_execution, take_over, wait_for_outcome,
-        record_late_arrival, audit_trail, check_ready, request_cancel, cancel_requests,
+        record_late_arrival, audit_trail, check_ready, readiness_warnings, request_cancel, cancel_requests,
         lease_state, record_changes, shutdown, claim_reconciliations, record_probe,
         probe_evidence, operator_view,
     );

@@ -57,7 +57,7 @@ pub type RecordChanges = tokio::sync::broadcast::Receiver<RecordChange>;
 ///   takeovers, operators' decisions and listings, the audit trail, reconciliation probes;
 /// - signals between a shared store's processes: cancel requests, the lease, records changed
 ///   behind this process's back, and dropping what is cached of them;
-/// - lifecycle: readiness, pruning, shutdown.
+/// - lifecycle: readiness (and its warnings), pruning, shutdown.
 ///
 /// Every method that reaches the store returns a [`StoreFuture`]. Implementations must:
 /// - compare the fingerprint on every path of `reserve` (fresh insert, existing row, lost race);
@@ -349,12 +349,25 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// wrapper drops its own copies and forwards it.
     fn drop_cached(&self, change: &RecordChange);
 
-    // Lifecycle: readiness, retention's pruning, the end of this process's hold on the store.
+    // Lifecycle: readiness and its warnings, retention's pruning, the end of this process's
+    // hold on the store.
     /// Checks that the store is reachable and ready (for `GET /readyz`).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] with the reason.
     fn check_ready(&self) -> StoreFuture<'_, ()>;
+
+    /// What a ready store warns about without refusing calls, one sentence each, shown in
+    /// `/readyz` as `warnings` (e.g. PostgreSQL's: the primary has standbys but its commits do
+    /// not wait for a synchronous one, docs/semantics.md §14). Asked after
+    /// [`IdempotencyStore::check_ready`] succeeded. Default: none; a wrapper store forwards it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the check itself failed (`/readyz` then shows no
+    /// warnings and logs the cause).
+    fn readiness_warnings(&self) -> StoreFuture<'_, Vec<String>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
 
     /// One pruning step of retention (docs/semantics.md §12.9; [`crate::retention`]): deletes at
     /// most `batch` rows of each kind that outlived `retention`: finished records whose

@@ -97,6 +97,14 @@ impl Report {
                         value, BASELINE_INSTRUCTIONS[baseline]
                     );
                 }
+                if let Some(value) = counts.http_new_identity_unbatched {
+                    let _ = writeln!(
+                        out,
+                        "  {:<24} {value:>10.0}  (group commit off: the lone caller's \
+                         comparison)",
+                        "new identity over HTTP"
+                    );
+                }
             }
             None => {
                 let _ = writeln!(
@@ -158,13 +166,17 @@ impl Report {
         }
     }
 
-    /// New identities at c=1: group commit on against off, rate and commits.
+    /// New identities at c=1: group commit on against off. The rate and p50 are the lone
+    /// caller's alternating calls ([`Report::lone_caller`], one window for both); without
+    /// them, the two c=1 rows (separate windows). Commits per call are the c=1 rows' settled
+    /// counts; the instructions per call (callgrind), when counted, are printed beside.
     fn lone_caller_target(&self) -> Target {
         let name = format!(
             "new-identity calls/s at c=1 >= {LONE_CALLER_RATIO} x with group commit off, no \
              more commits per call"
         );
-        let (Some(on), Some(off)) = (self.run(Scenario::NewIdentity, 1, true), self.unbatched(1))
+        let (Some(on_row), Some(off_row)) =
+            (self.run(Scenario::NewIdentity, 1, true), self.unbatched(1))
         else {
             return skipped(
                 name,
@@ -173,26 +185,42 @@ impl Report {
                  CARMY_DB_BATCH_MAX_ROWS)",
             );
         };
+        let (on, off, how) = match &self.lone_caller {
+            Some([on, off]) => (on, off, "alternating calls, one window"),
+            None => (on_row, off_row, "separate windows"),
+        };
         let value = on.calls_per_second / off.calls_per_second.max(f64::MIN_POSITIVE);
         let commits = |run: &RunResult| run.commits_per_call.unwrap_or(f64::INFINITY);
         let p50 = |run: &RunResult| run.p50_ms.unwrap_or(f64::INFINITY);
+        let instructions = self
+            .instructions
+            .as_ref()
+            .and_then(|counts| {
+                Some((
+                    counts.http_new_identity,
+                    counts.http_new_identity_unbatched?,
+                ))
+            })
+            .map_or(String::new(), |(on, off)| {
+                format!("; instructions per call {on:.0} vs {off:.0}")
+            });
         Target {
             name,
             figure: format!(
-                "{:.0} vs {:.0} calls/s = {value:.2} x; commits {:.2} vs {:.2}; p50 {:.3} vs \
-                 {:.3} ms",
+                "{:.0} vs {:.0} calls/s = {value:.2} x ({how}); p50 {:.3} vs {:.3} ms; commits \
+                 {:.2} vs {:.2}{instructions}",
                 on.calls_per_second,
                 off.calls_per_second,
-                commits(on),
-                commits(off),
                 p50(on),
-                p50(off)
+                p50(off),
+                commits(on_row),
+                commits(off_row),
             ),
             value: Some(value),
             bound: LONE_CALLER_RATIO,
             status: Status::of(
                 value >= LONE_CALLER_RATIO
-                    && commits(on) <= commits(off) + LONE_CALLER_EXTRA_COMMITS
+                    && commits(on_row) <= commits(off_row) + LONE_CALLER_EXTRA_COMMITS
                     && on.error_count() == 0,
             ),
         }

@@ -113,6 +113,17 @@ impl Report {
             }
             .write(out);
         }
+        for run in self.lone_caller.iter().flatten() {
+            TableRow {
+                label: format!("{}, alternating", run.label()),
+                versus: format!(
+                    "{:.2} x new_identity",
+                    run.calls_per_second / self.ceiling(run.scenario)
+                ),
+                ..TableRow::of(run)
+            }
+            .write(out);
+        }
         self.render_flatness_rows(out);
         self.render_upstream_rows(out);
     }

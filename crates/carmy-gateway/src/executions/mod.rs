@@ -67,6 +67,15 @@ async fn run(config: &Config, action: ExecutionsAction) -> Result<String, CliFai
         .database_url
         .as_deref()
         .filter(|url| !url.trim().is_empty());
+    // Unpinned statements: the session URL when there is one (docs/semantics.md §14.3).
+    let url = url
+        .and(
+            config
+                .database_session_url
+                .as_deref()
+                .filter(|url| !url.trim().is_empty()),
+        )
+        .or(url);
     match action {
         ExecutionsAction::List(list) => list_executions(url, &list).await,
         ExecutionsAction::Show(show) => show_execution(url, &show).await,

@@ -102,6 +102,10 @@ impl IdempotencyStore for PostgresStore {
         Box::pin(self.check_ready_impl())
     }
 
+    fn readiness_warnings(&self) -> StoreFuture<'_, Vec<String>> {
+        Box::pin(self.readiness_warnings_impl())
+    }
+
     fn resolve_execution<'a>(
         &'a self,
         request: &'a ResolveRequest,

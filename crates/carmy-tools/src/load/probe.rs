@@ -49,7 +49,16 @@ impl Checker<'_> {
             .map_or(DEFAULT_PROBE_TIMEOUT, Duration::from_millis);
         let ask = match &raw.tool {
             Some(tool) => tool_ask(raw, tool, label, &at)?,
-            None => self.http_ask(entry, &absent_status, label, &at)?,
+            None => {
+                if let Some(pointer) = &raw.found_pointer {
+                    return Err(at(
+                        pointer.span().start,
+                        "found_pointer",
+                        "goes with tool (a probe that calls another tool); an HTTP probe's found is found_status".into(),
+                    ));
+                }
+                self.http_ask(entry, &absent_status, label, &at)?
+            }
         };
         Ok(ProbeSpec {
             ask,
@@ -136,7 +145,7 @@ fn tool_ask(
         .find_map(|(field, start)| start.map(|start| (field, start)))
     {
         let why = if *field == "found_status" {
-            "a tool probe's found is any result that is not an error"
+            "a tool probe's found is a value at found_pointer in a result that is not an error"
         } else if *field == "headers" {
             "the called tool sends its own headers"
         } else {
@@ -165,9 +174,19 @@ fn tool_ask(
             value
         }
     };
+    // A lookup tool often answers "not found" as a success (an empty list, a text), so a result
+    // proves the effect only where the operator says what a found one holds (§12.10).
+    let found_pointer = match &raw.found_pointer {
+        None => return Err(at(tool.span().start, "found_pointer", "is required with tool: the JSON Pointer into the tool's result that holds a value only when the effect is found, e.g. found_pointer = \"/payment_id\" (a lookup that answers \"not found\" as a success must not count as found)".into())),
+        Some(pointer) if !pointer.get_ref().starts_with('/') => {
+            return Err(at(pointer.span().start, "found_pointer", format!("{:?} is not a JSON Pointer: it starts with /, e.g. \"/payment_id\" or \"/results/0\"", pointer.get_ref())))
+        }
+        Some(pointer) => pointer.get_ref().clone(),
+    };
     Ok(ProbeAsk::Tool {
         tool: tool.get_ref().clone(),
         arguments,
+        found_pointer,
     })
 }
 

@@ -12,17 +12,24 @@ use std::time::Duration;
 const MAX_RUNNING_RETRY_AFTER: Duration = Duration::from_secs(5);
 
 impl Engine {
-    /// `answer` to a call of `tool`, completed: `expires_at` on an answer,
+    /// `answer` to a call of `tool`, completed: `expires_at` on an answer to a call with a
+    /// request id (`recorded`; an unprotected call holds no identity that could expire),
     /// [`Refusal::UnknownTool::closest`] and, for a running execution,
     /// [`Refusal::Uncertain::retry_after`].
     pub(super) fn complete_answer(
         &self,
         answer: Result<Answer, Refusal>,
         tool: &str,
+        recorded: bool,
     ) -> Result<Answer, Refusal> {
         match answer {
             Ok(mut answer) => {
-                answer.expires_at = self.expires_at(answer.result.result());
+                // A call without a request id holds no identity, so nothing expires.
+                answer.expires_at = if recorded {
+                    self.expires_at(answer.result.result())
+                } else {
+                    None
+                };
                 Ok(answer)
             }
             Err(Refusal::UnknownTool { tool, .. }) => Err(Refusal::UnknownTool {

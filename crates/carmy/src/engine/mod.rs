@@ -281,11 +281,21 @@ impl Engine {
     /// store's own [`StoreError::NotReady`] text (e.g. `schema carmy is not migrated …: run
     /// migrations`), or a fixed sentence when it failed (the cause is logged here).
     ///
+    /// When ready, the store's warnings ([`IdempotencyStore::readiness_warnings`]; none when
+    /// that check fails, which is logged).
+    ///
     /// # Errors
     /// The reason, as a sentence.
-    pub async fn readiness(&self) -> Result<(), String> {
+    pub async fn readiness(&self) -> Result<Vec<String>, String> {
         match self.store.check_ready().await {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(self
+                .store
+                .readiness_warnings()
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!(%error, "cannot check the idempotency store's warnings");
+                    Vec::new()
+                })),
             Err(StoreError::NotReady(reason)) => Err(reason),
             Err(error) => {
                 tracing::warn!(%error, "the idempotency store is not ready");
@@ -342,7 +352,9 @@ impl Engine {
         let task = self.executions.spawn(
             async move {
                 let tool = call.tool().to_owned();
-                let answer = engine.complete_answer(engine.execute_attached(call).await, &tool);
+                let recorded = call.request_id().is_some();
+                let answer =
+                    engine.complete_answer(engine.execute_attached(call).await, &tool, recorded);
                 let current = tracing::Span::current();
                 if let Some(execution_id) = answer::execution_id_of(&answer) {
                     current.record("execution_id", execution_id.as_str());

@@ -132,6 +132,11 @@ pub(super) struct ProbeBody {
     /// `ok` (`/healthz`) or `ready` (`/readyz`).
     #[schema(pattern = "^(ok|ready)$")]
     pub(super) status: &'static str,
+    /// `/readyz` only, left out when empty: what the store warns about while ready, one
+    /// sentence each (e.g. the database's commits do not wait for a synchronous standby,
+    /// docs/semantics.md §14).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(super) warnings: Vec<String>,
 }
 
 /// The optional request headers of `POST /v1/executions`.

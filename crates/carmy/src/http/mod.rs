@@ -395,7 +395,13 @@ async fn list_tools(State(state): State<AppState>, _principal: Principal) -> Res
 }
 
 fn probe(status: &'static str) -> Response {
-    let body = serde_json::to_string(&ProbeBody { status }).expect("a probe body serializes");
+    probe_with(status, Vec::new())
+}
+
+/// A probe body with `warnings` (left out when empty).
+fn probe_with(status: &'static str, warnings: Vec<String>) -> Response {
+    let body =
+        serde_json::to_string(&ProbeBody { status, warnings }).expect("a probe body serializes");
     json_response(StatusCode::OK, body)
 }
 
@@ -410,22 +416,23 @@ async fn healthz() -> Response {
     probe("ok")
 }
 
-/// Readiness: the store is reachable and migrated.
+/// Readiness: the store is reachable and migrated; `warnings` lists what the store warns about
+/// while ready (e.g. asynchronous standbys, docs/semantics.md §14).
 #[utoipa::path(
     get,
     path = "/readyz",
     tag = "operations",
     responses(
-        (status = 200, description = "`{\"status\":\"ready\"}`", body = ProbeBody),
+        (status = 200, description = "`{\"status\":\"ready\"}`, with `warnings` when the store has any", body = ProbeBody),
         (status = 503, description = "`NOT_READY`", body = openapi::Problem, content_type = "application/problem+json"),
     )
 )]
 async fn readyz(State(state): State<AppState>) -> Result<Response, ApiError> {
-    state.engine.readiness().await.map_err(|reason| {
+    let warnings = state.engine.readiness().await.map_err(|reason| {
         tracing::warn!(%reason, "not ready");
         ApiError::NotReady(format!("not ready: {reason}"))
     })?;
-    Ok(probe("ready"))
+    Ok(probe_with("ready", warnings))
 }
 
 /// Prometheus metrics of this process (the names are listed in `carmy::metrics`).

@@ -224,6 +224,11 @@ macro_rules! forward_store {
             self.$inner.check_ready()
         }
     };
+    (@one $inner:tt readiness_warnings) => {
+        fn readiness_warnings(&self) -> $crate::store::StoreFuture<'_, Vec<String>> {
+            self.$inner.readiness_warnings()
+        }
+    };
     (@one $inner:tt prune_expired) => {
         fn prune_expired(
             &self,

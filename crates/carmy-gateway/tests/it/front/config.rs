@@ -90,6 +90,7 @@ fn migrate_help_lists_only_the_options_migrate_reads() {
             "grant-runtime",
             "grant-reader",
             "database-url",
+            "database-session-url",
             "log-format"
         ],
         "{help}"

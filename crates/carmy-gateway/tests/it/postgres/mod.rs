@@ -1,11 +1,14 @@
 //! Real `carmy-gateway` processes on a real PostgreSQL: replicas, outages, partitions, a
-//! failover, the lease, the runtime role, round trips, shutdown and cancellation.
+//! failover, PgBouncer in transaction mode, readiness under replication, the lease, the runtime
+//! role, round trips, shutdown and cancellation.
 
 mod failover;
 mod lease_starvation;
 mod partition;
+mod pgbouncer;
 mod postgres_outages;
 mod postgres_replicas;
+mod readiness_replication;
 mod replay_cache_replicas;
 pub(crate) mod round_trips;
 mod runtime_role;

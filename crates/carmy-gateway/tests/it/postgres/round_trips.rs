@@ -73,7 +73,7 @@ async fn statements_of(observer: &mut PgConnection, database: &str) -> (i64, Str
     let rows = sqlx::query(
         "SELECT s.calls, left(regexp_replace(s.query, '\\s+', ' ', 'g'), 90) AS query \
          FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid \
-         WHERE d.datname = $1 ORDER BY s.calls DESC",
+         WHERE d.datname = $1 ORDER BY s.calls DESC, query",
     )
     .bind(database)
     .fetch_all(&mut *observer)
@@ -97,9 +97,10 @@ async fn reset_statements(observer: &mut PgConnection) {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn new_identity_is_two_statements_and_a_replay_one() {
-    // A cluster of our own: pg_stat_statements must be preloaded, which needs a restart.
+/// A cluster of our own with `pg_stat_statements` preloaded (which needs a restart), and an
+/// observer connected to its database `postgres` (the gateways work in databases of their own,
+/// so the observer's queries never count).
+async fn statements_cluster() -> (Cluster, PgConnection) {
     let cluster = Cluster::start();
     {
         let mut admin = PgConnection::connect(&cluster.url()).await.unwrap();
@@ -111,13 +112,17 @@ async fn new_identity_is_two_statements_and_a_replay_one() {
     }
     cluster.stop();
     cluster.start_again();
-    // The observer works in database `postgres`; the gateway in its own, so the observer's
-    // queries never count.
     let mut observer = PgConnection::connect(&cluster.url()).await.unwrap();
     sqlx::raw_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         .execute(&mut observer)
         .await
         .expect("pg_stat_statements is installed with the PostgreSQL server");
+    (cluster, observer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_identity_is_two_statements_and_a_replay_one() {
+    let (cluster, mut observer) = statements_cluster().await;
     sqlx::raw_sql("CREATE DATABASE carmy_rt")
         .execute(&mut observer)
         .await
@@ -159,6 +164,86 @@ async fn new_identity_is_two_statements_and_a_replay_one() {
         );
     }
     drop(gateway);
+}
+
+/// How long a backend may keep its counts before reporting them to `pg_stat_database` once it
+/// is idle (PostgreSQL reports at most once a second, and an idle backend within 10 s).
+const STATS_SETTLE: std::time::Duration = std::time::Duration::from_millis(11_000);
+
+/// `pg_stat_database.xact_commit` of each of `databases`, once every backend reported
+/// ([`STATS_SETTLE`] after the last call).
+async fn settled_commits(observer: &mut PgConnection, databases: &[&str]) -> Vec<i64> {
+    tokio::time::sleep(STATS_SETTLE).await;
+    let mut commits = Vec::new();
+    for database in databases {
+        let row = sqlx::query("SELECT xact_commit FROM pg_stat_database WHERE datname = $1")
+            .bind(database)
+            .fetch_one(&mut *observer)
+            .await
+            .unwrap();
+        commits.push(row.get::<i64, _>("xact_commit"));
+    }
+    commits
+}
+
+/// Issue 30, item 2: a lone caller pays nothing for group commit. Two gateways on databases of
+/// their own, one with batching (the default) and one without (`CARMY_DB_BATCH_MAX_ROWS=1`),
+/// take the same sequential new identities: the statements `pg_stat_statements` sees (text and
+/// calls) and the commits `pg_stat_database` counts must be exactly the same, two per call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_caller_costs_the_same_statements_and_commits_with_batching_on_and_off() {
+    let (cluster, mut observer) = statements_cluster().await;
+    let databases = ["carmy_batched", "carmy_unbatched"];
+    let mut gateways = Vec::new();
+    for database in databases {
+        sqlx::raw_sql(&format!("CREATE DATABASE {database}"))
+            .execute(&mut observer)
+            .await
+            .unwrap();
+        let url = format!("postgres://postgres@127.0.0.1:{}/{database}", cluster.port);
+        let mut env = gateway_env(&url);
+        // No background statement in the counted window: no pruning, no reconciliation sweep.
+        env.push(("CARMY_RETENTION", "0".to_owned()));
+        env.push(("CARMY_PRUNE_INTERVAL_MS", "3600000".to_owned()));
+        env.push(("CARMY_RECONCILE_INTERVAL_MS", "3600000".to_owned()));
+        if database == "carmy_unbatched" {
+            env.push(("CARMY_DB_BATCH_MAX_ROWS", "1".to_owned()));
+        }
+        gateways.push(start_gateway(&format!("lone-{database}"), &env));
+    }
+    let http = client();
+    for gateway in &gateways {
+        calls(&http, gateway, &request_ids("warm"), false).await;
+    }
+    let before = settled_commits(&mut observer, &databases).await;
+    reset_statements(&mut observer).await;
+    let mut listings = Vec::new();
+    for gateway in &gateways {
+        calls(&http, gateway, &request_ids("lone"), false).await;
+    }
+    for database in databases {
+        listings.push(statements_of(&mut observer, database).await);
+    }
+    let after = settled_commits(&mut observer, &databases).await;
+    drop(gateways);
+    let commits: Vec<i64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    let [(batched, batched_listing), (unbatched, unbatched_listing)] =
+        <[_; 2]>::try_from(listings).unwrap();
+    assert_eq!(
+        (batched, unbatched),
+        (2 * CALLS as i64, 2 * CALLS as i64),
+        "{CALLS} sequential new identities: two statements each, batching on or off; \
+         batching on:{batched_listing}\nbatching off:{unbatched_listing}"
+    );
+    assert_eq!(
+        batched_listing, unbatched_listing,
+        "a lone caller must run the same statements with batching on as with it off"
+    );
+    assert_eq!(
+        commits,
+        vec![2 * CALLS as i64, 2 * CALLS as i64],
+        "{CALLS} sequential new identities: two commits each (batching on, batching off)"
+    );
 }
 
 /// Round trips on the client side of the PostgreSQL protocol: each `Sync` or `Query` message

@@ -126,11 +126,21 @@ fn each_subcommand_help_lists_only_what_it_reads() {
                 "session-id",
                 "limit",
                 "database-url",
+                "database-session-url",
                 "json",
                 "log-format",
             ],
         ),
-        ("show", &["database-url", "json", "log-format", "retention"]),
+        (
+            "show",
+            &[
+                "database-url",
+                "database-session-url",
+                "json",
+                "log-format",
+                "retention",
+            ],
+        ),
         (
             "resolve",
             &[
@@ -140,6 +150,7 @@ fn each_subcommand_help_lists_only_what_it_reads() {
                 "note",
                 "actor",
                 "database-url",
+                "database-session-url",
                 "force",
                 "json",
                 "log-format",
@@ -152,6 +163,7 @@ fn each_subcommand_help_lists_only_what_it_reads() {
                 "note",
                 "actor",
                 "database-url",
+                "database-session-url",
                 "force",
                 "json",
                 "log-format",

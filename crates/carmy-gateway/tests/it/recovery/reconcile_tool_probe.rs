@@ -31,7 +31,8 @@ fn tools(base: &str) -> PathBuf {
             "[[tools]]\nname = \"{name}\"\nurl = \"{base}/pay/{path}\"\n[tools.reconcile]\n{probe}\n"
         )
     };
-    let by_key = "arguments = { idempotency_key = \"{execution_id}\" }";
+    let by_key =
+        "arguments = { idempotency_key = \"{execution_id}\" }\nfound_pointer = \"/payment_id\"";
     let text = [
         lookup("get_payment", "lookup"),
         lookup("get_payment_echo", "lookup-echo"),
@@ -53,7 +54,7 @@ fn tools(base: &str) -> PathBuf {
         paying(
             "tp_argument",
             "commit-targument",
-            "tool = \"get_payment\"\narguments = { idempotency_key = \"{execution_id}\", note = \"{amount} for {request_id}\" }",
+            "tool = \"get_payment\"\narguments = { idempotency_key = \"{execution_id}\", note = \"{amount} for {request_id}\" }\nfound_pointer = \"/payment_id\"",
         ),
         paying(
             "tp_echo",
@@ -416,7 +417,7 @@ async fn a_tool_probe_calls_a_read_only_mcp_tool() {
     let payments = Payments::start().await;
     let (file, state) = mcp_tools(
         &payments.base(),
-        "tool = \"py.lookup\"\narguments = { key = \"{execution_id}\" }",
+        "tool = \"py.lookup\"\narguments = { key = \"{execution_id}\" }\nfound_pointer = \"/found\"",
     );
     let mut a = replica("mcp-probe-a", &db, &file, "100");
     let b = replica("mcp-probe-b", &db, &file, "100");
@@ -487,19 +488,34 @@ fn check_config_shows_tool_probes_and_refuses_a_bad_one_in_one_line() {
             "names the tool itself",
         ),
         (
-            format!("{pay}[tools.reconcile]\ntool = \"write\"\n{write}"),
+            format!("{pay}[tools.reconcile]\ntool = \"write\"\nfound_pointer = \"/x\"\n{write}"),
             "reconcile.tool",
             "\"write\" is not annotated read-only",
         ),
         (
-            format!("{pay}[tools.reconcile]\ntool = \"nothing\"\n{read}"),
+            format!("{pay}[tools.reconcile]\ntool = \"nothing\"\nfound_pointer = \"/x\"\n{read}"),
             "reconcile.tool",
             "no [[tools]] entry is named \"nothing\"",
         ),
         (
             format!("{pay}[tools.reconcile]\ntool = \"read\"\nfound_status = [200]\n{read}"),
             "reconcile.found_status",
-            "found is any result that is not an error",
+            "found is a value at found_pointer",
+        ),
+        (
+            format!("{pay}[tools.reconcile]\ntool = \"read\"\n{read}"),
+            "reconcile.found_pointer",
+            "is required with tool",
+        ),
+        (
+            format!("{pay}[tools.reconcile]\ntool = \"read\"\nfound_pointer = \"payment_id\"\n{read}"),
+            "reconcile.found_pointer",
+            "is not a JSON Pointer",
+        ),
+        (
+            format!("{pay}[tools.reconcile]\nurl = \"http://127.0.0.1:9/l?k={{execution_id}}\"\nfound_pointer = \"/id\"\n"),
+            "reconcile.found_pointer",
+            "goes with tool",
         ),
         (
             format!("{pay}[tools.reconcile]\ntool = \"read\"\narguments = {{ k = \"{{execution_id\" }}\n{read}"),
@@ -532,21 +548,23 @@ fn check_config_shows_tool_probes_and_refuses_a_bad_one_in_one_line() {
 fn check_config_checks_a_probe_that_calls_an_mcp_tool() {
     let (file, _) = mcp_tools(
         "http://127.0.0.1:9",
-        "tool = \"py.lookup\"\narguments = { key = \"{execution_id}\" }",
+        "tool = \"py.lookup\"\narguments = { key = \"{execution_id}\" }\nfound_pointer = \"/found\"",
     );
     let (ok, stdout, stderr) = check_config(&file);
     assert!(ok, "{stderr}");
     assert!(
-        stdout.contains("reconcile tool py.lookup arguments={\"key\":\"{execution_id}\"}"),
+        stdout.contains(
+            "reconcile tool py.lookup arguments={\"key\":\"{execution_id}\"}  found_pointer=/found"
+        ),
         "{stdout}"
     );
     for (probe, message) in [
         (
-            "tool = \"py.write\"",
+            "tool = \"py.write\"\nfound_pointer = \"/found\"",
             "tool \"pay\": reconcile.tool names \"py.write\", which is not annotated read-only",
         ),
         (
-            "tool = \"py.missing\"",
+            "tool = \"py.missing\"\nfound_pointer = \"/found\"",
             "tool \"pay\": reconcile.tool names \"py.missing\", which neither",
         ),
     ] {

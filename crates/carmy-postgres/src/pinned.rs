@@ -1,0 +1,307 @@
+//! The store's statements behind a transaction-mode pooler (docs/semantics.md §14.3): [`Db`]
+//! (the shared pool) and [`Through`] (one connection) are sqlx executors that run each statement
+//! as sqlx would on a direct connection, or, when [`Pinning`] says a transaction-mode pooler
+//! (PgBouncer `pool_mode = transaction`) is in between, inside a transaction of its own with an
+//! unnamed statement.
+//!
+//! Why: such a pooler hands a server connection to a client only for one transaction, and
+//! between two `Sync` messages outside a transaction it may hand the next message to another
+//! server. sqlx's named (`sqlx_s_N`) statements then meet statements of other clients
+//! (`prepared statement "sqlx_s_1" already exists`) or miss their own, and even an unnamed
+//! statement is sent in two steps (`Parse`/`Describe`/`Sync`, then `Bind`/`Execute`/`Sync`), so
+//! its `Bind` could reach a server where another client's statement sits. Inside `BEGIN` …
+//! `COMMIT` the pooler keeps one server for the client, and the unnamed statement leaves nothing
+//! behind on it. The `BEGIN` also carries `SET LOCAL statement_timeout` and
+//! `idle_in_transaction_session_timeout` (docs/semantics.md §14.1), since session settings do not
+//! survive there. A statement without parameters (sqlx's simple protocol, e.g.
+//! `sqlx::raw_sql`) is one message and runs as it is.
+//!
+//! Cost: two more round trips per statement (`BEGIN`, `COMMIT`), and no cached plans; only in
+//! that mode. On a direct connection (or a session-mode pooler) every method forwards to sqlx
+//! unchanged.
+
+use futures::future::BoxFuture;
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use sqlx::postgres::{PgArguments, PgConnection, PgPool, PgQueryResult, PgRow, PgStatement};
+use sqlx::postgres::{PgTypeInfo, Postgres};
+use sqlx::{Either, Execute, Executor};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How statements must run: `None` on a direct path, else the `BEGIN` that pins a server of a
+/// transaction-mode pooler for one statement.
+#[derive(Clone, Debug, Default)]
+pub struct Pinning(Option<Arc<str>>);
+
+impl Pinning {
+    /// A direct connection or a session-mode pooler: statements run as sqlx runs them.
+    pub const fn direct() -> Self {
+        Self(None)
+    }
+
+    /// A transaction-mode pooler: each statement with parameters runs in a transaction of its
+    /// own that starts with `SET LOCAL statement_timeout` and
+    /// `idle_in_transaction_session_timeout` = `statement_timeout` (none when zero).
+    pub fn transaction_pooler(statement_timeout: Duration) -> Self {
+        let begin = if statement_timeout.is_zero() {
+            "BEGIN".to_owned()
+        } else {
+            let millis = statement_timeout.as_millis().max(1);
+            format!(
+                "BEGIN; SET LOCAL statement_timeout = {millis}; \
+                 SET LOCAL idle_in_transaction_session_timeout = {millis}"
+            )
+        };
+        Self(Some(begin.into()))
+    }
+
+    /// Whether statements are pinned (a transaction-mode pooler is in between).
+    pub fn is_pinned(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+/// The store's pool with its [`Pinning`]: an executor (`&Db`) for every statement that is not
+/// bound to a session.
+#[derive(Clone, Debug)]
+pub struct Db {
+    pool: PgPool,
+    pinning: Pinning,
+}
+
+impl Db {
+    /// `pool`, whose statements run as `pinning` says.
+    pub fn new(pool: PgPool, pinning: Pinning) -> Self {
+        Self { pool, pinning }
+    }
+
+    /// The sqlx pool (its statements do not get this executor's pinning).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// How statements run.
+    pub fn pinning(&self) -> &Pinning {
+        &self.pinning
+    }
+
+    /// `connection` (e.g. one taken from [`Db::pool`]) as an executor with this pinning.
+    pub fn through<'c>(&self, connection: &'c mut PgConnection) -> Through<'c> {
+        Through {
+            connection,
+            pinning: self.pinning.clone(),
+        }
+    }
+}
+
+/// A pool on a direct path ([`Pinning::direct`]).
+impl From<PgPool> for Db {
+    fn from(pool: PgPool) -> Self {
+        Self::new(pool, Pinning::direct())
+    }
+}
+
+/// One connection with a [`Pinning`], as an executor.
+#[derive(Debug)]
+pub struct Through<'c> {
+    connection: &'c mut PgConnection,
+    pinning: Pinning,
+}
+
+impl<'c> Through<'c> {
+    /// `connection`, whose statements run as `pinning` says.
+    pub fn new(connection: &'c mut PgConnection, pinning: Pinning) -> Self {
+        Self {
+            connection,
+            pinning,
+        }
+    }
+}
+
+type Item = Either<PgQueryResult, PgRow>;
+
+/// A query with its arguments taken out, run as an unnamed statement.
+struct Unnamed<'q> {
+    sql: &'q str,
+    arguments: Option<PgArguments>,
+}
+
+impl<'q> Execute<'q, Postgres> for Unnamed<'q> {
+    fn sql(&self) -> &'q str {
+        self.sql
+    }
+
+    fn statement(&self) -> Option<&PgStatement<'q>> {
+        None
+    }
+
+    fn take_arguments(&mut self) -> Result<Option<PgArguments>, sqlx::error::BoxDynError> {
+        Ok(self.arguments.take())
+    }
+
+    fn persistent(&self) -> bool {
+        false
+    }
+}
+
+/// Runs `query` on `connection` pinned by `begin` (see the module): its results, all read.
+async fn pinned<'q, E>(
+    connection: &mut PgConnection,
+    begin: &str,
+    mut query: E,
+) -> Result<Vec<Item>, sqlx::Error>
+where
+    E: 'q + Execute<'q, Postgres>,
+{
+    let arguments = query.take_arguments().map_err(sqlx::Error::Encode)?;
+    let sql = query.sql();
+    let Some(arguments) = arguments else {
+        // The simple protocol: one message, one server.
+        return connection
+            .fetch_many(sqlx::raw_sql(sql))
+            .try_collect()
+            .await;
+    };
+    connection.execute(sqlx::raw_sql(begin)).await?;
+    let statement = Unnamed {
+        sql,
+        arguments: Some(arguments),
+    };
+    let items: Result<Vec<Item>, sqlx::Error> =
+        (&mut *connection).fetch_many(statement).try_collect().await;
+    match items {
+        Ok(items) => {
+            connection.execute(sqlx::raw_sql("COMMIT")).await?;
+            Ok(items)
+        }
+        Err(error) => {
+            // Hand the server back to the pooler now, not at the connection's next use.
+            let _ = connection.execute(sqlx::raw_sql("ROLLBACK")).await;
+            Err(error)
+        }
+    }
+}
+
+/// The first row of `items`.
+fn first_row(items: Vec<Item>) -> Option<PgRow> {
+    items.into_iter().find_map(|item| match item {
+        Either::Right(row) => Some(row),
+        Either::Left(_) => None,
+    })
+}
+
+impl<'p> Executor<'p> for &'p Db {
+    type Database = Postgres;
+
+    fn fetch_many<'e, 'q: 'e, E>(self, query: E) -> BoxStream<'e, Result<Item, sqlx::Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        let Some(begin) = self.pinning.0.clone() else {
+            return self.pool.fetch_many(query);
+        };
+        let pool = self.pool.clone();
+        stream::once(async move {
+            let mut connection = pool.acquire().await?;
+            pinned(&mut connection, &begin, query).await
+        })
+        .map_ok(|items| stream::iter(items.into_iter().map(Ok)))
+        .try_flatten()
+        .boxed()
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, Result<Option<PgRow>, sqlx::Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        let Some(begin) = self.pinning.0.clone() else {
+            return self.pool.fetch_optional(query);
+        };
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let mut connection = pool.acquire().await?;
+            Ok(first_row(pinned(&mut connection, &begin, query).await?))
+        })
+    }
+
+    fn prepare_with<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+        parameters: &'e [PgTypeInfo],
+    ) -> BoxFuture<'e, Result<PgStatement<'q>, sqlx::Error>>
+    where
+        'p: 'e,
+    {
+        self.pool.prepare_with(sql, parameters)
+    }
+
+    fn describe<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+    ) -> BoxFuture<'e, Result<sqlx::Describe<Postgres>, sqlx::Error>>
+    where
+        'p: 'e,
+    {
+        self.pool.describe(sql)
+    }
+}
+
+impl<'c> Executor<'c> for Through<'c> {
+    type Database = Postgres;
+
+    fn fetch_many<'e, 'q: 'e, E>(self, query: E) -> BoxStream<'e, Result<Item, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        let Some(begin) = self.pinning.0.clone() else {
+            return self.connection.fetch_many(query);
+        };
+        let connection = self.connection;
+        stream::once(async move { pinned(connection, &begin, query).await })
+            .map_ok(|items| stream::iter(items.into_iter().map(Ok)))
+            .try_flatten()
+            .boxed()
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, Result<Option<PgRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        let Some(begin) = self.pinning.0.clone() else {
+            return self.connection.fetch_optional(query);
+        };
+        let connection = self.connection;
+        Box::pin(async move { Ok(first_row(pinned(connection, &begin, query).await?)) })
+    }
+
+    fn prepare_with<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+        parameters: &'e [PgTypeInfo],
+    ) -> BoxFuture<'e, Result<PgStatement<'q>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.connection.prepare_with(sql, parameters)
+    }
+
+    fn describe<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+    ) -> BoxFuture<'e, Result<sqlx::Describe<Postgres>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.connection.describe(sql)
+    }
+}
