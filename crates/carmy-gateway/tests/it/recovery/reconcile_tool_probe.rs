@@ -472,7 +472,7 @@ fn check_config(file: &Path) -> (bool, String, String) {
 fn check_config_shows_tool_probes_and_refuses_a_bad_one_in_one_line() {
     let (ok, stdout, stderr) = check_config(&tools("http://127.0.0.1:9"));
     assert!(ok, "{stderr}");
-    assert!(stdout.contains("reconcile tool get_payment arguments={\"idempotency_key\":\"{execution_id}\"}  absent=[404] absent_means=not_executed  timeout=2000ms"), "{stdout}");
+    assert!(stdout.contains("reconcile tool get_payment arguments={\"idempotency_key\":\"{execution_id}\"}  found_pointer=/payment_id  absent=[404] absent_means=not_executed  timeout=2000ms"), "{stdout}");
     assert!(
         !stdout.contains(LOOKUP_TOKEN) && !stdout.contains(PROBE_TOKEN),
         "{stdout}"
