@@ -38,8 +38,22 @@ async fn two_replicas_serve_through_a_transaction_pooler_with_a_session_url() {
     let b = Replica::start("pgbouncer-b", &env);
     let http = client();
     for replica in [&a, &b] {
-        let ready = http.get(replica.url("/readyz")).send().await.unwrap();
-        assert_eq!(ready.status().as_u16(), 200);
+        // Ready once its first readiness check went through the pooler (on a loaded machine the
+        // three server connections may all be busy with the other replica's start for a while).
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = http.get(replica.url("/readyz")).send().await.unwrap();
+            let status = ready.status().as_u16();
+            if status == 200 {
+                break;
+            }
+            let body = ready.text().await.unwrap_or_default();
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not ready through the pooler within 30 s: {status} {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     // An order, replayed by both replicas.
