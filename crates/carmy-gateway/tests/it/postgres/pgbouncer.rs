@@ -30,9 +30,13 @@ async fn two_replicas_serve_through_a_transaction_pooler_with_a_session_url() {
     // Three server processes for both replicas' pools and hot paths.
     let bouncer = Bouncer::start_with("transaction", 3).await;
     let pooled = bouncer.url(&db.name);
+    // Three server connections serve two replicas: on a loaded machine a statement may queue
+    // in PgBouncer for seconds, which is not what this test is about (the default 5 s wait for
+    // a connection would answer 503).
     let env = [
         ("DATABASE_URL", pooled.as_str()),
         ("CARMY_DATABASE_SESSION_URL", db.url.as_str()),
+        ("CARMY_DB_ACQUIRE_TIMEOUT_MS", "60000"),
     ];
     let a = Replica::start("pgbouncer-a", &env);
     let b = Replica::start("pgbouncer-b", &env);
