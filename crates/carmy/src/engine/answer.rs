@@ -15,9 +15,9 @@ pub struct Answer {
     pub result: RecordedResult,
     /// True when the tool did not run for this call.
     pub replayed: bool,
-    /// When the record stops holding its identity (docs/semantics.md §12): its `finished_at`
-    /// plus the retention; `None` when records are kept forever. Every front states it as
-    /// `expires_at`.
+    /// When the record stops holding its identity (docs/semantics.md §4, §12.9): its
+    /// `finished_at` plus the retention; `None` when records are kept forever, and for a call
+    /// without a request id (it holds no identity). Every front states it as `expires_at`.
     pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 

@@ -73,8 +73,8 @@ pub(crate) struct ExecutionAnswer {
     replayed: bool,
     /// When the record stops holding its identity: its `finished_at` plus the retention
     /// (`CARMY_RETENTION`); a call with the same request_id after it runs as new
-    /// (docs/semantics.md §12.9). `null` when records are kept forever. UTC, RFC 3339 with
-    /// milliseconds.
+    /// (docs/semantics.md §12.9). `null` when records are kept forever, and for a call without
+    /// a request_id (nothing is recorded). UTC, RFC 3339 with milliseconds.
     #[schema(value_type = Option<String>, format = DateTime)]
     expires_at: Option<String>,
 }
