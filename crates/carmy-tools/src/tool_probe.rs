@@ -322,6 +322,30 @@ fn holds_a_value(value: Option<&Value>) -> bool {
 mod tests {
     use super::*;
 
+    /// A result proves "found" only with a value at the pointer: a lookup that answers "not
+    /// found" as a success (an empty list, `found: false`, no member) proves nothing (§12.10).
+    #[test]
+    fn only_a_value_at_found_pointer_means_found() {
+        let found = |result: Value| holds_a_value(result.pointer("/payment"));
+        assert!(found(json!({"payment": {"id": 1}})));
+        assert!(found(json!({"payment": "pay_1"})));
+        assert!(found(json!({"payment": 0})));
+        assert!(found(json!({"payment": true})));
+        assert!(found(json!({"payment": [1]})));
+        for nothing in [
+            json!({}),
+            json!({"payment": null}),
+            json!({"payment": false}),
+            json!({"payment": ""}),
+            json!({"payment": []}),
+            json!({"payment": {}}),
+            json!("No payment found"),
+            json!([]),
+        ] {
+            assert!(!found(nothing.clone()), "{nothing}");
+        }
+    }
+
     #[test]
     fn placeholders_are_filled_keeping_the_type_of_a_lone_one() {
         let values = json!({"execution_id": "exec_1", "request_id": "r-1", "amount": 5});
