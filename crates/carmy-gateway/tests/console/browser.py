@@ -18,7 +18,12 @@ import urllib.request
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+# Seconds any page load, element or navigation may take: CI runs this beside the other tests on
+# two cores, so the browser is slow at times; a check still fails once this has passed.
+DEADLINE = 60
 
 
 def check(condition, message):
@@ -36,8 +41,23 @@ def browser():
         options.add_argument(argument)
     service = Service(executable_path=os.environ.get("CARMY_CHROMEDRIVER", "/usr/bin/chromedriver"))
     driver = webdriver.Chrome(service=service, options=options)
-    driver.set_page_load_timeout(30)
+    driver.set_page_load_timeout(DEADLINE)
+    # find_element waits for an element that is not there yet, up to the deadline.
+    driver.implicitly_wait(DEADLINE)
     return driver
+
+
+def submit(driver, button):
+    """Clicks a form's button and waits until the next page has loaded.
+
+    A click only starts the form's navigation: reading the URL or the page right after it can
+    still see the old page. The old page's root element goes stale once the browser has left it.
+    """
+    page = driver.find_element(By.TAG_NAME, "html")
+    button.click()
+    WebDriverWait(driver, DEADLINE).until(expected_conditions.staleness_of(page))
+    WebDriverWait(driver, DEADLINE).until(
+        lambda d: d.execute_script("return document.readyState") == "complete")
 
 
 def shot(driver, shots, name):
@@ -55,7 +75,7 @@ def log_in(driver, base, key):
     field = driver.find_element(By.NAME, "key")
     field.clear()
     field.send_keys(key)
-    driver.find_element(By.CSS_SELECTOR, "form[action='/console/login'] button").click()
+    submit(driver, driver.find_element(By.CSS_SELECTOR, "form[action='/console/login'] button"))
 
 
 def forged_post(base, path, cookie, fields):
@@ -71,7 +91,7 @@ def forged_post(base, path, cookie, fields):
 
     opener = urllib.request.build_opener(NoRedirect)
     try:
-        with opener.open(request, timeout=10) as response:
+        with opener.open(request, timeout=DEADLINE) as response:
             return response.status, dict(response.headers)
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers)
@@ -120,7 +140,7 @@ def main():
         check(row.find_element(By.CSS_SELECTOR, ".request-id").text == args.request_id,
               "its request id is shown as text, HTML escaped")
         shot(driver, args.shots, "03-executions-interrupted")
-        link.click()
+        submit(driver, link)
         check(driver.find_element(By.ID, "state").text == "interrupted",
               "the execution's page says interrupted")
         for section in ("record", "fingerprint", "owner", "upstream", "evidence", "audit", "late"):
@@ -156,7 +176,7 @@ def main():
         Select(driver.find_element(By.ID, "status")).select_by_value("completed")
         driver.find_element(By.ID, "data").send_keys('{"order_id": 17, "via": "console"}')
         driver.find_element(By.ID, "resolve_note").send_keys(note)
-        driver.find_element(By.CSS_SELECTOR, "form#resolve button").click()
+        submit(driver, driver.find_element(By.CSS_SELECTOR, "form#resolve button"))
         check(driver.current_url == base + execution_path + "?done=resolved",
               f"the resolve form redirects back to the execution ({driver.current_url})")
         check(driver.find_element(By.ID, "state").text == "completed",

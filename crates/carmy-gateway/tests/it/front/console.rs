@@ -100,7 +100,7 @@ async fn an_operator_resolves_an_interrupted_execution_in_the_browser() {
             .send()
             .await;
     });
-    let id = eventually(Duration::from_secs(10), "the call is reserved", || async {
+    let id = eventually(Duration::from_secs(30), "the call is reserved", || async {
         let found = agent_lookup(&http, &reader, request_id).await;
         found["execution_id"]
             .as_str()
@@ -110,7 +110,7 @@ async fn an_operator_resolves_an_interrupted_execution_in_the_browser() {
     .await;
     owner.kill9();
     eventually(
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         "the owner's lease lapses",
         || async {
             let found = agent_lookup(&http, &reader, request_id).await;
