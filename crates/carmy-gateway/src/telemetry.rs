@@ -13,7 +13,11 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
+use tracing::subscriber::Interest;
+use tracing::{span, Event, Metadata};
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::layer::{Context, Filter};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
@@ -75,8 +79,8 @@ pub fn init(format: LogFormat, default_level: &str) -> Telemetry {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let logs = match format {
-        LogFormat::Text => logs.with_filter(filter).boxed(),
-        LogFormat::Json => logs.json().with_filter(filter).boxed(),
+        LogFormat::Text => logs.with_filter(AskEveryTime(filter)).boxed(),
+        LogFormat::Json => logs.json().with_filter(AskEveryTime(filter)).boxed(),
     };
     let (provider, failure) = if export_requested() {
         match tracer_provider() {
@@ -90,9 +94,11 @@ pub fn init(format: LogFormat, default_level: &str) -> Telemetry {
     let traces = provider.as_ref().map(|provider| {
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("carmy"))
-            .with_filter(tracing_subscriber::filter::filter_fn(|metadata| {
-                metadata.is_span() && carmy::trace::EXPORTED_SPANS.contains(&metadata.name())
-            }))
+            .with_filter(AskEveryTime(tracing_subscriber::filter::filter_fn(
+                |metadata| {
+                    metadata.is_span() && carmy::trace::EXPORTED_SPANS.contains(&metadata.name())
+                },
+            )))
     });
     let installed = tracing_subscriber::registry()
         .with(logs)
@@ -108,6 +114,66 @@ pub fn init(format: LogFormat, default_level: &str) -> Telemetry {
         tracing::info!("exporting OpenTelemetry traces over OTLP/HTTP (protobuf)");
     }
     Telemetry { provider }
+}
+
+/// A per-layer filter that is asked for every span and event it does not rule out for good.
+///
+/// tracing-subscriber hands a per-layer filter's decision to its layer through a thread-local
+/// that the next `enabled` call overwrites. A callsite every filter accepts is cached as
+/// "always", so its spans skip `enabled` and read whatever the last `enabled` call on the thread
+/// left there. sqlx asks `enabled` for each query's log line with metadata made at run time and
+/// then logs nothing below its level: the next span on that thread (a call's `carmy.call`, right
+/// after a store read) was dropped from the logs and from export, so its trace had no root
+/// (tokio-rs/tracing#2519, #2704). Answering "sometimes" instead of "always" makes every span
+/// and event ask, so the thread-local always holds the decision for the metadata at hand. The
+/// cost is one filter check per span or event.
+struct AskEveryTime<F>(F);
+
+impl<S, F: Filter<S>> Filter<S> for AskEveryTime<F> {
+    fn enabled(&self, metadata: &Metadata<'_>, context: &Context<'_, S>) -> bool {
+        self.0.enabled(metadata, context)
+    }
+
+    fn callsite_enabled(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if self.0.callsite_enabled(metadata).is_never() {
+            Interest::never()
+        } else {
+            Interest::sometimes()
+        }
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, context: &Context<'_, S>) -> bool {
+        self.0.event_enabled(event, context)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        self.0.max_level_hint()
+    }
+
+    fn on_new_span(
+        &self,
+        attributes: &span::Attributes<'_>,
+        id: &span::Id,
+        context: Context<'_, S>,
+    ) {
+        self.0.on_new_span(attributes, id, context);
+    }
+
+    fn on_record(&self, id: &span::Id, values: &span::Record<'_>, context: Context<'_, S>) {
+        self.0.on_record(id, values, context);
+    }
+
+    fn on_enter(&self, id: &span::Id, context: Context<'_, S>) {
+        self.0.on_enter(id, context);
+    }
+
+    fn on_exit(&self, id: &span::Id, context: Context<'_, S>) {
+        self.0.on_exit(id, context);
+    }
+
+    fn on_close(&self, id: span::Id, context: Context<'_, S>) {
+        self.0.on_close(id, context);
+    }
 }
 
 /// The tracer provider: batch processor, OTLP/HTTP protobuf exporter configured by the

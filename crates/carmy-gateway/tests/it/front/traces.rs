@@ -10,7 +10,7 @@
 use crate::http_tools::{replica, tools_for};
 use crate::mcp_client::{call_with_meta, connect, execution};
 use crate::upstream::Upstream;
-use carmy_test_support::{call, client};
+use carmy_test_support::{call, client, TestDb};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -183,17 +183,36 @@ fn sent_traceparent(upstream: &Upstream, target: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn calls_over_http_and_mcp_export_their_span_trees_under_the_incoming_traceparent() {
-    let receiver = Receiver::start("export", 0);
+    export_span_trees(None).await;
+}
+
+/// As on the memory store: store reads log through sqlx, which once cost the next span its
+/// export (a call's trace had no `carmy.call`, telemetry.rs `AskEveryTime`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgresql_calls_export_the_same_span_trees() {
+    let db = TestDb::create().await;
+    export_span_trees(Some(&db)).await;
+}
+
+/// One new call and its replay over HTTP and one new call over MCP, on the memory store
+/// (`None`) or on `db`; checks the exported span trees.
+async fn export_span_trees(db: Option<&TestDb>) {
+    let name = if db.is_some() { "postgres" } else { "memory" };
+    let receiver = Receiver::start(name, 0);
     let upstream = Upstream::start().await;
     let endpoint = receiver.endpoint();
+    // Batches are sent only at shutdown: the spans below arrive by the SIGTERM flush.
+    let mut env = vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
+    ];
+    if let Some(db) = db {
+        env.push(("DATABASE_URL", db.url.as_str()));
+    }
     let mut gateway = replica(
-        "traces-export",
+        &format!("traces-export-{name}"),
         &tools_for(&upstream.base(), ""),
-        // Batches are sent only at shutdown: the spans below arrive by the SIGTERM flush.
-        &[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
-            ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
-        ],
+        &env,
     );
     let http = client();
 
