@@ -13,9 +13,10 @@ use carmy::engine::Engine;
 use carmy::key_argument::{listed_schema, KeyArgument};
 use carmy::Tool as CarmyTool;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ErrorData,
-    GetTaskParams, GetTaskResult, Implementation, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, CustomRequest,
+    CustomResult, ErrorCode, ErrorData, GetTaskParams, GetTaskResult, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -178,6 +179,36 @@ impl ServerHandler for CarmyMcp {
         let facts = request_facts(&context)?;
         tasks::cancel(&self.engine, &facts.principal, &request.task_id).await
     }
+
+    /// A request the SDK could not read as one it knows. For a method Carmy serves, its params
+    /// had the wrong shape (a number as `taskId`, say): invalid params naming the shape, not
+    /// "method not found"; any other method is not found.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        Err(match malformed_params(&request.method) {
+            Some(shape) => ErrorData::invalid_params(
+                format!("{} could not be read: {shape}", request.method),
+                None,
+            ),
+            None => ErrorData::new(ErrorCode::METHOD_NOT_FOUND, request.method, None),
+        })
+    }
+}
+
+/// The params a served method takes, told to a caller whose params could not be read; `None`
+/// for a method Carmy does not serve.
+fn malformed_params(method: &str) -> Option<&'static str> {
+    Some(match method {
+        "tools/call" => "params.name must be a tool's name (a string) and params.arguments, when given, an object; list the tools with tools/list",
+        "tools/list" => "params.cursor, when given, must be a string",
+        "tasks/get" | "tasks/cancel" => "params.taskId must be a string: the taskId of the task your tools/call answered with",
+        "initialize" => "params must carry protocolVersion (a string), capabilities (an object) and clientInfo (name and version)",
+        "ping" => "ping takes no params",
+        _ => return None,
+    })
 }
 
 /// The [`RequestFacts`] the transport recorded for this request.

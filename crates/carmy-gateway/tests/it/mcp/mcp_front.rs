@@ -8,6 +8,8 @@ use super::mcp_client::{
     Served,
 };
 use carmy_test_support::{eventually, eventually_eq};
+use rmcp::model::{ClientRequest, CustomRequest};
+use rmcp::ServiceError;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -213,6 +215,48 @@ async fn protocol_mistakes_are_json_rpc_errors() {
         .await
         .unwrap_err();
     assert_eq!(rpc_code(&empty), -32602);
+    // Params the SDK cannot read for a method Carmy serves: invalid params that name the
+    // expected shape; a method Carmy does not serve: not found.
+    for (method, params, code, says) in [
+        (
+            "tasks/get",
+            json!({"taskId": 5}),
+            -32602,
+            "params.taskId must be a string",
+        ),
+        (
+            "tasks/cancel",
+            json!({}),
+            -32602,
+            "params.taskId must be a string",
+        ),
+        (
+            "tools/call",
+            json!({"name": 7, "arguments": {}}),
+            -32602,
+            "params.name must be a tool's name",
+        ),
+        (
+            "tools/call",
+            json!({"name": "echo", "arguments": "x"}),
+            -32602,
+            "params.arguments",
+        ),
+        ("orders/drop", json!({}), -32601, "orders/drop"),
+    ] {
+        let request =
+            ClientRequest::CustomRequest(CustomRequest::new(method, Some(params.clone())));
+        let error = client.send_request(request).await.unwrap_err();
+        assert_eq!(rpc_code(&error), code, "{method} {params}: {error}");
+        let ServiceError::McpError(data) = &error else {
+            unreachable!()
+        };
+        assert!(
+            data.message.contains(says),
+            "{method} {params}: {}",
+            data.message
+        );
+    }
     assert_eq!(gateway.runs("sleep") + gateway.runs("echo"), 0);
 }
 
