@@ -4,7 +4,10 @@
 //! it to end while relaying `notifications/tools/list_changed`.
 
 use crate::spec::{McpServerSpec, McpTransport};
-use rmcp::model::{ClientCapabilities, ClientConfig, ProtocolVersion};
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ExtensionCapabilities, JsonObject, ProtocolVersion,
+    TASKS_EXTENSION_ID,
+};
 use rmcp::service::{
     serve_client_with_lifecycle, ClientLifecycleMode, NotificationContext, Peer, RoleClient,
     RunningService,
@@ -33,8 +36,15 @@ impl ClientHandler for Listener {
     /// Declares the tasks extension: a server may answer a call with a task, which the tool
     /// follows to its end (docs/semantics.md §10, "Upstream tasks").
     fn get_info(&self) -> ClientConfig {
+        // Not ClientCapabilities::builder: rmcp offers it only with its server feature, which
+        // this crate does not need.
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.extensions = Some(ExtensionCapabilities::from([(
+            TASKS_EXTENSION_ID.to_owned(),
+            JsonObject::new(),
+        )]));
         let mut config = ClientConfig::default();
-        config.capabilities = ClientCapabilities::builder().enable_tasks().build();
+        config.capabilities = capabilities;
         config
     }
 }
