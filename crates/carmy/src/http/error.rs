@@ -70,7 +70,7 @@ pub enum ApiError {
     },
     /// 409 `EXECUTION_UNCERTAIN`: same identity and fingerprint, not finished. `Retry-After`
     /// carries `retry_after` (whole seconds) when it is known, for `running`.
-    #[error("{}{}", uncertain_detail(*.state, *.reconciling), retry_hint(*.retry_after))]
+    #[error("{}", uncertain_detail(*.state, *.reconciling, *.retry_after))]
     ExecutionUncertain {
         /// The execution that holds the identity.
         execution_id: ExecutionId,
@@ -275,16 +275,24 @@ fn conflict_detail(differs: Option<&[&'static str]>) -> String {
     )
 }
 
-fn uncertain_detail(state: InFlightState, reconciling: bool) -> &'static str {
+fn uncertain_detail(
+    state: InFlightState,
+    reconciling: bool,
+    retry_after: Option<std::time::Duration>,
+) -> String {
+    let when = retry_after.map_or_else(
+        || "later".to_owned(),
+        |pause| format!("in {} s", retry_after_seconds(pause)),
+    );
     match state {
-        InFlightState::Running => {
-            "an execution with this request_id is still running; retry later to get its outcome"
-        }
-        InFlightState::Interrupted if reconciling => {
-            "an execution with this request_id was interrupted and is being reconciled: the gateway is asking the upstream whether its effect happened; retry the same call later to get the outcome it finds"
-        }
+        InFlightState::Running => format!(
+            "an execution with this request_id is still running; retry the same call {when} to get its outcome"
+        ),
+        InFlightState::Interrupted if reconciling => format!(
+            "an execution with this request_id was interrupted and is being reconciled: the gateway is asking the upstream whether its effect happened; retry the same call {when} to get the outcome it finds"
+        ),
         InFlightState::Interrupted => {
-            "an execution with this request_id was interrupted and its outcome is unknown; reconcile (e.g. search for its effect) instead of retrying"
+            "an execution with this request_id was interrupted and its outcome is unknown; reconcile (e.g. search for its effect) instead of retrying".to_owned()
         }
     }
 }
@@ -469,5 +477,44 @@ impl IntoResponse for ApiError {
             );
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn uncertain(state: InFlightState, reconciling: bool, pause: Option<Duration>) -> String {
+        ApiError::ExecutionUncertain {
+            execution_id: ExecutionId::generate(),
+            state,
+            reconciling,
+            retry_after: pause,
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn an_uncertain_detail_says_when_to_retry_the_same_call() {
+        assert_eq!(
+            uncertain(InFlightState::Running, false, Some(Duration::from_millis(4200))),
+            "an execution with this request_id is still running; retry the same call in 5 s to get its outcome"
+        );
+        assert_eq!(
+            uncertain(InFlightState::Running, false, None),
+            "an execution with this request_id is still running; retry the same call later to get its outcome"
+        );
+        assert!(uncertain(
+            InFlightState::Interrupted,
+            true,
+            Some(Duration::from_secs(2))
+        )
+        .ends_with("retry the same call in 2 s to get the outcome it finds"));
+        // Interrupted without a probe: no retry is advised, whatever the pause.
+        assert_eq!(
+            uncertain(InFlightState::Interrupted, false, Some(Duration::from_secs(2))),
+            "an execution with this request_id was interrupted and its outcome is unknown; reconcile (e.g. search for its effect) instead of retrying"
+        );
     }
 }
