@@ -8,7 +8,7 @@
 //! (docs/semantics.md §12.9; UTC, RFC 3339 with milliseconds), `null` for a record kept forever
 //! and for every answer without a recorded outcome.
 
-use crate::texts::{entry, Effect, Facts, Situation};
+use crate::texts::{entry, Effect, Facts, KeyHold, KeyText, Situation};
 use crate::EXECUTION_META;
 use carmy::engine::{Answer, Refusal};
 use carmy::store::InFlightState;
@@ -23,7 +23,7 @@ pub(crate) fn from_answer(
     answer: &Answer,
     expires_at: Option<chrono::DateTime<chrono::Utc>>,
     read_tools: impl FnOnce() -> Vec<String>,
-    key: Option<&str>,
+    key: Option<KeyText<'_>>,
 ) -> CallToolResult {
     from_result(
         answer.result.result(),
@@ -41,7 +41,7 @@ pub(crate) fn from_result(
     replayed: bool,
     expires_at: Option<chrono::DateTime<chrono::Utc>>,
     read_tools: impl FnOnce() -> Vec<String>,
-    key: Option<&str>,
+    key: Option<KeyText<'_>>,
 ) -> CallToolResult {
     let mut meta = execution_meta(
         Some(result.execution_id.as_str()),
@@ -61,9 +61,17 @@ pub(crate) fn from_result(
             } else {
                 crate::texts::DONE
             };
+            let again = match key.hold {
+                KeyHold::Unseen => String::new(),
+                _ => format!(
+                    "; calling again{} returns this same result without doing it again",
+                    key.same_key()
+                ),
+            };
             let note = note
                 .replace("{execution_id}", result.execution_id.as_str())
-                .replace("{key}", key);
+                .replace("{again}", &again)
+                .replace("{key}", key.name);
             content.push(ContentBlock::text(note));
         }
         let mut success = CallToolResult::success(content);
@@ -83,7 +91,7 @@ pub(crate) fn from_result(
 fn recorded_failure(
     result: &ExecutionResult,
     read_tools: &[String],
-    key: Option<&str>,
+    key: Option<KeyText<'_>>,
 ) -> CallToolResult {
     let (code, message, unknown) = result.error.as_ref().map_or(("", "", true), |error| {
         (
@@ -128,7 +136,7 @@ fn recorded_failure(
 pub(crate) fn from_refusal(
     refusal: Refusal,
     read_tools: &[String],
-    key: Option<&str>,
+    key: Option<KeyText<'_>>,
 ) -> Result<CallToolResult, ErrorData> {
     let (situation, execution_id, state) = match &refusal {
         Refusal::Invalid(message) => return Err(ErrorData::invalid_params(message.clone(), None)),
@@ -227,7 +235,7 @@ fn not_executed(
     code: &str,
     message: &str,
     retry_after: Option<std::time::Duration>,
-    key: Option<&str>,
+    key: Option<KeyText<'_>>,
 ) -> CallToolResult {
     let seconds = retry_after.map(whole_seconds);
     let text = entry(Situation::NotExecuted).render(&Facts {
@@ -260,7 +268,7 @@ fn whole_seconds(pause: std::time::Duration) -> u64 {
 pub(crate) fn still_running(
     execution_id: Option<&carmy::ExecutionId>,
     retry_after: std::time::Duration,
-    key: Option<&str>,
+    key: Option<KeyText<'_>>,
 ) -> CallToolResult {
     let copy = entry(Situation::StillRunning);
     let execution_id = execution_id.map(carmy::ExecutionId::as_str);
@@ -291,7 +299,7 @@ pub(crate) fn key_refused(key: &str, problem: Option<&str>) -> CallToolResult {
     let copy = entry(situation);
     let text = copy.render(&Facts {
         message: problem.unwrap_or_default(),
-        key_argument: Some(key),
+        key_argument: Some(KeyText::held(key)),
         ..Facts::default()
     });
     let structured = json!({
@@ -476,7 +484,7 @@ mod tests {
             &recorded(ExecutionStatus::TimedOut, Value::Null, Some(timeout)),
             None,
             || vec!["find_orders".to_owned()],
-            Some("request_id"),
+            Some(KeyText::held("request_id")),
         );
         assert_eq!(timed_out.is_error, Some(true));
         assert_eq!(

@@ -7,6 +7,7 @@ use crate::identity::IdSource;
 use crate::prepare::{prepare, Prepared, Ready};
 use crate::results;
 use crate::tasks;
+use crate::texts::{KeyHold, KeyText};
 use crate::transport::RequestFacts;
 use crate::{McpConfig, EXECUTION_META};
 use carmy::engine::Engine;
@@ -251,12 +252,16 @@ impl CarmyMcp {
     /// [`McpConfig::task_after`] (at once for a tool whose calls are always tasks) is answered
     /// with a task whose id is its execution id (docs/semantics.md §11, "Tasks").
     async fn run(&self, ready: Ready, tasks: bool) -> Result<CallToolResponse, ErrorData> {
-        let Ready { call, key, .. } = ready;
+        let Ready { call, key, source } = ready;
         let tool = call.tool().to_owned();
         let identity = call.key();
         // A call without a request id has no record (docs/semantics.md §11): its answer names
         // no request id to repeat and no expiry.
         let key = key.filter(|_| identity.is_some());
+        let key = key.as_deref().map(|name| KeyText {
+            name,
+            hold: key_hold(source, identity.as_ref()),
+        });
         let execution = self.engine.execute(call);
         tokio::pin!(execution);
         let outcome = match &identity {
@@ -289,7 +294,7 @@ impl CarmyMcp {
                                 return Ok(results::still_running(
                                     execution_id.as_ref(),
                                     retry_after,
-                                    key.as_deref(),
+                                    key,
                                 )
                                 .into());
                             }
@@ -299,7 +304,7 @@ impl CarmyMcp {
             }
             None => execution.await,
         };
-        self.answer(outcome, key.as_deref()).map(Into::into)
+        self.answer(outcome, key).map(Into::into)
     }
 
     /// The execution holding `identity`, if the store could tell.
@@ -325,7 +330,7 @@ impl CarmyMcp {
     fn answer(
         &self,
         outcome: Result<carmy::engine::Answer, carmy::engine::Refusal>,
-        key: Option<&str>,
+        key: Option<KeyText<'_>>,
     ) -> Result<CallToolResult, ErrorData> {
         match outcome {
             Ok(answer) => Ok(results::from_answer(
@@ -336,6 +341,25 @@ impl CarmyMcp {
             )),
             Err(refusal) => results::from_refusal(refusal, &self.read_tools(), key),
         }
+    }
+}
+
+/// How the model repeats a call whose request id came from `source` (docs/semantics.md §11):
+/// an id from the client's `_meta` is named, so that the model adds it to the argument (the
+/// argument comes before the client's `_meta`, and the model's next tool call has a new
+/// tool-use id), unless the argument would refuse it as not random enough.
+fn key_hold<'a>(
+    source: Option<IdSource>,
+    identity: Option<&'a carmy::store::IdempotencyKey>,
+) -> KeyHold<'a> {
+    match (source, identity) {
+        (Some(IdSource::Argument), _) => KeyHold::Held,
+        (Some(IdSource::ClientMeta), Some(identity))
+            if carmy::key_argument::check_random(&identity.request_id).is_ok() =>
+        {
+            KeyHold::Given(&identity.request_id)
+        }
+        _ => KeyHold::Unseen,
     }
 }
 

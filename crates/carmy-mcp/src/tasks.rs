@@ -18,7 +18,7 @@
 //! for records kept forever).
 
 use crate::results;
-use crate::texts::{entry, Facts, Situation};
+use crate::texts::{entry, Facts, KeyText, Situation};
 use carmy::engine::{Engine, Refusal};
 use carmy::store::{ExecutionLookup, InFlightState, RecordState};
 use carmy::{ExecutionId, ExecutionStatus};
@@ -139,7 +139,7 @@ fn detailed(
             let text = entry(Situation::Interrupted).render(&Facts {
                 execution_id: Some(id),
                 read_tools: &tools,
-                key_argument: key.as_deref(),
+                key_argument: key.as_deref().map(KeyText::held),
                 ..Facts::default()
             });
             let error = json!({
@@ -176,7 +176,13 @@ fn detailed(
                 );
             }
             let key = key_argument(engine, &record.tool);
-            let call = results::from_result(result, true, expires_at, read_tools, key.as_deref());
+            let call = results::from_result(
+                result,
+                true,
+                expires_at,
+                read_tools,
+                key.as_deref().map(KeyText::held),
+            );
             let value = serde_json::to_value(&call).unwrap_or(Value::Null);
             DetailedTask::new(
                 task,

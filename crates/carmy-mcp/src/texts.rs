@@ -8,8 +8,10 @@
 //! annotations say read-only, as ` (for example `a`, `b`)`, or nothing), `{code}` and `{message}`
 //! (the tool's or the record's), `{retry}` (` after N s` when a pause is known, or nothing),
 //! `{key}` (the tool's request id argument, `request_id` when it has none) and `{same_key}`
-//! (` with the same `name`` for a tool with a request id argument, or nothing): every text that
-//! can be followed by a retry tells the model to hold on to its request id.
+//! ([`KeyText::same_key`]): every text that can be followed by a retry tells the model how to
+//! repeat this same action under its request id. A model that sent the id itself is told to keep
+//! it; one whose id came from its client's `_meta` (a tool-use id, new for every tool call the
+//! model makes) is told the id to add, since repeating the call "unchanged" would be a new id.
 
 /// Whether the call's effect may have happened, as the text tells the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,9 +214,11 @@ pub const TABLE: &[Entry] = &[
 ];
 
 /// What a success tells the model for a tool with a request id argument (a second text after
-/// the data): nothing more is needed. Placeholders `{execution_id}` and `{key}`.
-pub const DONE: &str = "Done (execution {execution_id}). Nothing more is needed for this action; \
-calling again with the same `{key}` returns this same result without doing it again.";
+/// the data): nothing more is needed. Placeholders `{execution_id}` and `{again}` (`; calling
+/// again` and [`KeyText::same_key`] ` returns this same result without doing it again`, or
+/// nothing when the model cannot repeat it under the same id).
+pub const DONE: &str = "Done (execution {execution_id}). Nothing more is needed for this \
+action{again}.";
 
 /// What a replayed success tells the model: the earlier attempt's outcome, not done again.
 pub const DONE_EARLIER: &str = "This is the recorded outcome of an earlier attempt with this \
@@ -236,7 +240,55 @@ pub struct Facts<'a> {
     /// For a conflict: the parts of the call that differ from the recorded call's, when known.
     pub differs: Option<&'a [&'static str]>,
     /// The tool's request id argument (docs/semantics.md §11), when it has one.
-    pub key_argument: Option<&'a str>,
+    pub key_argument: Option<KeyText<'a>>,
+}
+
+/// The tool's request id argument as the texts name it (docs/semantics.md §11).
+#[derive(Clone, Copy, Debug)]
+pub struct KeyText<'a> {
+    /// The argument's name.
+    pub name: &'a str,
+    /// How the model repeats this action under its request id.
+    pub hold: KeyHold<'a>,
+}
+
+/// How the model can repeat an action under the same request id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyHold<'a> {
+    /// The model sent the id in the argument: the same value again is the same action.
+    Held,
+    /// The id came from the client's `_meta` (a tool-use id, new for every tool call the model
+    /// makes): the model must add the argument with this value to repeat the action.
+    Given(&'a str),
+    /// The id came from a Carmy-aware client (`params.idempotencyKey`, `_meta
+    /// "io.carmy/request_id"`), which chooses it for a repeat, or from the client's `_meta`
+    /// with a value the argument would refuse: the texts name no id.
+    Unseen,
+}
+
+impl<'a> KeyText<'a> {
+    /// An argument the model fills itself.
+    pub fn held(name: &'a str) -> Self {
+        Self {
+            name,
+            hold: KeyHold::Held,
+        }
+    }
+
+    /// ` with the same `name``, ` with `name` set to "value"`, or nothing: how a retry repeats
+    /// this action.
+    pub fn same_key(&self) -> String {
+        match self.hold {
+            KeyHold::Held => format!(" with the same `{}`", self.name),
+            KeyHold::Given(value) => format!(" with `{}` set to {}", self.name, quoted(value)),
+            KeyHold::Unseen => String::new(),
+        }
+    }
+}
+
+/// `value` as a JSON string, ready to be copied into the argument.
+fn quoted(value: &str) -> String {
+    serde_json::Value::String(value.to_owned()).to_string()
 }
 
 /// The entry for `situation`.
@@ -269,11 +321,14 @@ impl Entry {
         };
         let same_key = facts
             .key_argument
-            .map_or_else(String::new, |name| format!(" with the same `{name}`"));
+            .map_or_else(String::new, |key| key.same_key());
         [self.what, self.effect_text, self.next]
             .join(" ")
             .replace("{same_key}", &same_key)
-            .replace("{key}", facts.key_argument.unwrap_or("request_id"))
+            .replace(
+                "{key}",
+                facts.key_argument.map_or("request_id", |key| key.name),
+            )
             .replace("{execution_id}", facts.execution_id.unwrap_or("unknown"))
             .replace("{read_tools}", &read_tools)
             .replace("{retry}", &retry)
@@ -343,7 +398,7 @@ mod tests {
             message: "connection refused",
             retry_after_seconds: Some(2),
             differs: Some(&["arguments"]),
-            key_argument: Some("request_id"),
+            key_argument: Some(KeyText::held("request_id")),
         };
         for entry in TABLE {
             let next = entry.next.to_lowercase();
@@ -398,5 +453,32 @@ mod tests {
             text,
             "The tool could not act (UPSTREAM_UNAVAILABLE: refused). Its effect did not happen and nothing was recorded. Retry the same call unchanged after 3 s; if it keeps failing, tell the user."
         );
+    }
+
+    #[test]
+    fn a_retry_names_the_id_the_model_must_send_when_its_client_chose_it() {
+        let render = |hold| {
+            entry(Situation::Running).render(&Facts {
+                execution_id: Some("exec_1"),
+                key_argument: Some(KeyText {
+                    name: "request_id",
+                    hold,
+                }),
+                ..Facts::default()
+            })
+        };
+        assert!(render(KeyHold::Held)
+            .contains("retry the same call unchanged with the same `request_id` to get"));
+        assert!(render(KeyHold::Given("toolu_01D7FLrfh4GYq7yT1ULFeyMV")).contains(
+            "retry the same call unchanged with `request_id` set to \"toolu_01D7FLrfh4GYq7yT1ULFeyMV\" to get"
+        ));
+        assert!(render(KeyHold::Unseen).contains("retry the same call unchanged to get"));
+        // A value is a JSON string: quotes and backslashes are escaped.
+        assert!(KeyText {
+            name: "k",
+            hold: KeyHold::Given("a\"b"),
+        }
+        .same_key()
+        .ends_with("set to \"a\\\"b\""));
     }
 }

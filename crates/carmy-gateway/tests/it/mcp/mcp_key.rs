@@ -351,3 +351,97 @@ async fn a_call_still_running_is_answered_before_the_client_gives_up() {
     assert_eq!(execution(&outcome)["replayed"], true);
     assert_eq!(gateway.runs("sleep"), 1);
 }
+
+/// A model whose client sent the id (`claudecode/toolUseId`) never saw it: its next tool call
+/// has a new tool-use id, so "the same call unchanged" would be a new action. The texts name
+/// the id to add as the argument, and a retry that does so gets the first outcome; the tool
+/// runs once. A client id the argument would refuse is never named.
+#[tokio::test]
+async fn a_client_chosen_id_is_named_so_that_the_models_retry_repeats_it() {
+    let gateway = Served::start(&["--mcp-answer-within-ms", "300"]).await;
+    let client = connect(&gateway.mcp(), None).await;
+    let tool_use = format!("toolu_01{}", uuid::Uuid::new_v4().simple());
+    let running = client
+        .call_tool(call_with_meta(
+            "sleep",
+            json!({"ms": 1500}),
+            json!({"claudecode/toolUseId": tool_use}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(execution(&running)["source"], "client_meta");
+    assert_eq!(structured(&running)["state"], "running");
+    let words = text(&running);
+    let named = format!("with `request_id` set to \"{tool_use}\"");
+    assert!(words.contains(&named), "{words}");
+    assert!(!words.contains("the same `request_id`"), "{words}");
+
+    // The model's retry: a new tool-use block, the id added as the argument.
+    let mut outcome = None;
+    for _ in 0..40 {
+        let retry = client
+            .call_tool(call_with_meta(
+                "sleep",
+                json!({"ms": 1500, "request_id": tool_use}),
+                json!({"claudecode/toolUseId": format!("toolu_01{}", uuid::Uuid::new_v4().simple())}),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(execution(&retry)["source"], "argument");
+        if retry.is_error == Some(false) {
+            outcome = Some(retry);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let outcome = outcome.expect("the outcome within 10 s");
+    assert_eq!(
+        execution(&outcome)["execution_id"],
+        execution(&running)["execution_id"]
+    );
+    assert_eq!(execution(&outcome)["replayed"], true);
+    assert_eq!(gateway.runs("sleep"), 1);
+
+    // A fresh client-chosen call that finishes at once: its Done text names the id too.
+    let tool_use = format!("toolu_01{}", uuid::Uuid::new_v4().simple());
+    let done = client
+        .call_tool(call_with_meta(
+            "echo",
+            json!({"a": 1}),
+            json!({"claudecode/toolUseId": tool_use}),
+        ))
+        .await
+        .unwrap();
+    let note = serde_json::to_value(&done.content[1]).unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        note.contains(&format!(
+            "calling again with `request_id` set to \"{tool_use}\" returns this same result"
+        )),
+        "{note}"
+    );
+
+    // A client id the argument would refuse (too short to be random): no id is named and no
+    // repeat under an id is promised.
+    let done = client
+        .call_tool(call_with_meta(
+            "echo",
+            json!({"a": 2}),
+            json!({"claudecode/toolUseId": "toolu_b"}),
+        ))
+        .await
+        .unwrap();
+    let note = serde_json::to_value(&done.content[1]).unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        note,
+        format!(
+            "Done (execution {}). Nothing more is needed for this action.",
+            execution(&done)["execution_id"].as_str().unwrap()
+        )
+    );
+}
