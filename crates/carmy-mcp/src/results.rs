@@ -179,7 +179,18 @@ pub(crate) fn from_refusal(
             code,
             message,
             retry_after,
-        } => return Ok(not_executed(execution_id, code, message, *retry_after, key)),
+            handed_back,
+            ..
+        } => {
+            let facts = NotExecutedFacts {
+                execution_id,
+                code,
+                message,
+                retry_after: *retry_after,
+                handed_back: *handed_back,
+            };
+            return Ok(not_executed(&facts, read_tools, key));
+        }
         Refusal::Finished { .. }
         | Refusal::StillRunning { .. }
         | Refusal::NotFound
@@ -231,31 +242,58 @@ pub(crate) fn from_refusal(
 
 /// The tool's own "nothing happened" failure: the identity is free again.
 fn not_executed(
-    execution_id: &carmy::ExecutionId,
-    code: &str,
-    message: &str,
-    retry_after: Option<std::time::Duration>,
+    facts: &NotExecutedFacts<'_>,
+    read_tools: &[String],
     key: Option<KeyText<'_>>,
 ) -> CallToolResult {
+    let NotExecutedFacts {
+        execution_id,
+        code,
+        message,
+        retry_after,
+        handed_back,
+    } = *facts;
     let seconds = retry_after.map(whole_seconds);
-    let text = entry(Situation::NotExecuted).render(&Facts {
+    let situation = if handed_back {
+        Situation::HandedBack
+    } else {
+        Situation::NotExecuted
+    };
+    let text = entry(situation).render(&Facts {
         execution_id: Some(execution_id.as_str()),
+        read_tools,
         code,
         message,
         retry_after_seconds: seconds,
         key_argument: key,
         ..Facts::default()
     });
-    let structured = json!({
+    let mut structured = json!({
         "code": code,
         "message": message,
         "execution_id": execution_id,
         "retry_after_seconds": seconds,
-        "effect_may_have_happened": false,
+        "effect_may_have_happened": handed_back,
     });
+    // Handed back: the execution reads interrupted again (docs/semantics.md §12.7).
+    let state = handed_back.then_some(InFlightState::Interrupted.as_str());
+    if let Some(state) = state {
+        structured["state"] = json!(state);
+    }
     let mut result = error_result(text, structured);
-    result.meta = Some(execution_meta(Some(execution_id.as_str()), None, false));
+    result.meta = Some(execution_meta(Some(execution_id.as_str()), state, false));
     result
+}
+
+/// What a tool's "not executed" answer tells ([`Refusal::NotExecuted`]).
+#[derive(Clone, Copy)]
+struct NotExecutedFacts<'a> {
+    execution_id: &'a carmy::ExecutionId,
+    code: &'a str,
+    message: &'a str,
+    retry_after: Option<std::time::Duration>,
+    /// A takeover's attempt: the earlier attempt's effect is unknown.
+    handed_back: bool,
 }
 
 /// Whole seconds, rounded up, at least 1: as HTTP's Retry-After.
@@ -418,17 +456,35 @@ mod tests {
         }
         let (fields, meta, text) = refused(Refusal::NotExecuted {
             execution_id: id(),
+            handed_back: false,
             code: "UPSTREAM_UNAVAILABLE".into(),
             message: "connection refused".into(),
             retry_after: Some(Duration::from_millis(1500)),
         });
         assert_eq!(fields["code"], "UPSTREAM_UNAVAILABLE");
         assert_eq!(fields["retry_after_seconds"], 2);
+        assert_eq!(fields["effect_may_have_happened"], false);
         assert_eq!(meta["execution_id"], "exec_1");
         assert!(
             text.contains("Retry the same call unchanged after 2 s"),
             "{text}"
         );
+        // A takeover's attempt that reached nothing: the earlier attempt's effect is unknown.
+        let (fields, meta, text) = refused(Refusal::NotExecuted {
+            execution_id: id(),
+            handed_back: true,
+            code: "UPSTREAM_UNAVAILABLE".into(),
+            message: "connection refused".into(),
+            retry_after: None,
+        });
+        assert_eq!(fields["effect_may_have_happened"], true);
+        assert_eq!(fields["state"], "interrupted");
+        assert_eq!(meta["status"], "interrupted");
+        assert!(
+            text.contains("the earlier attempt's effect may have happened"),
+            "{text}"
+        );
+        assert!(!text.contains("did not happen"), "{text}");
     }
 
     #[test]

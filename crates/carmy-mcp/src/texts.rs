@@ -44,6 +44,9 @@ pub enum Situation {
     StoreUnavailable,
     /// The tool's own code (e.g. `UPSTREAM_UNAVAILABLE`): provably no effect, nothing recorded.
     NotExecuted,
+    /// The tool's own code for an attempt that took an interrupted execution over: this attempt
+    /// had no effect, the earlier one's is unknown; the execution is interrupted again.
+    HandedBack,
     /// `REQUEST_ID_REQUIRED`: the operator requires a request id and the call had none.
     RequestIdRequired,
     /// `EXECUTION_UNCERTAIN`, `running`: this call did not finish within
@@ -135,8 +138,8 @@ pub const TABLE: &[Entry] = &[
         situation: Situation::StoreUnavailable,
         code: "STORE_UNAVAILABLE",
         effect: Effect::DidNotHappen,
-        what: "Carmy's record store is unavailable, so the call was not started.",
-        effect_text: "Nothing ran; the effect did not happen.",
+        what: "Carmy's record store is unavailable, so this call was not started.",
+        effect_text: "This call did not run; an earlier attempt with the same request id, if there was one, may still have taken effect.",
         next: "Wait a few seconds and retry the same call unchanged{same_key}; if it keeps failing, tell the user the gateway is unavailable.",
     },
     Entry {
@@ -146,6 +149,14 @@ pub const TABLE: &[Entry] = &[
         what: "The tool could not act ({code}: {message}).",
         effect_text: "Its effect did not happen and nothing was recorded.",
         next: "Retry the same call unchanged{same_key}{retry}; if it keeps failing, tell the user.",
+    },
+    Entry {
+        situation: Situation::HandedBack,
+        code: "",
+        effect: Effect::MayHaveHappened,
+        what: "The tool could not act this time ({code}: {message}). This was a rerun of execution {execution_id}, whose earlier attempt was interrupted before its outcome was recorded.",
+        effect_text: "This attempt had no effect, but the earlier attempt's effect may have happened; nothing is recorded.",
+        next: "Retry the same call unchanged{same_key}{retry}: Carmy runs it again as the same execution, so the upstream can tell it is a repeat; if it keeps failing, check with a read-only tool{read_tools} whether the effect happened and tell the user.",
     },
     Entry {
         situation: Situation::RequestIdRequired,
@@ -207,8 +218,8 @@ pub const TABLE: &[Entry] = &[
         situation: Situation::Superseded,
         code: "EXECUTION_SUPERSEDED",
         effect: Effect::MayHaveHappened,
-        what: "The tool finished as execution {execution_id}, but only after an operator had already decided that execution (resolved or released it); its outcome was kept in the audit log, not recorded.",
-        effect_text: "Its effect may have happened, possibly twice if the call was run again after the release.",
+        what: "The tool finished as execution {execution_id}, but only after that execution had been decided without it (resolved or released by an operator, the reconciler or SQL, or taken over by another attempt); its outcome was kept in the audit log, not recorded.",
+        effect_text: "Its effect may have happened, possibly twice if the call ran again after that decision.",
         next: "Check with a read-only tool{read_tools} what actually happened, and tell the user or the operator before acting again; do not retry this call to undo or repeat it.",
     },
 ];
@@ -342,7 +353,7 @@ impl Entry {
 mod tests {
     use super::*;
 
-    const ALL: [Situation; 16] = [
+    const ALL: [Situation; 17] = [
         Situation::Conflict,
         Situation::Running,
         Situation::Interrupted,
@@ -351,6 +362,7 @@ mod tests {
         Situation::Capacity,
         Situation::StoreUnavailable,
         Situation::NotExecuted,
+        Situation::HandedBack,
         Situation::RequestIdRequired,
         Situation::StillRunning,
         Situation::KeyInvalid,

@@ -126,10 +126,16 @@ pub enum Refusal {
     /// The tool reported that its effect provably did not happen
     /// ([`ToolErrorKind::NotExecuted`](crate::tool::ToolErrorKind)): nothing was recorded and
     /// the reservation was released, so the same call may be retried (docs/semantics.md §4).
+    /// For an attempt that took an interrupted execution over, only this attempt had no
+    /// effect: the execution is handed back (`handed_back`), interrupted again, because the
+    /// earlier attempt's effect is still unknown (docs/semantics.md §12.7).
     #[error("{code}: {message}")]
     NotExecuted {
-        /// The execution that was started and released.
+        /// The execution that was started and released (or handed back).
         execution_id: ExecutionId,
+        /// This attempt took the execution over: an earlier attempt's effect is unknown, and
+        /// the execution reads interrupted again rather than free.
+        handed_back: bool,
         /// The tool's machine code, e.g. `UPSTREAM_UNAVAILABLE`.
         code: String,
         /// The tool's explanation.

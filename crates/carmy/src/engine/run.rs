@@ -117,7 +117,7 @@ impl Engine {
                             .instrument(complete_span)
                             .await;
                     }
-                    let _ = done_tx.send(Err(not_executed.into_refusal(execution_id)));
+                    let _ = done_tx.send(Err(not_executed.into_refusal(execution_id, attempt)));
                     return;
                 }
             };
@@ -297,9 +297,11 @@ struct NotExecuted {
 }
 
 impl NotExecuted {
-    fn into_refusal(self, execution_id: ExecutionId) -> Refusal {
+    /// The refusal of attempt `attempt` of `execution_id` (above 1: a takeover, handed back).
+    fn into_refusal(self, execution_id: ExecutionId, attempt: u32) -> Refusal {
         Refusal::NotExecuted {
             execution_id,
+            handed_back: attempt > 1,
             code: self.error.code,
             message: self.error.message,
             retry_after: self.retry_after,

@@ -121,7 +121,9 @@ pub enum ApiError {
     /// 503 with the tool's own code (e.g. `UPSTREAM_UNAVAILABLE`): the tool reported that its
     /// effect provably did not happen; nothing was recorded and the identity is free again
     /// (docs/semantics.md §4, §10). `Retry-After` carries the tool's pause, in whole seconds.
-    #[error("{message}. The call had no effect and nothing was recorded; retry the same call (same request_id){}", retry_hint(*.retry_after))]
+    /// For an attempt that took an interrupted execution over (`handed_back`), only this
+    /// attempt had no effect: the execution reads interrupted again (docs/semantics.md §12.7).
+    #[error("{}", not_executed_detail(message, handed_back.as_ref(), *.retry_after))]
     NotExecuted {
         /// The tool's machine code.
         code: String,
@@ -129,6 +131,9 @@ pub enum ApiError {
         message: String,
         /// The pause the tool asked for.
         retry_after: Option<std::time::Duration>,
+        /// The execution this attempt took over and handed back, whose earlier attempt's
+        /// effect is unknown; `None` for a first attempt (the identity is free).
+        handed_back: Option<ExecutionId>,
     },
     /// 503 `NOT_READY`: `/readyz` failed.
     #[error("{0}")]
@@ -191,11 +196,14 @@ impl From<Refusal> for ApiError {
                 problem,
             },
             Refusal::NotExecuted {
+                execution_id,
+                handed_back,
                 code,
                 message,
                 retry_after,
                 ..
             } => Self::NotExecuted {
+                handed_back: handed_back.then_some(execution_id),
                 code,
                 message,
                 retry_after,
@@ -242,6 +250,25 @@ fn unknown_tool_detail(tool: &str, closest: Option<&str>) -> String {
         closest: closest.map(str::to_owned),
     };
     format!("{refusal}; GET /v1/tools lists the tools")
+}
+
+/// The detail of a tool's "not executed" answer: for a first attempt, the call had no effect;
+/// for a takeover that was handed back, only this attempt had none.
+fn not_executed_detail(
+    message: &str,
+    handed_back: Option<&ExecutionId>,
+    retry_after: Option<std::time::Duration>,
+) -> String {
+    match handed_back {
+        None => format!(
+            "{message}. The call had no effect and nothing was recorded; retry the same call (same request_id){}",
+            retry_hint(retry_after)
+        ),
+        Some(execution_id) => format!(
+            "{message}. This attempt had no effect, but it was a rerun of execution {execution_id}, whose earlier attempt was interrupted and may have taken effect; the execution is interrupted again and nothing was recorded. Retrying the same call (same request_id) runs it again as the same execution, so the upstream sees the same idempotency key{}",
+            retry_hint(retry_after)
+        ),
+    }
 }
 
 fn retry_hint(retry_after: Option<std::time::Duration>) -> String {
@@ -385,6 +412,7 @@ impl ApiError {
             | Self::RecordDamaged { execution_id, .. }
             | Self::ExecutionRunning { execution_id }
             | Self::ExecutionSuperseded { execution_id, .. } => Some(execution_id),
+            Self::NotExecuted { handed_back, .. } => handed_back.as_ref(),
             _ => None,
         }
     }
@@ -436,6 +464,10 @@ impl IntoResponse for ApiError {
             Self::RecordingPending { .. } | Self::ExecutionRunning { .. } => {
                 Some(InFlightState::Running.as_str())
             }
+            Self::NotExecuted {
+                handed_back: Some(_),
+                ..
+            } => Some(InFlightState::Interrupted.as_str()),
             _ => None,
         };
         let body = ProblemBody {

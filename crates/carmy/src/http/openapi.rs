@@ -146,6 +146,7 @@ pub(crate) fn every_error() -> Vec<ApiError> {
             code: "UPSTREAM_UNAVAILABLE".into(),
             message: String::new(),
             retry_after: None,
+            handed_back: None,
         },
         ApiError::NotReady(String::new()),
         ApiError::NoApiKeys,

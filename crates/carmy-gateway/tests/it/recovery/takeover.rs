@@ -230,6 +230,15 @@ async fn a_taken_over_attempt_that_did_nothing_keeps_the_execution_and_its_key()
         (503, json!("UPSTREAM_UNAVAILABLE")),
         "{body}"
     );
+    // The answer says only this attempt had no effect, and names the execution.
+    assert_eq!(body["execution_id"], id.as_str(), "{body}");
+    assert_eq!(body["state"], "interrupted", "{body}");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("This attempt had no effect, but it was a rerun of execution")
+            && !detail.contains("The call had no effect"),
+        "{detail}"
+    );
     // The execution is handed back, not freed: it reads interrupted again, attempt 2 of it.
     let (_, body) = request(
         &http,
