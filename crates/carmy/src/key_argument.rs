@@ -168,14 +168,48 @@ pub fn listed_schema(schema: &Value, key: &KeyArgument) -> Value {
     Value::Object(listed)
 }
 
+/// UUIDs printed in specifications and tutorials, which models copy as they are.
+const EXAMPLE_UUIDS: [&str; 6] = [
+    "550e8400-e29b-41d4-a716-446655440000",
+    "123e4567-e89b-12d3-a456-426614174000",
+    "123e4567-e89b-12d3-a456-426655440000",
+    "f47ac10b-58cc-4372-a567-0e02b2c3d479",
+    "6ba7b810-9dad-11d1-80b4-00c04fd430c8",
+    "6ba7b811-9dad-11d1-80b4-00c04fd430c8",
+];
+
 /// Checks that `id`, sent by a model, is random enough not to collide by accident with another
-/// conversation's (docs/semantics.md §11): at least [`MIN_ID_CHARS`] ASCII letters and digits,
-/// at least [`MIN_DISTINCT_CHARS`] of them distinct, and at most half of the neighbouring pairs
-/// of them repeating or counting (`aa`, `ab`, `ba`, `12`).
+/// conversation's (docs/semantics.md §11): no white space, not two or more words (runs of three
+/// or more letters between other characters: a description such as `create-order-for-sku-A1`
+/// is what two conversations would both write), not a UUID printed in documentation, at least
+/// [`MIN_ID_CHARS`] ASCII letters and digits, at least [`MIN_DISTINCT_CHARS`] of them
+/// distinct, and at most half of the neighbouring pairs of them repeating or counting (`aa`,
+/// `ab`, `ba`, `12`).
 ///
 /// # Errors
 /// What is wrong, in words for the model.
 pub fn check_random(id: &str) -> Result<(), String> {
+    if id.chars().any(char::is_whitespace) {
+        return Err("it contains spaces: it reads like a description, not a random id".to_owned());
+    }
+    let words: Vec<&str> = id
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|part| part.len() >= 3 && part.bytes().all(|b| b.is_ascii_alphabetic()))
+        .collect();
+    if words.len() >= 2 {
+        return Err(format!(
+            "it is made of words ({}), which another conversation may write too, not a random id",
+            words.join(", ")
+        ));
+    }
+    if EXAMPLE_UUIDS
+        .iter()
+        .any(|example| example.eq_ignore_ascii_case(id.trim()))
+    {
+        return Err(
+            "it is an example UUID printed in documentation, which others copy too".to_owned(),
+        );
+    }
     let chars: Vec<u8> = id.bytes().filter(u8::is_ascii_alphanumeric).collect();
     if chars.len() < MIN_ID_CHARS {
         return Err(format!(
@@ -311,6 +345,8 @@ mod tests {
             "3f2b8c1e-9d4a-4e7b-a6c5-0e1f2d3c4b5a",
             "k7Qz2mXv9LpR4tYw",
             "toolu_01A9xkq2Zr7PmN3b",
+            "call_k7Qz2mXv9LpR4tYw",
+            "pay-7c9e6679-7425-40de-944b-e07fc1f90ae7",
         ] {
             assert_eq!(check_random(good), Ok(()), "{good}");
         }
@@ -321,9 +357,19 @@ mod tests {
             "abababababababab1212",
             "abcdefghijklmnopqrst",
             "order000000000000001",
+            // Descriptions and copied examples: two conversations write the same.
+            "order for BOOK-7 quantity 2",
+            "create-order-for-sku-A1",
+            "request id for my first order",
+            "550e8400-e29b-41d4-a716-446655440000",
+            "123E4567-E89B-12D3-A456-426614174000",
         ] {
             assert!(check_random(bad).is_err(), "{bad}");
         }
+        assert_eq!(
+            check_random("create-order-for-sku-A1").unwrap_err(),
+            "it is made of words (create, order, for, sku), which another conversation may write too, not a random id"
+        );
         assert_eq!(
             check_random("r1").unwrap_err(),
             "it has 2 letters and digits; at least 16 are needed"
