@@ -50,13 +50,13 @@ pub(crate) fn prepare(
         .tools()
         .into_iter()
         .find(|tool| tool.name() == request.name.as_ref());
+    let mut arguments = request.arguments.unwrap_or_default();
     let key = match &tool {
         Some(tool) => engine
             .key_argument(tool.as_ref())
             .map_err(|collision| ErrorData::invalid_params(collision.to_string(), None))?,
-        None => None,
+        None => removed_tool_key(engine, &arguments),
     };
-    let mut arguments = request.arguments.unwrap_or_default();
     let model = match &key {
         Some(key) => match take(&mut arguments, key) {
             Ok(model) => model,
@@ -114,6 +114,24 @@ pub(crate) fn prepare(
         key: key.map(|key| key.name),
         source: identity.source,
     }))
+}
+
+/// For a tool that is not (or no longer) served: the gateway's request id argument when the
+/// call carries it as a string, so that a model's retry of a call made before the tool was
+/// removed finds its record (docs/semantics.md §3: an honest retry gets its record even after
+/// the tool is gone); with no record the call is refused as an unknown tool as before.
+fn removed_tool_key(engine: &Engine, arguments: &Map<String, Value>) -> Option<KeyArgument> {
+    let name = &engine.key_argument_config().name;
+    let id = arguments.get(name).and_then(Value::as_str)?;
+    if name.is_empty() || check_random(id).is_err() {
+        return None;
+    }
+    Some(KeyArgument {
+        name: name.clone(),
+        required: false,
+        adopted: false,
+        description: carmy::key_argument::DESCRIPTION,
+    })
 }
 
 /// The model's request id from `arguments`: taken out, or read when the tool's own property is

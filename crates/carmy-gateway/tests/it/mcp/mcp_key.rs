@@ -445,3 +445,54 @@ async fn a_client_chosen_id_is_named_so_that_the_models_retry_repeats_it() {
         )
     );
 }
+
+/// A model's retry of a call whose tool the gateway no longer serves (a new tools file, an
+/// upstream that dropped it) gets the call's record, as over HTTP (docs/semantics.md §3); a
+/// call under an id with no record is still an unknown tool.
+#[tokio::test]
+async fn a_retry_after_the_tool_was_removed_replays_its_record() {
+    let db = carmy_test_support::TestDb::create().await;
+    let id = random_id();
+    let arguments = json!({"a": 1, "request_id": id});
+    let first = {
+        let gateway = Served::start(&["--database-url", &db.url]).await;
+        let client = connect(&gateway.mcp(), None).await;
+        let first = client
+            .call_tool(call_with_meta("echo", arguments.clone(), json!({})))
+            .await
+            .unwrap();
+        assert_eq!(first.is_error, Some(false), "{first:?}");
+        first
+    };
+    // The next deployment serves another tool only: `echo` is gone.
+    let file = write_tools_file("[[tools]]\nname = \"pay\"\nurl = \"http://127.0.0.1:9/pay\"\n");
+    let gateway = Served::start(&[
+        "--database-url",
+        &db.url,
+        "--tools-file",
+        file.to_str().unwrap(),
+    ])
+    .await;
+    let client = connect(&gateway.mcp(), None).await;
+    let again = client
+        .call_tool(call_with_meta("echo", arguments, json!({})))
+        .await
+        .unwrap();
+    assert_eq!(again.is_error, Some(false), "{again:?}");
+    assert_eq!(execution(&again)["replayed"], true);
+    assert_eq!(
+        execution(&again)["execution_id"],
+        execution(&first)["execution_id"]
+    );
+    assert_eq!(structured(&again), json!({"a": 1}));
+    let unknown = client
+        .call_tool(call_with_meta(
+            "echo",
+            json!({"a": 1, "request_id": random_id()}),
+            json!({}),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(super::mcp_client::rpc_code(&unknown), -32602);
+    assert_eq!(gateway.runs("echo"), 0);
+}
