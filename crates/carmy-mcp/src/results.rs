@@ -52,6 +52,13 @@ pub(crate) fn from_result(
         execution["expires_at"] =
             Value::String(at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
     }
+    // An outcome a decision recorded (an operator, a DBA's SQL, the reconciler): said as such,
+    // never passed off as the tool's own report (docs/semantics.md §12.1).
+    if let (Some(resolution), Some(execution)) =
+        (&result.resolution, meta.0.get_mut(EXECUTION_META))
+    {
+        execution["resolution"] = json!(resolution);
+    }
     let mut call_result = if result.status == ExecutionStatus::Completed {
         let text = result.data.to_string();
         let mut content = vec![ContentBlock::text(text)];
@@ -73,6 +80,17 @@ pub(crate) fn from_result(
                 .replace("{again}", &again)
                 .replace("{key}", key.name);
             content.push(ContentBlock::text(note));
+        }
+        if let Some(resolution) = &result.resolution {
+            let at = resolution
+                .at
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            content.push(ContentBlock::text(
+                crate::texts::DECIDED
+                    .replace("{by}", &resolution.by)
+                    .replace("{at}", &at)
+                    .replace("{note}", &resolution.note),
+            ));
         }
         let mut success = CallToolResult::success(content);
         // MCP's structuredContent is an object; other values are in the text only.
@@ -113,6 +131,10 @@ fn recorded_failure(
         retry_after_seconds: None,
         differs: None,
         key_argument: key,
+        decided_by: result
+            .resolution
+            .as_ref()
+            .map(|resolution| resolution.by.as_str()),
     });
     let mut structured = json!({
         "code": code,

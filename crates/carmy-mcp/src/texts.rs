@@ -195,7 +195,7 @@ pub const TABLE: &[Entry] = &[
         code: "",
         effect: Effect::ToolReported,
         what: "The tool failed ({code}: {message}), execution {execution_id}.",
-        effect_text: "The tool reported the failure itself; it is recorded.",
+        effect_text: "{reported}",
         next: "Retrying the same call returns this same failure; read the message, fix its cause, and ask the user if the fix is unclear.",
     },
     Entry {
@@ -252,7 +252,15 @@ pub struct Facts<'a> {
     pub differs: Option<&'a [&'static str]>,
     /// The tool's request id argument (docs/semantics.md §11), when it has one.
     pub key_argument: Option<KeyText<'a>>,
+    /// Who recorded the outcome by a decision (`resolution.by`, docs/semantics.md §12.1), when
+    /// the tool did not report it itself.
+    pub decided_by: Option<&'a str>,
 }
+
+/// What a recorded outcome that a decision made says after its data (a second text block): it
+/// is not the tool's report. Placeholders `{by}`, `{at}`, `{note}`.
+pub const DECIDED: &str = "This outcome was not reported by the tool: {by} recorded it by a \
+decision at {at} (\"{note}\").";
 
 /// The tool's request id argument as the texts name it (docs/semantics.md §11).
 #[derive(Clone, Copy, Debug)]
@@ -343,6 +351,13 @@ impl Entry {
             .replace("{execution_id}", facts.execution_id.unwrap_or("unknown"))
             .replace("{read_tools}", &read_tools)
             .replace("{retry}", &retry)
+            .replace(
+                "{reported}",
+                &facts.decided_by.map_or_else(
+                    || "The tool reported the failure itself; it is recorded.".to_owned(),
+                    |by| format!("This failure was recorded by a decision of {by}, not reported by the tool."),
+                ),
+            )
             .replace("{differs}", &differs)
             .replace("{code}", facts.code)
             .replace("{message}", facts.message)
@@ -411,6 +426,7 @@ mod tests {
             retry_after_seconds: Some(2),
             differs: Some(&["arguments"]),
             key_argument: Some(KeyText::held("request_id")),
+            decided_by: None,
         };
         for entry in TABLE {
             let next = entry.next.to_lowercase();
@@ -464,6 +480,26 @@ mod tests {
         assert_eq!(
             text,
             "The tool could not act (UPSTREAM_UNAVAILABLE: refused). Its effect did not happen and nothing was recorded. Retry the same call unchanged after 3 s; if it keeps failing, tell the user."
+        );
+    }
+
+    #[test]
+    fn a_failure_a_decision_recorded_is_never_called_the_tools_report() {
+        let render = |decided_by| {
+            entry(Situation::Failed).render(&Facts {
+                execution_id: Some("exec_1"),
+                code: "CARD_DECLINED",
+                message: "declined",
+                decided_by,
+                ..Facts::default()
+            })
+        };
+        assert!(render(None).contains("The tool reported the failure itself"));
+        let decided = render(Some("operator:ops"));
+        assert!(
+            decided.contains("This failure was recorded by a decision of operator:ops, not reported by the tool.")
+                && !decided.contains("reported the failure itself"),
+            "{decided}"
         );
     }
 

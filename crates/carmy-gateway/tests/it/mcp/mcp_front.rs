@@ -454,3 +454,81 @@ async fn a_full_store_is_a_tool_result_and_nothing_runs() {
     );
     assert_eq!(gateway.runs("echo"), 1);
 }
+
+/// An outcome an operator recorded by a decision replays over MCP as such: `_meta` carries the
+/// resolution and the text says the tool did not report it (docs/semantics.md §12.1); a
+/// recorded failure is never "the tool reported the failure itself".
+#[tokio::test]
+async fn an_outcome_a_decision_recorded_is_said_to_be_one() {
+    let gateway = Served::start(&["--api-keys", "ka=alice", "--operator-keys", "ko=ops"]).await;
+    let client = connect(&gateway.mcp(), Some("ka")).await;
+    let http = carmy_test_support::client();
+    for (n, outcome) in [
+        json!({"status": "completed", "data": {"slept": true}, "note": "seen in the log"}),
+        json!({"status": "failed", "data": null, "error": {"code": "NO_SLEEP", "message": "it never slept"}, "note": "checked upstream"}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let request_id = format!("decided-{n}-{}", uuid::Uuid::new_v4().simple());
+        let running = {
+            let client = connect(&gateway.mcp(), Some("ka")).await;
+            let call = call("sleep", json!({"ms": 600_000}), &request_id);
+            tokio::spawn(async move { client.call_tool(call).await })
+        };
+        let lookup = format!("{}/v1/executions?request_id={request_id}", gateway.base);
+        let id = eventually(Duration::from_secs(10), "the call is reserved", || async {
+            let body: Value = http
+                .get(&lookup)
+                .bearer_auth("ka")
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            body["execution_id"].as_str().map(str::to_owned).ok_or(body)
+        })
+        .await;
+        let mut forced = outcome.clone();
+        forced["force"] = json!(true);
+        let resolved = http
+            .post(format!("{}/v1/executions/{id}/resolve", gateway.base))
+            .bearer_auth("ko")
+            .json(&forced)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resolved.status().as_u16(), 200);
+        let again = client
+            .call_tool(call("sleep", json!({"ms": 600_000}), &request_id))
+            .await
+            .unwrap();
+        let meta = execution(&again);
+        assert_eq!(meta["replayed"], true);
+        assert_eq!(meta["resolution"]["by"], "operator:ops", "{meta}");
+        assert_eq!(meta["resolution"]["note"], outcome["note"]);
+        let words: Vec<String> = again
+            .content
+            .iter()
+            .map(|block| serde_json::to_value(block).unwrap()["text"].as_str().unwrap().to_owned())
+            .collect();
+        let all = words.join("\n");
+        if n == 0 {
+            assert_eq!(again.is_error, Some(false));
+            assert!(
+                all.contains("This outcome was not reported by the tool: operator:ops recorded it by a decision at"),
+                "{all}"
+            );
+        } else {
+            assert_eq!(again.is_error, Some(true));
+            assert!(
+                all.contains("This failure was recorded by a decision of operator:ops, not reported by the tool.")
+                    && !all.contains("reported the failure itself"),
+                "{all}"
+            );
+        }
+        running.abort();
+    }
+    assert_eq!(gateway.runs("sleep"), 2);
+}
