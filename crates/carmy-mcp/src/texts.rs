@@ -2,7 +2,9 @@
 //! table, reviewed as product copy. Each entry says what happened, whether the call's effect may
 //! have happened, and the next step. No entry ever tells the model to retry under another
 //! request id: where the effect may have happened that would run it twice, and elsewhere the
-//! same call is the safe retry.
+//! same call is the safe retry. The one exception is a failure the tool reported itself (no
+//! effect): the same call replays that failure, so a corrected call, a different action, needs
+//! its own id (never said of a failure a decision recorded).
 //!
 //! Placeholders, filled by [`Entry::render`]: `{execution_id}`, `{read_tools}` (the tools whose
 //! annotations say read-only, as ` (for example `a`, `b`)`, or nothing), `{code}` and `{message}`
@@ -196,7 +198,7 @@ pub const TABLE: &[Entry] = &[
         effect: Effect::ToolReported,
         what: "The tool failed ({code}: {message}), execution {execution_id}.",
         effect_text: "{reported}",
-        next: "Retrying the same call returns this same failure; read the message, fix its cause, and ask the user if the fix is unclear.",
+        next: "Retrying the same call returns this same failure; read the message, fix its cause, and ask the user if the fix is unclear.{corrected}",
     },
     Entry {
         situation: Situation::EffectUnknown,
@@ -352,6 +354,16 @@ impl Entry {
             .replace("{read_tools}", &read_tools)
             .replace("{retry}", &retry)
             .replace(
+                "{corrected}",
+                &match (facts.decided_by, facts.key_argument) {
+                    (None, Some(key)) => format!(
+                        " The corrected call is a different action: give it a new random `{}`, or it is refused as a conflict with this one.",
+                        key.name
+                    ),
+                    _ => String::new(),
+                },
+            )
+            .replace(
                 "{reported}",
                 &facts.decided_by.map_or_else(
                     || "The tool reported the failure itself; it is recorded.".to_owned(),
@@ -436,9 +448,12 @@ mod tests {
                 entry.situation
             );
             let text = entry.render(&facts).to_lowercase();
+            // A failure the tool reported (no effect): only a corrected call gets a new id.
+            let corrected = entry.situation == Situation::Failed
+                && text.contains("the corrected call is a different action");
             for phrase in NEW_ID {
                 assert!(
-                    !text.contains(phrase),
+                    corrected || !text.contains(phrase),
                     "{:?} says {phrase:?}",
                     entry.situation
                 );
@@ -501,6 +516,18 @@ mod tests {
                 && !decided.contains("reported the failure itself"),
             "{decided}"
         );
+        // Only a failure the tool reported itself sends a corrected call to a new id.
+        let with_key = |decided_by| {
+            entry(Situation::Failed).render(&Facts {
+                key_argument: Some(KeyText::held("request_id")),
+                decided_by,
+                ..Facts::default()
+            })
+        };
+        assert!(with_key(None).ends_with(
+            "The corrected call is a different action: give it a new random `request_id`, or it is refused as a conflict with this one."
+        ));
+        assert!(!with_key(Some("operator:ops")).contains("new random"));
     }
 
     #[test]
