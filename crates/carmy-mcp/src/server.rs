@@ -307,14 +307,23 @@ impl CarmyMcp {
         self.answer(outcome, key).map(Into::into)
     }
 
-    /// The execution holding `identity`, if the store could tell.
+    /// The execution holding `identity` while it runs, if the store could tell. An interrupted
+    /// one (its probe may still release it, and this call then run as a new execution) or a
+    /// finished one is not named: a task under its id would not follow this call.
     async fn running_execution(
         &self,
         identity: &carmy::store::IdempotencyKey,
     ) -> Option<carmy::ExecutionId> {
         match self.engine.lookup(identity).await {
-            Ok(record) => record.map(|record| record.execution_id),
-            Err(_) => None,
+            Ok(Some(record))
+                if record.state
+                    == carmy::store::RecordState::InFlight(
+                        carmy::store::InFlightState::Running,
+                    ) =>
+            {
+                Some(record.execution_id)
+            }
+            _ => None,
         }
     }
 
