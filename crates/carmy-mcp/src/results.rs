@@ -68,10 +68,17 @@ pub(crate) fn from_result(
             } else {
                 crate::texts::DONE
             };
+            // The record answers retries until it expires (docs/semantics.md §12.9).
+            let until = expires_at.map_or_else(String::new, |at| {
+                format!(
+                    " until {}",
+                    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                )
+            });
             let again = match key.hold {
                 KeyHold::Unseen => String::new(),
                 _ => format!(
-                    "; calling again{} returns this same result without doing it again",
+                    "; calling again{} returns this same result without doing it again{until}",
                     key.same_key()
                 ),
             };

@@ -228,8 +228,9 @@ pub const TABLE: &[Entry] = &[
 
 /// What a success tells the model for a tool with a request id argument (a second text after
 /// the data): nothing more is needed. Placeholders `{execution_id}` and `{again}` (`; calling
-/// again` and [`KeyText::same_key`] ` returns this same result without doing it again`, or
-/// nothing when the model cannot repeat it under the same id).
+/// again` and [`KeyText::same_key`] ` returns this same result without doing it again`, with
+/// ` until <expiry>` when the record expires, or nothing when the model cannot repeat it under
+/// the same id).
 pub const DONE: &str = "Done (execution {execution_id}). Nothing more is needed for this \
 action{again}.";
 

@@ -422,6 +422,12 @@ async fn a_client_chosen_id_is_named_so_that_the_models_retry_repeats_it() {
         )),
         "{note}"
     );
+    // Until the record expires (seven days by default), and not after.
+    let expires = execution(&done)["expires_at"].as_str().unwrap().to_owned();
+    assert!(
+        note.ends_with(&format!("without doing it again until {}Z.", &expires[..19])),
+        "{note}"
+    );
 
     // A client id the argument would refuse (too short to be random): no id is named and no
     // repeat under an id is promised.
