@@ -78,7 +78,7 @@ pub(crate) fn prepare(
     .map_err(|message| ErrorData::invalid_params(message, None))?;
     if let (Some(key), Some(IdSource::Argument), Some(id)) = (&key, identity.source, &model) {
         if let Err(problem) = check_random(id) {
-            let problem = format!("{id:?} is not random enough: {problem}");
+            let problem = format!("{} is not random enough: {problem}", shown(id));
             return Ok(Prepared::Answer(results::key_refused(
                 &key.name,
                 Some(&problem),
@@ -134,6 +134,17 @@ fn removed_tool_key(engine: &Engine, arguments: &Map<String, Value>) -> Option<K
     })
 }
 
+/// `id` as a text quotes it: at most 40 characters, so a long refused value is not echoed whole.
+fn shown(id: &str) -> String {
+    const MOST: usize = 40;
+    if id.chars().count() <= MOST {
+        format!("{id:?}")
+    } else {
+        let head: String = id.chars().take(MOST).collect();
+        format!("{head:?}… ({} characters)", id.chars().count())
+    }
+}
+
 /// The model's request id from `arguments`: taken out, or read when the tool's own property is
 /// adopted (it then stays, and is forwarded).
 ///
@@ -149,5 +160,20 @@ fn take(arguments: &mut Map<String, Value>, key: &KeyArgument) -> Result<Option<
         None => Ok(None),
         Some(Value::String(id)) => Ok(Some(id)),
         Some(other) => Err(format!("must be a string, not {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn a_refused_id_is_quoted_whole_only_when_short() {
+        assert_eq!(shown("order-1"), "\"order-1\"");
+        let long = "x".repeat(256);
+        assert_eq!(
+            shown(&long),
+            format!("\"{}\"… (256 characters)", "x".repeat(40))
+        );
     }
 }

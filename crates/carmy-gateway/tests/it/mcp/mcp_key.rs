@@ -425,7 +425,10 @@ async fn a_client_chosen_id_is_named_so_that_the_models_retry_repeats_it() {
     // Until the record expires (seven days by default), and not after.
     let expires = execution(&done)["expires_at"].as_str().unwrap().to_owned();
     assert!(
-        note.ends_with(&format!("without doing it again until {}Z.", &expires[..19])),
+        note.ends_with(&format!(
+            "without doing it again until {}Z.",
+            &expires[..19]
+        )),
         "{note}"
     );
 
