@@ -154,3 +154,125 @@ async fn an_operator_lists_and_decides_on_the_in_memory_store() {
     .await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
 }
+
+async fn call_tool(router: &Router, key: &str, tool: &str, request_id: &str) -> Value {
+    let body = json!({"tool": tool, "arguments": {}, "request_id": request_id});
+    let request = Request::post("/v1/executions")
+        .header(header::AUTHORIZATION, format!("Bearer {key}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    serde_json::from_str(&send(router, request).await.body).unwrap()
+}
+
+/// Logs `key` in through the login form; the session's cookie.
+async fn log_in(router: &Router, key: &str) -> String {
+    let login = send(router, get("/console/login", "")).await;
+    let (pending, token) = (login.cookie.unwrap(), csrf(&login.body));
+    let ok = send(
+        router,
+        form(
+            "/console/login",
+            &pending,
+            &format!("key={key}&csrf={token}"),
+        ),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::SEE_OTHER, "{}", ok.body);
+    ok.cookie.unwrap()
+}
+
+/// The execution ids a listing shows, in its order.
+fn listed(html: &str) -> Vec<String> {
+    html.split("<a href=\"/console/executions/")
+        .skip(1)
+        .map(|rest| rest[..rest.find('"').unwrap()].to_owned())
+        .collect()
+}
+
+/// Past 1000 records the filters still find what matches: the store filters by principal,
+/// tool and failure, newest first, and the page says when more match than it shows.
+#[tokio::test]
+async fn the_listing_filters_in_the_store_past_a_thousand_records() {
+    let app = carmy::app()
+        .tool(FnTool::new(
+            "echo",
+            json!({"type": "object"}),
+            |_c, a| async move { Ok(a) },
+        ))
+        .tool(FnTool::new(
+            "boom",
+            json!({"type": "object"}),
+            |_c, _a| async move { Err(carmy::tool::ToolError::new("BOOM", "it broke")) },
+        ))
+        .api_keys(ApiKeys::parse("ka=alice,kb=bob").unwrap())
+        .operator_keys(ApiKeys::parse("ko=ops").unwrap())
+        .build()
+        .unwrap();
+    let router = app.router();
+    // Request ids in numeric order, so that records reserved in the same millisecond list in
+    // the order they were called (the in-memory store breaks ties by identity).
+    let mut alices = Vec::new();
+    for n in 0..1001 {
+        let answer = call_tool(&router, "ka", "echo", &format!("a-{n:04}")).await;
+        alices.push(answer["execution_id"].as_str().unwrap().to_owned());
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let failed = call_tool(&router, "kb", "boom", "b-1").await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    let failed = failed["execution_id"].as_str().unwrap().to_owned();
+    let session = log_in(&router, "ko").await;
+
+    for (query, what) in [
+        ("state=all&principal=bob", "bob's execution"),
+        ("state=all&tool=boom", "the execution of tool boom"),
+        ("state=failures", "the failure"),
+        (
+            "state=failures&principal=bob&tool=boom",
+            "bob's failure of boom",
+        ),
+    ] {
+        let page = send(
+            &router,
+            get(&format!("/console/executions?{query}"), &session),
+        )
+        .await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert_eq!(listed(&page.body), vec![failed.clone()], "{what}: {query}");
+        assert!(!page.body.contains("More executions match"), "{query}");
+    }
+    let failures = send(&router, get("/console/executions?state=failures", &session)).await;
+    assert!(
+        failures.body.contains("newest first") && !failures.body.contains("1000"),
+        "{}",
+        failures.body
+    );
+    let none = send(
+        &router,
+        get(
+            "/console/executions?state=failures&principal=alice",
+            &session,
+        ),
+    )
+    .await;
+    assert!(none.body.contains("No execution matches."));
+
+    // Every record, newest first: the 200 newest are shown, and the page says more match.
+    let all = send(&router, get("/console/executions?state=all", &session)).await;
+    let mut newest: Vec<String> = alices[alices.len() - 199..].to_vec();
+    newest.push(failed.clone());
+    newest.reverse();
+    assert_eq!(listed(&all.body), newest);
+    assert!(all
+        .body
+        .contains("More executions match than the 200 shown"));
+    let alice = send(
+        &router,
+        get(
+            "/console/executions?state=all&principal=alice&request_id=a-0003",
+            &session,
+        ),
+    )
+    .await;
+    assert_eq!(listed(&alice.body), vec![alices[3].clone()]);
+}

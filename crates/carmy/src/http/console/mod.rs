@@ -18,9 +18,10 @@ pub(crate) use session::Sessions;
 use super::error::ApiError;
 use super::AppState;
 use crate::auth::Caller;
+use crate::decision::{ExecutionQuery, ListOrder};
 use crate::engine::{Release, Resolve};
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
-use crate::store::{InFlightState, RecordState};
+use crate::store::InFlightState;
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
@@ -300,42 +301,38 @@ async fn list(
         }
     };
     let given = |value: &Option<String>| value.clone().filter(|value| !value.is_empty());
-    let found = state
-        .engine
-        .list(
-            &operator.caller(),
-            in_flight,
-            given(&filter.session_id),
-            given(&filter.request_id),
-            crate::engine::decide::MAX_LISTED,
-        )
-        .await;
-    let found = match found {
+    // Every filter is the store's (ExecutionQuery), newest first: what is shown is the newest
+    // matching records, however many the store holds. One more than shown tells whether more
+    // match.
+    let query = ExecutionQuery {
+        principal: given(&filter.principal),
+        in_flight,
+        session_id: given(&filter.session_id),
+        request_id: given(&filter.request_id),
+        tool: given(&filter.tool),
+        failures_only: failures,
+        order: ListOrder::NewestFirst,
+        limit: SHOWN + 1,
+    };
+    let mut rows = match state.engine.list_matching(&operator.caller(), query).await {
         Ok(found) => found,
         Err(refusal) => return store_problem(&operator, &ApiError::from(refusal)),
     };
-    let principal = given(&filter.principal);
-    let tool = given(&filter.tool);
-    let mut rows: Vec<_> = found
-        .into_iter()
-        .filter(|row| principal.as_ref().is_none_or(|p| &row.key.principal == p))
-        .filter(|row| tool.as_ref().is_none_or(|t| &row.record.tool == t))
-        .filter(|row| {
-            !failures
-                || matches!(&row.record.state, RecordState::Finished(result) if result.status != ExecutionStatus::Completed)
-        })
-        .collect();
-    let note = if failures {
-        // The listing is oldest first: the most recent failures are its last rows.
-        rows.reverse();
-        Some("Finished executions whose outcome is not completed (failed, timed out, cancelled), newest first, among the oldest 1000 records held.")
-    } else {
-        None
-    };
+    let more = rows.len() > SHOWN;
     rows.truncate(SHOWN);
+    let mut note = if failures {
+        "Finished executions whose outcome is not completed (failed, timed out, cancelled), newest first.".to_owned()
+    } else {
+        "Newest first.".to_owned()
+    };
+    if more {
+        note.push_str(&format!(
+            " More executions match than the {SHOWN} shown; narrow the filters to see older ones."
+        ));
+    }
     page(
         StatusCode::OK,
-        pages::listing(&operator.who(), &filter, &rows, note),
+        pages::listing(&operator.who(), &filter, &rows, &note),
     )
 }
 
