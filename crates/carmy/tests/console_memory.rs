@@ -276,3 +276,110 @@ async fn the_listing_filters_in_the_store_past_a_thousand_records() {
     .await;
     assert_eq!(listed(&alice.body), vec![alices[3].clone()]);
 }
+
+/// A form over the body limit is 413 with a page that says so and gives the limit; nothing
+/// changes, no audit row is written. The same form within the limit goes through.
+#[tokio::test]
+async fn an_oversized_form_is_413_and_changes_nothing() {
+    let app = carmy::app()
+        .tool(FnTool::new("hold", json!({"type": "object"}), |_c, _a| {
+            std::future::pending()
+        }))
+        .api_keys(ApiKeys::parse("ka=alice").unwrap())
+        .operator_keys(ApiKeys::parse("ko=ops").unwrap())
+        .max_body_bytes(8192)
+        .build()
+        .unwrap();
+    let router = app.router();
+    // The call runs until the test ends (its answer is never read).
+    let call = Request::post("/v1/executions")
+        .header(header::AUTHORIZATION, "Bearer ka")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            json!({"tool": "hold", "arguments": {}, "request_id": "h-1"}).to_string(),
+        ))
+        .unwrap();
+    tokio::spawn(router.clone().oneshot(call));
+    let session = log_in(&router, "ko").await;
+    let id = loop {
+        let running = send(&router, get("/console/executions?state=running", &session)).await;
+        if let Some(id) = listed(&running.body).pop() {
+            break id;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    let path = format!("/console/executions/{id}");
+    let shown = send(&router, get(&path, &session)).await;
+    let token = csrf(&shown.body);
+    let long_note = "x".repeat(9000);
+
+    for (action, body) in [
+        (
+            "release",
+            format!("csrf={token}&force=true&note={long_note}"),
+        ),
+        (
+            "resolve",
+            format!("csrf={token}&status=completed&data=%7B%7D&force=true&note={long_note}"),
+        ),
+        ("reconcile", format!("csrf={token}&pad={long_note}")),
+    ] {
+        let refused = send(&router, form(&format!("{path}/{action}"), &session, &body)).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{action}: {}",
+            refused.body
+        );
+        assert!(
+            refused.body.contains("Form too large") && refused.body.contains("8192 bytes"),
+            "{}",
+            refused.body
+        );
+    }
+    let logout = send(
+        &router,
+        form(
+            "/console/logout",
+            &session,
+            &format!("csrf={token}&pad={long_note}"),
+        ),
+    )
+    .await;
+    assert_eq!(logout.status, StatusCode::PAYLOAD_TOO_LARGE);
+    let login = send(&router, get("/console/login", "")).await;
+    let login = send(
+        &router,
+        form(
+            "/console/login",
+            &login.cookie.unwrap(),
+            &format!("key=ko&csrf={}&pad={long_note}", csrf(&login.body)),
+        ),
+    )
+    .await;
+    assert_eq!(login.status, StatusCode::PAYLOAD_TOO_LARGE);
+
+    // Nothing changed: still running, no audit row, the session still open.
+    let after = send(&router, get(&path, &session)).await;
+    assert_eq!(after.status, StatusCode::OK);
+    assert!(
+        after.body.contains("<dd id=\"state\">running</dd>"),
+        "{}",
+        after.body
+    );
+    assert!(after.body.contains("No audit row yet."), "{}", after.body);
+
+    // Within the limit, the same session and token release it.
+    let released = send(
+        &router,
+        form(
+            &format!("{path}/release"),
+            &session,
+            &format!("csrf={token}&force=true&note=short"),
+        ),
+    )
+    .await;
+    assert_eq!(released.status, StatusCode::SEE_OTHER, "{}", released.body);
+    let after = send(&router, get(&path, &session)).await;
+    assert!(!after.body.contains("No audit row yet."));
+}

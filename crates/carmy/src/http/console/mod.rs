@@ -5,7 +5,8 @@
 //!
 //! Only operator keys (`CARMY_OPERATOR_KEYS`) log in; the session ([`session`]) keeps the
 //! operator's name on the server, the cookie only a random id. Every POST must carry the
-//! session's CSRF token (403 otherwise); every answer carries a strict Content-Security-Policy.
+//! session's CSRF token (403 otherwise); a form over the body limit is 413; every answer carries
+//! a strict Content-Security-Policy.
 //! Decisions go through the same engine calls as `POST /v1/executions/{id}/resolve|release|
 //! reconcile`, so the same checks, the same compare-and-set and the same audit row, recorded as
 //! `operator:<name>`.
@@ -157,6 +158,32 @@ impl FromRequestParts<AppState> for Operator {
     }
 }
 
+/// A form post's fields; `None` when its body was over the limit (answer [`too_large`]: nothing
+/// read, nothing changed). A body that cannot be read otherwise gives the empty form, which no
+/// token check accepts (403).
+fn form_fields<T: Default>(form: Result<Form<T>, FormRejection>) -> Option<T> {
+    match form {
+        Ok(Form(form)) => Some(form),
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => None,
+        Err(_) => Some(T::default()),
+    }
+}
+
+/// The 413 page of a form over the body limit.
+fn too_large(state: &AppState, who: Option<&Who<'_>>) -> Response {
+    page(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        pages::message(
+            "Form too large",
+            who,
+            &format!(
+                "This form was larger than the gateway accepts: {} bytes at most (CARMY_MAX_BODY_BYTES). Nothing changed; go back, shorten what you entered (the data or the note) and submit again.",
+                state.max_body_bytes
+            ),
+        ),
+    )
+}
+
 /// `GET /console/login`: the form, with a fresh login session for its CSRF token.
 async fn login_form(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let logged_in = session::cookie_id(&headers)
@@ -192,8 +219,8 @@ async fn login(
 ) -> Response {
     let pending =
         session::cookie_id(&headers).and_then(|id| state.console.get(&id).map(|s| (id, s)));
-    let Ok(Form(form)) = form else {
-        return forbidden(None);
+    let Some(form) = form_fields(form) else {
+        return too_large(&state, None);
     };
     let Some((pending_id, _)) = pending.filter(|(_, s)| s.csrf_matches(&form.csrf)) else {
         return forbidden(None);
@@ -239,7 +266,9 @@ async fn logout(
     headers: HeaderMap,
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
-    let presented = form.map(|Form(form)| form.csrf).unwrap_or_default();
+    let Some(CsrfForm { csrf: presented }) = form_fields(form) else {
+        return too_large(&state, Some(&operator.who()));
+    };
     if !operator.csrf_ok(&presented) {
         return forbidden(Some(&operator.who()));
     }
@@ -471,7 +500,9 @@ async fn resolve(
     Path(path): Path<String>,
     form: Result<Form<ResolveForm>, FormRejection>,
 ) -> Response {
-    let form = form.map(|Form(form)| form).unwrap_or_default();
+    let Some(form) = form_fields(form) else {
+        return too_large(&state, Some(&operator.who()));
+    };
     if !operator.csrf_ok(&form.csrf) {
         return forbidden(Some(&operator.who()));
     }
@@ -532,7 +563,9 @@ async fn release(
     Path(path): Path<String>,
     form: Result<Form<ReleaseForm>, FormRejection>,
 ) -> Response {
-    let form = form.map(|Form(form)| form).unwrap_or_default();
+    let Some(form) = form_fields(form) else {
+        return too_large(&state, Some(&operator.who()));
+    };
     if !operator.csrf_ok(&form.csrf) {
         return forbidden(Some(&operator.who()));
     }
@@ -557,7 +590,9 @@ async fn reconcile(
     Path(path): Path<String>,
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
-    let presented = form.map(|Form(form)| form.csrf).unwrap_or_default();
+    let Some(CsrfForm { csrf: presented }) = form_fields(form) else {
+        return too_large(&state, Some(&operator.who()));
+    };
     if !operator.csrf_ok(&presented) {
         return forbidden(Some(&operator.who()));
     }
