@@ -28,8 +28,21 @@ async fn send(router: &Router, request: Request<Body>) -> Page {
             .map(|value: &header::HeaderValue| value.to_str().unwrap().to_owned())
     };
     let location = header_text(header::LOCATION);
-    let cookie =
-        header_text(header::SET_COOKIE).map(|cookie| cookie.split(';').next().unwrap().to_owned());
+    // The first cookie set with a value (a login sets the session's and clears the login form's).
+    let cookie = response
+        .headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .map(|value| {
+            value
+                .to_str()
+                .unwrap()
+                .split(';')
+                .next()
+                .unwrap()
+                .to_owned()
+        })
+        .find(|pair| !pair.ends_with('='));
     let status = response.status();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     Page {
@@ -58,7 +71,8 @@ fn form(path: &str, cookie: &str, body: &str) -> Request<Body> {
 /// The CSRF token of the first form of `html`.
 fn csrf(html: &str) -> String {
     let start = html.find("name=\"csrf\" value=\"").unwrap() + 19;
-    html[start..start + 64].to_owned()
+    let length = html[start..].find('"').unwrap();
+    html[start..start + length].to_owned()
 }
 
 async fn call(router: &Router, key: &str, request_id: &str) -> Value {
@@ -275,6 +289,71 @@ async fn the_listing_filters_in_the_store_past_a_thousand_records() {
     )
     .await;
     assert_eq!(listed(&alice.body), vec![alices[3].clone()]);
+}
+
+/// Login forms keep nothing on the server: a flood of them pushes out no operator's pending
+/// login, and a login post still needs its form's token and cookie.
+#[tokio::test]
+async fn a_flood_of_login_forms_leaves_an_operators_form_valid() {
+    let app = carmy::app()
+        .api_keys(ApiKeys::parse("ka=alice").unwrap())
+        .operator_keys(ApiKeys::parse("ko=ops").unwrap())
+        .build()
+        .unwrap();
+    let router = app.router();
+    let mine = send(&router, get("/console/login", "")).await;
+    let (cookie, token) = (mine.cookie.unwrap(), csrf(&mine.body));
+    for _ in 0..20_000 {
+        let flood = send(&router, get("/console/login", "")).await;
+        assert_eq!(flood.status, StatusCode::OK);
+    }
+
+    // The form fetched before the flood logs the operator in.
+    let ok = send(
+        &router,
+        form("/console/login", &cookie, &format!("key=ko&csrf={token}")),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::SEE_OTHER, "{}", ok.body);
+    assert_eq!(ok.location.as_deref(), Some("/console/executions"));
+    let session = ok.cookie.unwrap();
+    assert!(session.starts_with("carmy_console="), "{session}");
+    let listing = send(&router, get("/console/executions", &session)).await;
+    assert_eq!(listing.status, StatusCode::OK);
+    assert!(cookie.starts_with("carmy_console_login="), "{cookie}");
+
+    // Refused: no token, a changed token, the token without its cookie, another form's cookie.
+    let other = send(&router, get("/console/login", ""))
+        .await
+        .cookie
+        .unwrap();
+    let mut changed = token.clone();
+    let last = changed.pop().unwrap();
+    changed.push(if last == '0' { '1' } else { '0' });
+    for (cookie, body) in [
+        (cookie.as_str(), "key=ko".to_owned()),
+        (cookie.as_str(), format!("key=ko&csrf={changed}")),
+        (cookie.as_str(), "key=ko&csrf=".to_owned()),
+        ("", format!("key=ko&csrf={token}")),
+        (other.as_str(), format!("key=ko&csrf={token}")),
+    ] {
+        let refused = send(&router, form("/console/login", cookie, &body)).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{cookie} {body}");
+        assert!(refused
+            .cookie
+            .is_some_and(|c| c.starts_with("carmy_console_login=")));
+        assert!(!refused.body.contains("operator <strong>"));
+    }
+    let forged = send(
+        &router,
+        form("/console/login", &cookie, &format!("key=ko&csrf={changed}")),
+    )
+    .await;
+    assert!(
+        forged.body.contains("another gateway process"),
+        "a token this process did not make: {}",
+        forged.body
+    );
 }
 
 /// A form over the body limit is 413 with a page that says so and gives the limit; nothing

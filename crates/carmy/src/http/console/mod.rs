@@ -5,8 +5,8 @@
 //!
 //! Only operator keys (`CARMY_OPERATOR_KEYS`) log in; the session ([`session`]) keeps the
 //! operator's name on the server, the cookie only a random id. Every POST must carry the
-//! session's CSRF token (403 otherwise); a form over the body limit is 413; every answer carries
-//! a strict Content-Security-Policy.
+//! session's CSRF token, the login post its form's stateless token (403 otherwise); a form over
+//! the body limit is 413; every answer carries a strict Content-Security-Policy.
 //! Decisions go through the same engine calls as `POST /v1/executions/{id}/resolve|release|
 //! reconcile`, so the same checks, the same compare-and-set and the same audit row, recorded as
 //! `operator:<name>`.
@@ -14,6 +14,7 @@
 mod pages;
 mod session;
 
+use session::LoginRefusal;
 pub(crate) use session::Sessions;
 
 use super::error::ApiError;
@@ -148,11 +149,12 @@ impl FromRequestParts<AppState> for Operator {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        let session = session::cookie_id(&parts.headers)
-            .and_then(|id| state.console.get(&id))
-            .and_then(|session| session.operator.clone().map(|name| (name, session.csrf)));
+        let session = session::cookie_id(&parts.headers).and_then(|id| state.console.get(&id));
         match session {
-            Some((name, csrf)) => Ok(Self { name, csrf }),
+            Some(session) => Ok(Self {
+                name: session.operator,
+                csrf: session.csrf,
+            }),
             None => Err(Redirect::to("/console/login").into_response()),
         }
     }
@@ -184,22 +186,31 @@ fn too_large(state: &AppState, who: Option<&Who<'_>>) -> Response {
     )
 }
 
-/// `GET /console/login`: the form, with a fresh login session for its CSRF token.
+/// `GET /console/login`: the form. Its CSRF token is stateless (`session`): showing it keeps
+/// nothing on the server.
 async fn login_form(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let logged_in = session::cookie_id(&headers)
         .and_then(|id| state.console.get(&id))
-        .is_some_and(|session| session.operator.is_some());
+        .is_some();
     if logged_in {
         return Redirect::to("/console/executions").into_response();
     }
-    login_page(&state, StatusCode::OK, None)
+    login_page(&state, &headers, StatusCode::OK, None)
 }
 
-fn login_page(state: &AppState, status: StatusCode, problem: Option<&str>) -> Response {
-    let (id, session) = state.console.start(None);
+/// The login form with a fresh token (bound to the browser's login cookie, set again).
+fn login_page(
+    state: &AppState,
+    headers: &HeaderMap,
+    status: StatusCode,
+    problem: Option<&str>,
+) -> Response {
+    let (nonce, token) = state
+        .console
+        .login_form(session::login_nonce(headers).as_deref());
     set_cookie(
-        page(status, pages::login(&session.csrf, problem)),
-        &state.console.cookie(Some(&id)),
+        page(status, pages::login(&token, problem)),
+        &state.console.login_cookie(Some(&nonce)),
     )
 }
 
@@ -211,21 +222,30 @@ struct LoginForm {
 }
 
 /// `POST /console/login`: an operator key opens a session; an agent's API key, an unknown key
-/// or a missing CSRF token is refused.
+/// or a login form's token that does not verify is refused.
 async fn login(
     State(state): State<AppState>,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
-    let pending =
-        session::cookie_id(&headers).and_then(|id| state.console.get(&id).map(|s| (id, s)));
     let Some(form) = form_fields(form) else {
         return too_large(&state, None);
     };
-    let Some((pending_id, _)) = pending.filter(|(_, s)| s.csrf_matches(&form.csrf)) else {
-        return forbidden(None);
-    };
-    state.console.end(&pending_id);
+    let checked = state
+        .console
+        .check_login(session::login_nonce(&headers).as_deref(), &form.csrf);
+    if let Err(refusal) = checked {
+        let problem = match refusal {
+            LoginRefusal::Forged => "This login post did not carry the login form's token with its cookie (a forged post, or a browser that refuses cookies). Nothing changed; log in with the form below.".to_owned(),
+            LoginRefusal::OtherProcess => "This login form was shown by another gateway process (another replica behind the load balancer, or this one before a restart). Log in again with the form below; behind a load balancer, reach the console on one replica.".to_owned(),
+            LoginRefusal::Expired => format!(
+                "This login form expired (a form is valid for {} minutes). Log in again with the form below.",
+                session::LOGIN_LIFETIME.as_secs() / 60
+            ),
+        };
+        tracing::warn!(?refusal, "console login form refused");
+        return login_page(&state, &headers, StatusCode::FORBIDDEN, Some(&problem));
+    }
     let bearer = format!("Bearer {}", form.key.trim());
     // The one credential check of both fronts (crate::auth::Credentials): only an operator
     // key opens the console.
@@ -243,14 +263,18 @@ async fn login(
             "Unknown key. The console takes operator keys (CARMY_OPERATOR_KEYS) only."
         };
         tracing::warn!("console login refused");
-        return login_page(&state, StatusCode::UNAUTHORIZED, Some(problem));
+        return login_page(&state, &headers, StatusCode::UNAUTHORIZED, Some(problem));
     };
     tracing::info!(operator = %name, "console login");
-    let (id, _) = state.console.start(Some(name));
-    set_cookie(
+    if let Some(previous) = session::cookie_id(&headers) {
+        state.console.end(&previous);
+    }
+    let (id, _) = state.console.start(name);
+    let response = set_cookie(
         Redirect::to("/console/executions").into_response(),
         &state.console.cookie(Some(&id)),
-    )
+    );
+    set_cookie(response, &state.console.login_cookie(None))
 }
 
 #[derive(Deserialize, Default)]
