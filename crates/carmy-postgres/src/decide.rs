@@ -7,12 +7,12 @@ use crate::decode::{decode_key, decode_record};
 use crate::failure::{unavailable, Failure};
 use crate::pinned::Db;
 use crate::sql::{
-    AUDIT_TRAIL_SQL, FIND_RELEASED_SQL, LATE_ARRIVAL_SQL, LIST_EXECUTIONS_SQL,
-    RELEASE_EXECUTION_SQL, RESOLVE_EXECUTION_SQL, TAKE_OVER_SQL,
+    AUDIT_TRAIL_SQL, FIND_RELEASED_SQL, LATE_ARRIVAL_SQL, LIST_EXECUTIONS_NEWEST_SQL,
+    LIST_EXECUTIONS_SQL, RELEASE_EXECUTION_SQL, RESOLVE_EXECUTION_SQL, TAKE_OVER_SQL,
 };
 use carmy::decision::{
-    AuditAction, AuditEntry, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released, Resolution,
-    ResolveRequest,
+    AuditAction, AuditEntry, DecisionRefusal, ExecutionQuery, ListOrder, ReleaseRequest, Released,
+    Resolution, ResolveRequest,
 };
 use carmy::fingerprint::Fingerprint;
 use carmy::outcome::{ExecutionId, ExecutionResult};
@@ -192,11 +192,17 @@ pub(crate) async fn list(
     query: &ExecutionQuery,
 ) -> Result<Vec<ExecutionLookup>, Failure> {
     let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
-    let rows = sqlx::query(LIST_EXECUTIONS_SQL)
+    let sql = match query.order {
+        ListOrder::OldestFirst => LIST_EXECUTIONS_SQL,
+        ListOrder::NewestFirst => LIST_EXECUTIONS_NEWEST_SQL,
+    };
+    let rows = sqlx::query(sql)
         .bind(query.principal.as_deref())
         .bind(query.session_id.as_deref())
         .bind(query.request_id.as_deref())
         .bind(query.in_flight.map(InFlightState::as_str))
+        .bind(query.tool.as_deref())
+        .bind(query.failures_only)
         .bind(limit)
         .fetch_all(pool)
         .await?;

@@ -210,20 +210,36 @@ pub const RESOLVE_EXECUTION_SQL: &str =
 pub const RELEASE_EXECUTION_SQL: &str =
     "SELECT carmy.release_execution($1, $2, $3, $4, $5) AS released";
 
-/// Lists records. Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` in-flight
-/// state (`running` / `interrupted`), each `NULL` for any; `$5` limit.
-pub const LIST_EXECUTIONS_SQL: &str = concat!(
-    "SELECT r.principal, r.session_id, r.request_id, ",
-    record_columns!(),
-    " FROM carmy.reservations r \
-     WHERE ($1::text IS NULL OR r.principal = $1) \
-       AND ($2::text IS NULL OR r.session_id = $2) \
-       AND ($3::text IS NULL OR r.request_id = $3) \
-       AND ($4::text IS NULL \
-            OR (r.state = 'running' AND carmy.in_flight_state(r.owner_instance) = $4)) \
-     ORDER BY r.created_at, r.execution_id \
-     LIMIT $5"
-);
+/// The listing of [`LIST_EXECUTIONS_SQL`] and [`LIST_EXECUTIONS_NEWEST_SQL`], in `$order` (the
+/// `ORDER BY` list: a direction cannot be a bind parameter).
+macro_rules! list_executions {
+    ($order:literal) => {
+        concat!(
+            "SELECT r.principal, r.session_id, r.request_id, ",
+            record_columns!(),
+            " FROM carmy.reservations r \
+             WHERE ($1::text IS NULL OR r.principal = $1) \
+               AND ($2::text IS NULL OR r.session_id = $2) \
+               AND ($3::text IS NULL OR r.request_id = $3) \
+               AND ($4::text IS NULL \
+                    OR (r.state = 'running' AND carmy.in_flight_state(r.owner_instance) = $4)) \
+               AND ($5::text IS NULL OR r.tool = $5) \
+               AND (NOT $6::boolean OR r.state IN ('failed', 'timed_out', 'cancelled')) \
+             ORDER BY ",
+            $order,
+            " LIMIT $7"
+        )
+    };
+}
+
+/// Lists records, oldest reservation first. Binds: `$1` principal, `$2` session_id, `$3`
+/// request_id, `$4` in-flight state (`running` / `interrupted`), `$5` tool, each `NULL` for
+/// any; `$6` only finished records whose status is not `completed`; `$7` limit.
+pub const LIST_EXECUTIONS_SQL: &str = list_executions!("r.created_at, r.execution_id");
+
+/// [`LIST_EXECUTIONS_SQL`], newest reservation first (exactly its order reversed).
+pub const LIST_EXECUTIONS_NEWEST_SQL: &str =
+    list_executions!("r.created_at DESC, r.execution_id DESC");
 
 /// Reads a released execution of one principal. Binds: `$1` execution_id, `$2` principal.
 pub const FIND_RELEASED_SQL: &str = "SELECT h.principal, h.session_id, h.request_id, \

@@ -23,6 +23,7 @@ fn every_record_read_uses_the_in_flight_function() {
         LOOKUP_SQL,
         FIND_EXECUTION_SQL,
         LIST_EXECUTIONS_SQL,
+        LIST_EXECUTIONS_NEWEST_SQL,
     ] {
         assert!(
             sql.contains("carmy.in_flight_state(r.owner_instance)"),

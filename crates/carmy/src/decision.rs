@@ -212,8 +212,27 @@ pub struct ExecutionQuery {
     pub session_id: Option<String>,
     /// Only records with this request_id.
     pub request_id: Option<String>,
-    /// At most this many, oldest reservation first.
+    /// Only records of this tool.
+    pub tool: Option<String>,
+    /// Only finished records whose status is not `completed` (`failed`, `timed_out`,
+    /// `cancelled`); with `in_flight` set as well, nothing matches.
+    pub failures_only: bool,
+    /// Which reservations come first: the oldest (the default, as `GET /v1/executions` lists)
+    /// or the newest (the operator console). `limit` keeps the first ones in this order.
+    pub order: ListOrder,
+    /// At most this many, in `order`.
     pub limit: usize,
+}
+
+/// The order of [`ExecutionQuery`]'s answer, by reservation time; a store breaks ties the same
+/// way in both, so that one order is exactly the other reversed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ListOrder {
+    /// Oldest reservation first.
+    #[default]
+    OldestFirst,
+    /// Newest reservation first.
+    NewestFirst,
 }
 
 /// Checks a decision's note: non-empty after trimming, at most [`MAX_NOTE_BYTES`], no U+0000.

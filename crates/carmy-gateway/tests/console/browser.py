@@ -3,8 +3,9 @@
 Run by tests/it/front/console.rs against a running gateway with an interrupted execution. It logs in
 with no key, an agent's key and the operator key; finds the execution among the interrupted
 ones; checks that a forged form post (no CSRF token, or a wrong one) is refused and changes
-nothing; resolves the execution with a note through the form; and checks the audit row on the
-page. Saves a screenshot of each page into --shots. Exits non-zero on the first failed check.
+nothing, as does a form over the body limit (413); resolves the execution with a note through
+the form; and checks the audit row on the page. Saves a screenshot of each page into --shots.
+Exits non-zero on the first failed check.
 """
 
 import argparse
@@ -105,6 +106,7 @@ def main():
     parser.add_argument("--execution", required=True)
     parser.add_argument("--request-id", required=True)
     parser.add_argument("--shots", required=True)
+    parser.add_argument("--max-body-bytes", type=int, required=True)
     args = parser.parse_args()
     os.makedirs(args.shots, exist_ok=True)
     base = args.base.rstrip("/")
@@ -163,9 +165,15 @@ def main():
         status, _ = forged_post(base, execution_path + "/resolve", cookie["value"],
                                 {"status": "completed", "data": "{}", "note": "forged"})
         check(status == 403, f"a forged resolve is 403 (got {status})")
+        # A release with this session's token, over the body limit: 413, not a forged form.
+        token = driver.find_element(
+            By.CSS_SELECTOR, "form#release input[name='csrf']").get_attribute("value")
+        status, _ = forged_post(base, execution_path + "/release", cookie["value"],
+                                {"csrf": token, "force": "on", "note": "x" * (args.max_body_bytes + 1)})
+        check(status == 413, f"a release over the body limit is 413 (got {status})")
         driver.refresh()
         check(driver.find_element(By.ID, "state").text == "interrupted",
-              "the forged posts changed nothing")
+              "the forged and oversized posts changed nothing")
         headers = forged_post(base, "/console/login", "", {})[1]
         csp = {name.lower(): value for name, value in headers.items()}.get("content-security-policy", "")
         check("default-src 'none'" in csp and "script-src" not in csp,

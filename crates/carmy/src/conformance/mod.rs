@@ -55,6 +55,7 @@ macro_rules! store_conformance_tests {
             decisions_are_scoped_to_the_principal,
             concurrent_decisions_have_one_winner,
             listing_filters_and_scopes,
+            listing_filters_by_tool_and_failure_in_either_order,
             waiting_ends_when_the_outcome_is_recorded,
             late_arrivals_are_kept_beside_the_record,
             expired_records_run_as_new,

@@ -164,11 +164,30 @@ impl Engine {
         limit: usize,
     ) -> Result<Vec<ExecutionLookup>, Refusal> {
         let query = ExecutionQuery {
-            principal: caller.scope(),
             in_flight: state,
             session_id,
             request_id,
-            limit: limit.min(MAX_LISTED),
+            limit,
+            ..ExecutionQuery::default()
+        };
+        self.list_matching(caller, query).await
+    }
+
+    /// The records matching `query`, at most `query.limit` (capped at [`MAX_LISTED`]), in its
+    /// order. An operator's `query.principal` picks one principal (`None`: every principal's);
+    /// anyone else lists only its own records, whatever `query.principal` says.
+    ///
+    /// # Errors
+    /// [`Refusal::StoreUnavailable`].
+    pub async fn list_matching(
+        &self,
+        caller: &Caller,
+        query: ExecutionQuery,
+    ) -> Result<Vec<ExecutionLookup>, Refusal> {
+        let query = ExecutionQuery {
+            principal: caller.scope().or(query.principal),
+            limit: query.limit.min(MAX_LISTED),
+            ..query
         };
         Ok(self.store.list_executions(&query).await?)
     }

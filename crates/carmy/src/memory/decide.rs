@@ -8,10 +8,10 @@
 
 use super::{Held, Inner};
 use crate::decision::{
-    AuditAction, AuditEntry, Decision, DecisionRefusal, ExecutionQuery, ReleaseRequest, Released,
-    Resolution, ResolveRequest,
+    AuditAction, AuditEntry, Decision, DecisionRefusal, ExecutionQuery, ListOrder, ReleaseRequest,
+    Released, Resolution, ResolveRequest,
 };
-use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
+use crate::outcome::{ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult};
 use crate::store::{
     Decided, ExecutionLookup, IdempotencyKey, InFlightState, RecordState, StoredRecord,
 };
@@ -185,9 +185,14 @@ impl Inner {
                     .request_id
                     .as_ref()
                     .is_none_or(|r| &key.request_id == r)
+                && query.tool.as_ref().is_none_or(|t| &held.record.tool == t)
                 && query
                     .in_flight
                     .is_none_or(|wanted| held.in_flight() == Some(wanted))
+                && (!query.failures_only
+                    || held.outcome.as_ref().is_some_and(|outcome| {
+                        outcome.result().status != ExecutionStatus::Completed
+                    }))
         };
         let mut found: Vec<(DateTime<Utc>, ExecutionLookup)> = self
             .by_key
@@ -203,6 +208,9 @@ impl Inner {
             })
             .collect();
         found.sort_by(|a, b| (a.0, &a.1.key).cmp(&(b.0, &b.1.key)));
+        if query.order == ListOrder::NewestFirst {
+            found.reverse();
+        }
         found
             .into_iter()
             .take(query.limit)

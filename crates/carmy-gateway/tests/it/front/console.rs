@@ -2,9 +2,10 @@
 //! (Debian's `chromium` and `chromium-driver`) driven by Selenium from PyPI
 //! (tests/console/browser.py, its venv from tests/console/python-venv.sh). A replica is killed
 //! mid-call; the operator logs in on the other, finds the interrupted execution, is refused a
-//! forged post, resolves it with a note and sees the audit row; the agent's retry then replays
-//! the resolved outcome. Screenshots go to `$CARGO_TARGET_DIR/console-screenshots` (or
-//! `target/`), or `CARMY_CONSOLE_SHOTS`.
+//! forged post and one over the body limit (413), resolves it with a note and sees the audit
+//! row; the agent's retry then replays the resolved outcome, and the refused posts left no audit
+//! row. Screenshots go to `$CARGO_TARGET_DIR/console-screenshots` (or `target/`), or
+//! `CARMY_CONSOLE_SHOTS`.
 
 use carmy_test_support::{client, eventually, Replica, TestDb};
 use serde_json::{json, Value};
@@ -22,8 +23,12 @@ fn env(db: &TestDb) -> Vec<(&str, &str)> {
         ("CARMY_LEASE_TTL_MS", "1000"),
         ("CARMY_OPERATOR_KEYS", "console-operator-key=ops"),
         ("CARMY_API_KEYS", "console-agent-key=agent"),
+        ("CARMY_MAX_BODY_BYTES", "65536"),
     ]
 }
+
+/// The replicas' body limit (`CARMY_MAX_BODY_BYTES` in [`env`]).
+const MAX_BODY_BYTES: usize = 65536;
 
 /// The venv's python with Selenium: `CARMY_CONSOLE_PYTHON`, else built by python-venv.sh.
 fn python() -> String {
@@ -133,6 +138,7 @@ async fn an_operator_resolves_an_interrupted_execution_in_the_browser() {
         .args(["--base", &reader.base])
         .args(["--operator-key", OPERATOR_KEY, "--agent-key", AGENT_KEY])
         .args(["--execution", &id, "--request-id", request_id])
+        .args(["--max-body-bytes", &MAX_BODY_BYTES.to_string()])
         .arg("--shots")
         .arg(&shots)
         .output()

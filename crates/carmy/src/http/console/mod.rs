@@ -5,7 +5,8 @@
 //!
 //! Only operator keys (`CARMY_OPERATOR_KEYS`) log in; the session ([`session`]) keeps the
 //! operator's name on the server, the cookie only a random id. Every POST must carry the
-//! session's CSRF token (403 otherwise); every answer carries a strict Content-Security-Policy.
+//! session's CSRF token, the login post its form's stateless token (403 otherwise); a form over
+//! the body limit is 413; every answer carries a strict Content-Security-Policy.
 //! Decisions go through the same engine calls as `POST /v1/executions/{id}/resolve|release|
 //! reconcile`, so the same checks, the same compare-and-set and the same audit row, recorded as
 //! `operator:<name>`.
@@ -13,14 +14,16 @@
 mod pages;
 mod session;
 
+use session::LoginRefusal;
 pub(crate) use session::Sessions;
 
 use super::error::ApiError;
 use super::AppState;
 use crate::auth::Caller;
+use crate::decision::{ExecutionQuery, ListOrder};
 use crate::engine::{Release, Resolve};
 use crate::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
-use crate::store::{InFlightState, RecordState};
+use crate::store::InFlightState;
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
@@ -146,32 +149,68 @@ impl FromRequestParts<AppState> for Operator {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        let session = session::cookie_id(&parts.headers)
-            .and_then(|id| state.console.get(&id))
-            .and_then(|session| session.operator.clone().map(|name| (name, session.csrf)));
+        let session = session::cookie_id(&parts.headers).and_then(|id| state.console.get(&id));
         match session {
-            Some((name, csrf)) => Ok(Self { name, csrf }),
+            Some(session) => Ok(Self {
+                name: session.operator,
+                csrf: session.csrf,
+            }),
             None => Err(Redirect::to("/console/login").into_response()),
         }
     }
 }
 
-/// `GET /console/login`: the form, with a fresh login session for its CSRF token.
+/// A form post's fields; `None` when its body was over the limit (answer [`too_large`]: nothing
+/// read, nothing changed). A body that cannot be read otherwise gives the empty form, which no
+/// token check accepts (403).
+fn form_fields<T: Default>(form: Result<Form<T>, FormRejection>) -> Option<T> {
+    match form {
+        Ok(Form(form)) => Some(form),
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => None,
+        Err(_) => Some(T::default()),
+    }
+}
+
+/// The 413 page of a form over the body limit.
+fn too_large(state: &AppState, who: Option<&Who<'_>>) -> Response {
+    page(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        pages::message(
+            "Form too large",
+            who,
+            &format!(
+                "This form was larger than the gateway accepts: {} bytes at most (CARMY_MAX_BODY_BYTES). Nothing changed; go back, shorten what you entered (the data or the note) and submit again.",
+                state.max_body_bytes
+            ),
+        ),
+    )
+}
+
+/// `GET /console/login`: the form. Its CSRF token is stateless (`session`): showing it keeps
+/// nothing on the server.
 async fn login_form(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let logged_in = session::cookie_id(&headers)
         .and_then(|id| state.console.get(&id))
-        .is_some_and(|session| session.operator.is_some());
+        .is_some();
     if logged_in {
         return Redirect::to("/console/executions").into_response();
     }
-    login_page(&state, StatusCode::OK, None)
+    login_page(&state, &headers, StatusCode::OK, None)
 }
 
-fn login_page(state: &AppState, status: StatusCode, problem: Option<&str>) -> Response {
-    let (id, session) = state.console.start(None);
+/// The login form with a fresh token (bound to the browser's login cookie, set again).
+fn login_page(
+    state: &AppState,
+    headers: &HeaderMap,
+    status: StatusCode,
+    problem: Option<&str>,
+) -> Response {
+    let (nonce, token) = state
+        .console
+        .login_form(session::login_nonce(headers).as_deref());
     set_cookie(
-        page(status, pages::login(&session.csrf, problem)),
-        &state.console.cookie(Some(&id)),
+        page(status, pages::login(&token, problem)),
+        &state.console.login_cookie(Some(&nonce)),
     )
 }
 
@@ -183,21 +222,30 @@ struct LoginForm {
 }
 
 /// `POST /console/login`: an operator key opens a session; an agent's API key, an unknown key
-/// or a missing CSRF token is refused.
+/// or a login form's token that does not verify is refused.
 async fn login(
     State(state): State<AppState>,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
-    let pending =
-        session::cookie_id(&headers).and_then(|id| state.console.get(&id).map(|s| (id, s)));
-    let Ok(Form(form)) = form else {
-        return forbidden(None);
+    let Some(form) = form_fields(form) else {
+        return too_large(&state, None);
     };
-    let Some((pending_id, _)) = pending.filter(|(_, s)| s.csrf_matches(&form.csrf)) else {
-        return forbidden(None);
-    };
-    state.console.end(&pending_id);
+    let checked = state
+        .console
+        .check_login(session::login_nonce(&headers).as_deref(), &form.csrf);
+    if let Err(refusal) = checked {
+        let problem = match refusal {
+            LoginRefusal::Forged => "This login post did not carry the login form's token with its cookie (a forged post, or a browser that refuses cookies). Nothing changed; log in with the form below.".to_owned(),
+            LoginRefusal::OtherProcess => "This login form was shown by another gateway process (another replica behind the load balancer, or this one before a restart). Log in again with the form below; behind a load balancer, reach the console on one replica.".to_owned(),
+            LoginRefusal::Expired => format!(
+                "This login form expired (a form is valid for {} minutes). Log in again with the form below.",
+                session::LOGIN_LIFETIME.as_secs() / 60
+            ),
+        };
+        tracing::warn!(?refusal, "console login form refused");
+        return login_page(&state, &headers, StatusCode::FORBIDDEN, Some(&problem));
+    }
     let bearer = format!("Bearer {}", form.key.trim());
     // The one credential check of both fronts (crate::auth::Credentials): only an operator
     // key opens the console.
@@ -215,14 +263,18 @@ async fn login(
             "Unknown key. The console takes operator keys (CARMY_OPERATOR_KEYS) only."
         };
         tracing::warn!("console login refused");
-        return login_page(&state, StatusCode::UNAUTHORIZED, Some(problem));
+        return login_page(&state, &headers, StatusCode::UNAUTHORIZED, Some(problem));
     };
     tracing::info!(operator = %name, "console login");
-    let (id, _) = state.console.start(Some(name));
-    set_cookie(
+    if let Some(previous) = session::cookie_id(&headers) {
+        state.console.end(&previous);
+    }
+    let (id, _) = state.console.start(name);
+    let response = set_cookie(
         Redirect::to("/console/executions").into_response(),
         &state.console.cookie(Some(&id)),
-    )
+    );
+    set_cookie(response, &state.console.login_cookie(None))
 }
 
 #[derive(Deserialize, Default)]
@@ -238,7 +290,9 @@ async fn logout(
     headers: HeaderMap,
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
-    let presented = form.map(|Form(form)| form.csrf).unwrap_or_default();
+    let Some(CsrfForm { csrf: presented }) = form_fields(form) else {
+        return too_large(&state, Some(&operator.who()));
+    };
     if !operator.csrf_ok(&presented) {
         return forbidden(Some(&operator.who()));
     }
@@ -300,42 +354,38 @@ async fn list(
         }
     };
     let given = |value: &Option<String>| value.clone().filter(|value| !value.is_empty());
-    let found = state
-        .engine
-        .list(
-            &operator.caller(),
-            in_flight,
-            given(&filter.session_id),
-            given(&filter.request_id),
-            crate::engine::decide::MAX_LISTED,
-        )
-        .await;
-    let found = match found {
+    // Every filter is the store's (ExecutionQuery), newest first: what is shown is the newest
+    // matching records, however many the store holds. One more than shown tells whether more
+    // match.
+    let query = ExecutionQuery {
+        principal: given(&filter.principal),
+        in_flight,
+        session_id: given(&filter.session_id),
+        request_id: given(&filter.request_id),
+        tool: given(&filter.tool),
+        failures_only: failures,
+        order: ListOrder::NewestFirst,
+        limit: SHOWN + 1,
+    };
+    let mut rows = match state.engine.list_matching(&operator.caller(), query).await {
         Ok(found) => found,
         Err(refusal) => return store_problem(&operator, &ApiError::from(refusal)),
     };
-    let principal = given(&filter.principal);
-    let tool = given(&filter.tool);
-    let mut rows: Vec<_> = found
-        .into_iter()
-        .filter(|row| principal.as_ref().is_none_or(|p| &row.key.principal == p))
-        .filter(|row| tool.as_ref().is_none_or(|t| &row.record.tool == t))
-        .filter(|row| {
-            !failures
-                || matches!(&row.record.state, RecordState::Finished(result) if result.status != ExecutionStatus::Completed)
-        })
-        .collect();
-    let note = if failures {
-        // The listing is oldest first: the most recent failures are its last rows.
-        rows.reverse();
-        Some("Finished executions whose outcome is not completed (failed, timed out, cancelled), newest first, among the oldest 1000 records held.")
-    } else {
-        None
-    };
+    let more = rows.len() > SHOWN;
     rows.truncate(SHOWN);
+    let mut note = if failures {
+        "Finished executions whose outcome is not completed (failed, timed out, cancelled), newest first.".to_owned()
+    } else {
+        "Newest first.".to_owned()
+    };
+    if more {
+        note.push_str(&format!(
+            " More executions match than the {SHOWN} shown; narrow the filters to see older ones."
+        ));
+    }
     page(
         StatusCode::OK,
-        pages::listing(&operator.who(), &filter, &rows, note),
+        pages::listing(&operator.who(), &filter, &rows, &note),
     )
 }
 
@@ -474,7 +524,9 @@ async fn resolve(
     Path(path): Path<String>,
     form: Result<Form<ResolveForm>, FormRejection>,
 ) -> Response {
-    let form = form.map(|Form(form)| form).unwrap_or_default();
+    let Some(form) = form_fields(form) else {
+        return too_large(&state, Some(&operator.who()));
+    };
     if !operator.csrf_ok(&form.csrf) {
         return forbidden(Some(&operator.who()));
     }
@@ -535,7 +587,9 @@ async fn release(
     Path(path): Path<String>,
     form: Result<Form<ReleaseForm>, FormRejection>,
 ) -> Response {
-    let form = form.map(|Form(form)| form).unwrap_or_default();
+    let Some(form) = form_fields(form) else {
+        return too_large(&state, Some(&operator.who()));
+    };
     if !operator.csrf_ok(&form.csrf) {
         return forbidden(Some(&operator.who()));
     }
@@ -560,7 +614,9 @@ async fn reconcile(
     Path(path): Path<String>,
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
-    let presented = form.map(|Form(form)| form.csrf).unwrap_or_default();
+    let Some(CsrfForm { csrf: presented }) = form_fields(form) else {
+        return too_large(&state, Some(&operator.who()));
+    };
     if !operator.csrf_ok(&presented) {
         return forbidden(Some(&operator.who()));
     }

@@ -206,7 +206,7 @@ pub(crate) fn listing(
     who: &Who<'_>,
     filter: &ListFilter,
     rows: &[ExecutionLookup],
-    note: Option<&str>,
+    note: &str,
 ) -> Markup {
     let tabs = [
         ("interrupted", "Interrupted"),
@@ -234,7 +234,7 @@ pub(crate) fn listing(
                     div { button type="submit" { "Filter" } }
                 }
             }
-            @if let Some(note) = note { p.muted { (note) } }
+            p.muted #listing-note { (note) }
             section {
                 @if rows.is_empty() {
                     p #empty { "No execution matches." }
