@@ -144,10 +144,9 @@ async fn a_running_execution_answers_with_retry_after_from_the_tools_deadline() 
         );
         assert_eq!(retry_after.as_deref(), Some(seconds), "{tool}");
         assert!(
-            problem["detail"]
-                .as_str()
-                .unwrap()
-                .ends_with(&format!(" after {seconds} s")),
+            problem["detail"].as_str().unwrap().ends_with(&format!(
+                " retry the same call in {seconds} s to get its outcome"
+            )),
             "{problem}"
         );
         gates.release.notify_one();
