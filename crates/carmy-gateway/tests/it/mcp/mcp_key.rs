@@ -352,6 +352,28 @@ async fn a_call_still_running_is_answered_before_the_client_gives_up() {
     assert_eq!(gateway.runs("sleep"), 1);
 }
 
+/// `echo {"a": a}` under the client's tool-use id `tool_use`: the result and its second text
+/// block (the note after the data).
+async fn echo_note(
+    client: &super::mcp_client::Client,
+    a: u32,
+    tool_use: &str,
+) -> (CallToolResult, String) {
+    let done = client
+        .call_tool(call_with_meta(
+            "echo",
+            json!({ "a": a }),
+            json!({"claudecode/toolUseId": tool_use}),
+        ))
+        .await
+        .unwrap();
+    let note = serde_json::to_value(&done.content[1]).unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (done, note)
+}
+
 /// A model whose client sent the id (`claudecode/toolUseId`) never saw it: its next tool call
 /// has a new tool-use id, so "the same call unchanged" would be a new action. The texts name
 /// the id to add as the argument, and a retry that does so gets the first outcome; the tool
@@ -404,18 +426,7 @@ async fn a_client_chosen_id_is_named_so_that_the_models_retry_repeats_it() {
 
     // A fresh client-chosen call that finishes at once: its Done text names the id too.
     let tool_use = format!("toolu_01{}", uuid::Uuid::new_v4().simple());
-    let done = client
-        .call_tool(call_with_meta(
-            "echo",
-            json!({"a": 1}),
-            json!({"claudecode/toolUseId": tool_use}),
-        ))
-        .await
-        .unwrap();
-    let note = serde_json::to_value(&done.content[1]).unwrap()["text"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (done, note) = echo_note(&client, 1, &tool_use).await;
     assert!(
         note.contains(&format!(
             "calling again with `request_id` set to \"{tool_use}\" returns this same result"
@@ -434,18 +445,7 @@ async fn a_client_chosen_id_is_named_so_that_the_models_retry_repeats_it() {
 
     // A client id the argument would refuse (too short to be random): no id is named and no
     // repeat under an id is promised.
-    let done = client
-        .call_tool(call_with_meta(
-            "echo",
-            json!({"a": 2}),
-            json!({"claudecode/toolUseId": "toolu_b"}),
-        ))
-        .await
-        .unwrap();
-    let note = serde_json::to_value(&done.content[1]).unwrap()["text"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (done, note) = echo_note(&client, 2, "toolu_b").await;
     assert_eq!(
         note,
         format!(
