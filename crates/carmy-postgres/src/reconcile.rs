@@ -1,8 +1,9 @@
 //! Reconciliation on PostgreSQL (docs/semantics.md §12.10; migration
 //! `V13`): claiming interrupted executions due for a probe one replica at a time (`FOR UPDATE
-//! SKIP LOCKED` on `reconcile_due_at`, no leader), and keeping each probe's evidence. The
-//! decisions themselves go through `carmy.resolve_execution` / `carmy.release_execution`
-//! ([`crate::decide`]), like a person's.
+//! SKIP LOCKED` on `reconcile_due_at`, no leader), keeping each probe's evidence, and telling
+//! how long ago the interrupted attempt started (an "absent" proves nothing before its
+//! deadline). The decisions themselves go through `carmy.resolve_execution` /
+//! `carmy.release_execution` ([`crate::decide`]), like a person's.
 
 use crate::decode::decode_key;
 use crate::failure::Failure;
@@ -40,12 +41,25 @@ pub const CLAIM_SQL: &str = "WITH due AS ( \
                r.reconcile_attempts";
 
 /// Keeps a probe's evidence on a record still without an outcome. Binds: `$1` execution id,
-/// `$2` the evidence (`jsonb` text), `$3` when to probe again in milliseconds (`NULL`: never).
+/// `$2` the evidence (`jsonb` text), `$3` when to probe again in milliseconds (`NULL`: never),
+/// `$4` attempts to give back (1 for a claimed probe asked too early to conclude, else 0).
 pub const RECORD_PROBE_SQL: &str = "UPDATE carmy.reservations \
      SET reconcile_evidence = $2::text::jsonb, \
          reconcile_due_at = CASE WHEN $3::bigint IS NULL THEN 'infinity'::timestamptz \
-                                 ELSE now() + $3::bigint * interval '1 millisecond' END \
+                                 ELSE now() + $3::bigint * interval '1 millisecond' END, \
+         reconcile_attempts = greatest(reconcile_attempts - $4::integer, 0) \
      WHERE execution_id = $1 AND state = 'running'";
+
+/// How long ago the attempt that holds a record without an outcome started, in milliseconds
+/// (database clock): the reservation's start, or the last takeover's (`carmy.audit_log`,
+/// action `takeover`: a takeover keeps `started_at`, docs/semantics.md §12.7). No row when
+/// the execution holds no record without an outcome. Binds: `$1` execution id.
+pub const ATTEMPT_AGE_SQL: &str = "SELECT greatest(0, floor(extract(epoch FROM now() - \
+         greatest(coalesce(r.started_at, r.created_at), \
+                  (SELECT max(a.at) FROM carmy.audit_log a \
+                   WHERE a.execution_id = r.execution_id AND a.action = 'takeover'))) \
+         * 1000))::bigint AS age_ms \
+     FROM carmy.reservations r WHERE r.execution_id = $1 AND r.state = 'running'";
 
 /// The evidence kept on an execution. Binds: `$1` execution id.
 pub const EVIDENCE_SQL: &str = "SELECT reconcile_evidence::text AS evidence \
@@ -88,9 +102,22 @@ pub(crate) async fn record(pool: &Db, record: &ProbeRecord) -> Result<(), Failur
         .bind(record.execution_id.as_str())
         .bind(record.evidence.to_string())
         .bind(record.retry_in.map(millis))
+        .bind(i32::from(record.refund_attempt))
         .execute(pool)
         .await?;
     Ok(())
+}
+
+/// [`ATTEMPT_AGE_SQL`] for `execution_id`.
+pub(crate) async fn attempt_age(
+    pool: &Db,
+    execution_id: &ExecutionId,
+) -> Result<Option<Duration>, Failure> {
+    let age: Option<i64> = sqlx::query_scalar(ATTEMPT_AGE_SQL)
+        .bind(execution_id.as_str())
+        .fetch_optional(pool)
+        .await?;
+    Ok(age.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
 }
 
 /// [`EVIDENCE_SQL`] for `execution_id`.

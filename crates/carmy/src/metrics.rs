@@ -333,7 +333,7 @@ impl Metrics {
     }
 
     /// Counts one reconciliation probe of `tool` and what came of it (docs/semantics.md §12.10,
-    /// reconciliation): `resolved`, `released`, `rerun`, `absent`, `inconclusive`,
+    /// reconciliation): `resolved`, `released`, `rerun`, `too_early`, `absent`, `inconclusive`,
     /// `decided_elsewhere`.
     pub(crate) fn reconciled(&self, tool: &str, result: &str) {
         self.reconciliations

@@ -62,6 +62,8 @@ pub type ProbeFuture<'a> = Pin<Box<dyn Future<Output = ProbeAnswer> + Send + 'a>
 pub trait Probe: Send + Sync {
     /// Whether the upstream's "absent" proves that the effect did not happen
     /// (`absent_means = "not_executed"`); otherwise absent leaves the execution for a person.
+    /// Even then, the engine takes it for proof only once the interrupted attempt's deadline
+    /// has passed (docs/semantics.md §12.10): before, its request may still land.
     fn absent_means_not_executed(&self) -> bool;
 
     /// The probe's own deadline.
@@ -126,6 +128,10 @@ pub struct ProbeRecord {
     pub evidence: Value,
     /// When to probe again; `None` never again (decided, or attempts used up).
     pub retry_in: Option<Duration>,
+    /// Whether the attempt its claim counted is given back: the probe answered absent before
+    /// the interrupted attempt's deadline, which proves nothing yet (docs/semantics.md
+    /// §12.10), so it does not use up the execution's probes.
+    pub refund_attempt: bool,
 }
 
 /// The pause before probe number `attempts + 1`: `base` doubled per attempt, at most `max`.

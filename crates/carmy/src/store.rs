@@ -301,6 +301,24 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
+    /// How long ago, by the store's clock, the attempt that now holds `execution_id` started:
+    /// its reservation, or its last takeover (docs/semantics.md §12.7). The reconciliation
+    /// rule of docs/semantics.md §12.10 needs it: an upstream's "absent" proves that an
+    /// interrupted attempt did nothing only once that attempt's deadline has passed. `None`
+    /// when the execution holds no record without an outcome, or the store keeps no start
+    /// times; the engine then takes "absent" for no proof. The default knows none (a
+    /// process-local store never has an interrupted execution). A wrapper must forward it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn attempt_age<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<std::time::Duration>> {
+        let _ = execution_id;
+        Box::pin(async { Ok(None) })
+    }
+
     /// The last probe's evidence kept for `execution_id` (`None` when never probed). The
     /// default has none. A wrapper must forward it.
     ///

@@ -76,6 +76,16 @@ impl IdempotencyStore for PostgresStore {
         })
     }
 
+    fn attempt_age<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<std::time::Duration>> {
+        Box::pin(async move {
+            self.finish(reconcile::attempt_age(&self.pool, execution_id).await)
+                .await
+        })
+    }
+
     fn probe_evidence<'a>(
         &'a self,
         execution_id: &'a ExecutionId,

@@ -14,6 +14,7 @@ mod lease;
 mod migrations;
 mod outcomes;
 mod ready;
+mod reconcile;
 mod reserve;
 mod takeover;
 mod tls;

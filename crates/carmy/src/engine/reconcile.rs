@@ -19,7 +19,7 @@ use crate::store::{Existing, IdempotencyKey, InFlightState};
 use crate::tool::{OnInterrupted, Tool};
 use serde_json::json;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 /// Executions one replica claims per round.
@@ -33,6 +33,19 @@ const ON_DEMAND_CLAIM_PAUSES: [Duration; 3] = [
     Duration::ZERO,
 ];
 
+/// Whether an upstream's "absent" proves that an interrupted attempt did nothing
+/// (docs/semantics.md §12.10).
+enum AbsentProof {
+    /// It was asked after the attempt's deadline (and the margin): the attempt can no longer
+    /// take effect, so absent proves "not executed".
+    Proves,
+    /// It was asked before: the attempt's request may still land. It would prove something
+    /// once `wait` (from now) has passed.
+    TooEarly { wait: Duration },
+    /// The store cannot tell when the attempt started: absent never proves anything then.
+    Unknown,
+}
+
 /// What reconciling one execution came to.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -44,6 +57,13 @@ pub enum Reconciled {
     /// The upstream proved the effect absent for a `rerun` tool: the next attempt takes the
     /// execution over under the same upstream key.
     Rerun,
+    /// The upstream answered absent (`absent_means = "not_executed"`) before the interrupted
+    /// attempt's deadline had passed: its request may still land, so absent proves nothing
+    /// yet. No decision; the execution is probed again once `wait` (from now) has passed.
+    TooEarly {
+        /// How long until an absent answer can prove "not executed".
+        wait: Duration,
+    },
     /// No decision: the execution stays interrupted, the evidence kept for a person.
     Undecided,
     /// Someone else decided first, or the owner is alive again: nothing changed.
@@ -52,9 +72,19 @@ pub enum Reconciled {
 
 impl Reconciled {
     /// Whether the execution may need another probe: it stays without an outcome (undecided,
-    /// or left for a `rerun` takeover that may be interrupted in turn).
+    /// absent asked too early, or left for a `rerun` takeover that may be interrupted in
+    /// turn).
     pub fn probe_again(&self) -> bool {
-        matches!(self, Self::Undecided | Self::Rerun)
+        matches!(self, Self::Undecided | Self::Rerun | Self::TooEarly { .. })
+    }
+
+    /// When to probe again after this answer, given the usual pause: at the interrupted
+    /// attempt's deadline for [`Reconciled::TooEarly`], else after `usual`.
+    fn retry_in(&self, usual: Duration) -> Duration {
+        match self {
+            Self::TooEarly { wait } => *wait,
+            _ => usual,
+        }
     }
 
     /// The `result` label of `carmy_reconciliations_total`.
@@ -63,6 +93,7 @@ impl Reconciled {
             Self::Resolved(_) => "resolved",
             Self::Released(_) => "released",
             Self::Rerun => "rerun",
+            Self::TooEarly { .. } => "too_early",
             Self::DecidedElsewhere => "decided_elsewhere",
             Self::Undecided if evidence["answer"] == "absent" => "absent",
             Self::Undecided => "inconclusive",
@@ -116,6 +147,7 @@ impl Engine {
         };
         let deadline = deadline.min(probe.timeout());
         let served = self.tools();
+        let asked = Instant::now();
         let answer = match tokio::time::timeout(deadline, probe.probe(target, &served)).await {
             Ok(answer) => answer,
             Err(_) => ProbeAnswer {
@@ -157,18 +189,40 @@ impl Engine {
                 }
             }
             ProbeVerdict::Absent if probe.absent_means_not_executed() => {
-                if tool.on_interrupted() == OnInterrupted::Rerun {
-                    Reconciled::Rerun
-                } else {
-                    let note = format!(
-                        "the upstream's probe says the effect did not happen ({}); absent_means = not_executed",
-                        summary(&evidence)
-                    );
-                    settled(
-                        self.record_release(decision(note))
-                            .await
-                            .map(Reconciled::Released),
-                    )?
+                match self
+                    .absent_proves(tool, &target.execution_id, asked)
+                    .await?
+                {
+                    AbsentProof::TooEarly { wait } => {
+                        let at = chrono::Utc::now()
+                            + chrono::Duration::from_std(wait).unwrap_or_default();
+                        let at = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+                        evidence["conclusive_at"] = json!(at);
+                        evidence["detail"] = json!(format!(
+                            "absent before the interrupted attempt's deadline: its request may still reach the upstream, so this proves nothing before {at}; probed again then"
+                        ));
+                        Reconciled::TooEarly { wait }
+                    }
+                    AbsentProof::Unknown => {
+                        evidence["detail"] = json!(
+                            "absent, but the store cannot tell when the interrupted attempt started, so this proves nothing"
+                        );
+                        Reconciled::Undecided
+                    }
+                    AbsentProof::Proves if tool.on_interrupted() == OnInterrupted::Rerun => {
+                        Reconciled::Rerun
+                    }
+                    AbsentProof::Proves => {
+                        let note = format!(
+                            "the upstream's probe says the effect did not happen ({}); absent_means = not_executed",
+                            summary(&evidence)
+                        );
+                        settled(
+                            self.record_release(decision(note))
+                                .await
+                                .map(Reconciled::Released),
+                        )?
+                    }
                 }
             }
             ProbeVerdict::Absent | ProbeVerdict::Inconclusive => Reconciled::Undecided,
@@ -178,6 +232,48 @@ impl Engine {
         tracing::info!(execution_id = %target.execution_id, tool = tool.name(),
             result = reconciled.label(&evidence), "reconciliation probe answered");
         Ok((reconciled, evidence))
+    }
+
+    /// Whether an "absent" asked at `asked` about `execution_id` of `tool` proves that the
+    /// attempt holding it did nothing (docs/semantics.md §12.10): only once that attempt can
+    /// no longer take effect, i.e. when the probe was asked after
+    /// [`Engine::absent_window`] had passed since the attempt started (the store's clock).
+    /// The attempt's age is read after the probe answered and the probe's whole time taken
+    /// off it, so the answer errs towards "too early".
+    ///
+    /// # Errors
+    /// [`Refusal::StoreUnavailable`] when the attempt's start cannot be read.
+    async fn absent_proves(
+        &self,
+        tool: &Arc<dyn Tool>,
+        execution_id: &ExecutionId,
+        asked: Instant,
+    ) -> Result<AbsentProof, Refusal> {
+        let Some(age) = self.store.attempt_age(execution_id).await? else {
+            return Ok(AbsentProof::Unknown);
+        };
+        let window = self.absent_window(tool.as_ref());
+        if age.saturating_sub(asked.elapsed()) >= window {
+            Ok(AbsentProof::Proves)
+        } else {
+            Ok(AbsentProof::TooEarly {
+                wait: window.saturating_sub(age),
+            })
+        }
+    }
+
+    /// How long after an attempt of `tool` started its request may still take effect: the
+    /// deadline its owner enforced ([`Tool::timeout`], else
+    /// [`EngineConfig::default_tool_timeout`](super::EngineConfig)), plus
+    /// [`EngineConfig::lease_loss_grace`](super::EngineConfig) as a margin. The owner's
+    /// deadline runs from when its tool started, a little after the store stamped the attempt
+    /// (the reservation's or the takeover's round trip, the task's start); and a request given
+    /// up at its deadline may still have bytes on their way. The lease-loss grace is the
+    /// engine's own measure of how long a tool told to stop may still be finishing.
+    fn absent_window(&self, tool: &dyn Tool) -> Duration {
+        tool.timeout()
+            .unwrap_or(self.config.default_tool_timeout)
+            .saturating_add(self.config.lease_loss_grace)
     }
 
     /// Starts the reconciler of this replica (docs/semantics.md §12.10): every
@@ -294,14 +390,16 @@ impl Engine {
         let (reconciled, evidence) = self
             .reconcile_target(tool, &probe_target, Duration::MAX)
             .await?;
+        let too_early = matches!(reconciled, Reconciled::TooEarly { .. });
         let retry_in = (reconciled.probe_again()
-            && target.attempts < self.config.reconcile_max_attempts)
-            .then_some(self.config.reconcile_interval);
+            && (too_early || target.attempts < self.config.reconcile_max_attempts))
+            .then(|| reconciled.retry_in(self.config.reconcile_interval));
         self.keep_evidence(
             &probe_target,
             evidence.clone(),
             Some(target.attempts),
             retry_in,
+            too_early,
         )
         .await?;
         Ok((reconciled, evidence))
@@ -325,17 +423,24 @@ impl Engine {
             Ok(done) => done,
             Err(refusal) => return Err(crate::store::StoreError::Unavailable(refusal.to_string())),
         };
+        let too_early = matches!(reconciled, Reconciled::TooEarly { .. });
         let retry_in = (reconciled.probe_again()
-            && target.attempts < self.config.reconcile_max_attempts)
+            && (too_early || target.attempts < self.config.reconcile_max_attempts))
             .then(|| {
-                backoff(
+                reconciled.retry_in(backoff(
                     self.config.reconcile_interval,
                     self.config.reconcile_backoff_max,
                     target.attempts,
-                )
+                ))
             });
-        self.keep_evidence(&probe_target, evidence, Some(target.attempts), retry_in)
-            .await
+        self.keep_evidence(
+            &probe_target,
+            evidence,
+            Some(target.attempts),
+            retry_in,
+            too_early,
+        )
+        .await
     }
 
     /// A retry met `execution_id`, interrupted, of `tool`, which has a probe (docs/semantics.md
@@ -365,8 +470,11 @@ impl Engine {
         let inconclusive = evidence["answer"] != "absent";
         let retry_in = reconciled
             .probe_again()
-            .then_some(self.config.reconcile_interval);
-        if let Err(error) = self.keep_evidence(&target, evidence, None, retry_in).await {
+            .then(|| reconciled.retry_in(self.config.reconcile_interval));
+        if let Err(error) = self
+            .keep_evidence(&target, evidence, None, retry_in, false)
+            .await
+        {
             tracing::warn!(%execution_id, %error, "a probe's evidence could not be kept");
         }
         match reconciled {
@@ -381,9 +489,19 @@ impl Engine {
             }
             Reconciled::Released(_) => Box::pin(self.execute_attached(call)).await,
             Reconciled::Rerun => self.take_over(tool, call, key, execution_id).await,
-            Reconciled::Undecided if tool.on_interrupted() == OnInterrupted::Rerun => {
+            // A `rerun` tool's next attempt reuses the execution's upstream key (§12.7): an
+            // inconclusive probe, or one asked too early, takes it over as no probe would.
+            Reconciled::Undecided | Reconciled::TooEarly { .. }
+                if tool.on_interrupted() == OnInterrupted::Rerun =>
+            {
                 self.take_over(tool, call, key, execution_id).await
             }
+            Reconciled::TooEarly { wait } => Err(Refusal::Uncertain {
+                execution_id,
+                state: InFlightState::Interrupted,
+                reconciling: true,
+                retry_after: Some(wait),
+            }),
             Reconciled::Undecided => Err(Refusal::Uncertain {
                 execution_id,
                 state: InFlightState::Interrupted,
@@ -393,24 +511,30 @@ impl Engine {
         }
     }
 
-    /// Keeps `evidence` on the record, stamped with the time and the attempt.
+    /// Keeps `evidence` on the record, stamped with the time and the attempts (of a claimed
+    /// probe); with `refund_attempt`, the claim's attempt is given back and not stamped (a
+    /// probe asked too early to conclude, docs/semantics.md §12.10).
     pub(super) async fn keep_evidence(
         &self,
         target: &ProbeTarget,
         mut evidence: Evidence,
         attempts: Option<u32>,
         retry_in: Option<Duration>,
+        refund_attempt: bool,
     ) -> Result<(), crate::store::StoreError> {
         evidence["at"] =
             json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
-        if let Some(attempts) = attempts {
-            evidence["attempts"] = json!(attempts);
+        let refund_attempt = refund_attempt && attempts.is_some();
+        match attempts {
+            Some(attempts) if !refund_attempt => evidence["attempts"] = json!(attempts),
+            _ => {}
         }
         self.store
             .record_probe(&ProbeRecord {
                 execution_id: target.execution_id.clone(),
                 evidence,
                 retry_in,
+                refund_attempt,
             })
             .await
     }

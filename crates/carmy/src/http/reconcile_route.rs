@@ -20,11 +20,14 @@ pub(super) struct ReconcileAnswer {
     /// The execution probed.
     execution_id: String,
     /// `resolved` (found: the record below), `released` (absent, `not_executed`), `rerun` (absent,
-    /// `not_executed`, a `rerun` tool: the next attempt takes it over), `absent` or
+    /// `not_executed`, a `rerun` tool: the next attempt takes it over), `too_early` (absent,
+    /// `not_executed`, but asked before the interrupted attempt's deadline, when it may still
+    /// land: it stays interrupted and is probed again at `evidence.conclusive_at`), `absent` or
     /// `inconclusive` (it stays interrupted), `decided_elsewhere` (someone decided first).
     result: String,
     /// The probe's answer as kept on the record: `answer` (found, absent, error), `request`,
-    /// `status`, `body`, `detail`, `at`, `attempts`; never a header value.
+    /// `status`, `body`, `detail`, `at`, `attempts`, `conclusive_at` (`too_early`); never a
+    /// header value.
     #[schema(value_type = Object)]
     evidence: Value,
     /// The record as it now replays, for `resolved`; else `null`.

@@ -183,6 +183,14 @@ macro_rules! forward_store {
             self.$inner.record_probe(record)
         }
     };
+    (@one $inner:tt attempt_age) => {
+        fn attempt_age<'a>(
+            &'a self,
+            execution_id: &'a $crate::outcome::ExecutionId,
+        ) -> $crate::store::StoreFuture<'a, Option<std::time::Duration>> {
+            self.$inner.attempt_age(execution_id)
+        }
+    };
     (@one $inner:tt probe_evidence) => {
         fn probe_evidence<'a>(
             &'a self,

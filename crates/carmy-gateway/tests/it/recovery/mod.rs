@@ -7,6 +7,7 @@ mod executions_cli_failures;
 mod frozen_orders;
 pub(crate) mod reconcile;
 mod reconcile_contradiction;
+mod reconcile_deadline;
 mod reconcile_tool_probe;
 mod record_damaged;
 mod recovery_http;

@@ -43,7 +43,7 @@ fn tools(base: &str) -> std::path::PathBuf {
         tool(
             "absent_released",
             "lost-released",
-            "",
+            "timeout_ms = 3000",
             probe("not_executed", "lookup", 2000),
         ),
         tool(
@@ -221,7 +221,9 @@ async fn found_and_absent_probes_decide_an_interrupted_payment() {
         1
     );
 
-    // Absent, not_executed: the identity is released and the retry pays anew.
+    // Absent, not_executed: once the interrupted attempt's deadline has passed (3 s and the
+    // lease-loss grace; before, absent proves nothing, reconcile_deadline.rs), the identity is
+    // released and the retry pays anew.
     a.restart();
     let call = payment_call("absent_released", "released-1");
     let id = interrupt(
@@ -233,6 +235,13 @@ async fn found_and_absent_probes_decide_an_interrupted_payment() {
     )
     .await
     .remove(0);
+    eventually(WAIT, "the reconciler releases it", || async {
+        let trail = audit(&db, &id).await;
+        (trail == [("release".to_owned(), "reconciler".to_owned())])
+            .then_some(())
+            .ok_or(trail)
+    })
+    .await;
     let (status, body) = post(&http, &b, &call).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["replayed"], false, "{body}");

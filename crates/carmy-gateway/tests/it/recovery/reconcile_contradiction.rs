@@ -2,7 +2,9 @@
 //! with real replicas and a real upstream: replica A is frozen (SIGSTOP) mid-call while the
 //! upstream commits the payment where its lookup does not see it yet (a lookup that lags);
 //! A's lease lapses, B's reconciler probes, reads absent and, `absent_means = "not_executed"`,
-//! releases the execution. The upstream then answers the held call; A is continued (SIGCONT)
+//! releases the execution once the attempt's deadline has passed as B counts it: B's default
+//! tool timeout is shorter than A's (a configuration change rolling out), so B counts A's call
+//! past its deadline while A, frozen, still holds it within its own. The upstream then answers the held call; A is continued (SIGCONT)
 //! and records its real outcome, `completed` with the payment: it lands in
 //! `carmy.late_arrivals`, flagged `contradicts_decision`, counted by A's
 //! `carmy_late_arrivals_contradicting_total`; the record keeps the reconciler's decision.
@@ -23,7 +25,7 @@ async fn a_frozen_owners_payment_after_the_reconcilers_release_is_flagged_as_con
     let file = write_tools_file(&format!(
         "[[tools]]\nname = \"lagging\"\nurl = \"{base}/pay/hidden-lag\"\n[tools.reconcile]\nurl = \"{base}/lookup?idempotency_key={{execution_id}}\"\nabsent_means = \"not_executed\"\n"
     ));
-    let env = |name| {
+    let env = |name, tool_timeout_ms| {
         Replica::start(
             name,
             &[
@@ -31,11 +33,12 @@ async fn a_frozen_owners_payment_after_the_reconcilers_release_is_flagged_as_con
                 ("CARMY_LEASE_TTL_MS", "1000"),
                 ("CARMY_TOOLS_FILE", file.to_str().unwrap()),
                 ("CARMY_RECONCILE_INTERVAL_MS", "100"),
+                ("CARMY_TOOL_TIMEOUT_MS", tool_timeout_ms),
             ],
         )
     };
-    let a = env("contradiction-a");
-    let b = env("contradiction-b");
+    let a = env("contradiction-a", "30000");
+    let b = env("contradiction-b", "1000");
     let http = client();
 
     let call = json!({"tool": "lagging", "arguments": {"amount": 7}, "request_id": "lag-1"});

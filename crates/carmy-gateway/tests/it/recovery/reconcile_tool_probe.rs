@@ -41,10 +41,9 @@ fn tools(base: &str) -> PathBuf {
             "commit-tfound",
             &format!("tool = \"get_payment\"\n{by_key}"),
         ),
-        paying(
-            "tp_released",
-            "lost-treleased",
-            &format!("tool = \"get_payment\"\n{by_key}\nabsent_means = \"not_executed\""),
+        // A short deadline: absent proves "not executed" only once it has passed.
+        format!(
+            "[[tools]]\nname = \"tp_released\"\nurl = \"{base}/pay/lost-treleased\"\ntimeout_ms = 3000\n[tools.reconcile]\ntool = \"get_payment\"\n{by_key}\nabsent_means = \"not_executed\"\n"
         ),
         paying(
             "tp_unknown",

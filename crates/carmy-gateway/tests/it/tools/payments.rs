@@ -5,10 +5,12 @@
 //! happened, the answer was lost); `lost-*` never answers its first request and keeps nothing
 //! (the effect did not happen), later requests keep the payment and answer 201; any other
 //! mode keeps the payment and answers 201; `hidden-*` keeps the payment where no lookup finds
-//! it (a lookup that lags behind the writes) and answers 201 only once the test opens the gate
-//! ([`Payments::open_gate`]). `GET /lookup-down` answers 503, `GET /lookup-slow` answers after a
-//! minute, `GET /lookup-echo` answers like `/lookup` with the request's `Authorization` header
-//! in the payment (an upstream that echoes a secret).
+//! it (a lookup that lags behind the writes, or a payment still being processed) and answers
+//! 201 only once the test opens the gate ([`Payments::open_gate`]), keeping it then even if its
+//! caller went away meanwhile (a request that lands after its client died). `GET /lookup-down`
+//! answers 503, `GET /lookup-slow` answers after a minute, `GET /lookup-echo` answers like
+//! `/lookup` with the request's `Authorization` header in the payment (an upstream that echoes
+//! a secret).
 
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -120,9 +122,19 @@ async fn answer(
         std::future::pending::<()>().await;
     }
     if path.starts_with("/pay/hidden") {
-        // Committed, but no lookup sees it until the gate opens.
-        gate.acquire().await.unwrap().forget();
-        keep(&payment);
+        // Committed, but no lookup sees it until the gate opens; carried out even when the
+        // caller goes away meanwhile (the server drops this handler then, not the work).
+        let work = tokio::spawn({
+            let ledger = Arc::clone(&ledger);
+            let payment = payment.clone();
+            let key = key.clone();
+            async move {
+                gate.acquire().await.unwrap().forget();
+                let mut ledger = ledger.lock().unwrap();
+                ledger.payments.insert(key.unwrap_or_default(), payment);
+            }
+        });
+        work.await.unwrap();
         return (StatusCode::CREATED, payment.to_string()).into_response();
     }
     if first_on_path && path.starts_with("/pay/lost") {

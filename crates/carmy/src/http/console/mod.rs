@@ -408,6 +408,7 @@ fn done_sentence(done: &str) -> Option<String> {
             "reconcile-resolved" => "Reconciled: the probe found the effect; the outcome is recorded.",
             "reconcile-released" => "Reconciled: the probe found no effect; the execution was released.",
             "reconcile-rerun" => "Reconciled: the probe found no effect; the next attempt takes the execution over.",
+            "reconcile-too_early" => "Probed: the effect is absent so far, but the interrupted attempt may still land until its deadline; it stays interrupted and is probed again then.",
             "reconcile-absent" => "Probed: the effect is absent, not yet proven not executed; it stays interrupted.",
             "reconcile-inconclusive" => "Probed: inconclusive; it stays interrupted. The evidence is below.",
             "reconcile-decided_elsewhere" => "Someone decided it first; nothing changed.",
