@@ -419,7 +419,9 @@ impl ApiError {
 }
 
 /// The RFC 9457 body: `type`, `title`, `status`, `detail`, plus the extensions `code`,
-/// `execution_id` (where an execution exists) and `state` (for `EXECUTION_UNCERTAIN`).
+/// `execution_id` (where an execution exists) and `state` (for `EXECUTION_UNCERTAIN`, and
+/// `interrupted` for a tool's "not executed" answer to a rerun that was handed back,
+/// docs/semantics.md §12.7).
 /// Its OpenAPI schema is `Problem` (`GET /openapi.json`).
 #[derive(Serialize, utoipa::ToSchema)]
 #[schema(

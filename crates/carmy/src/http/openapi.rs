@@ -105,7 +105,7 @@ problem_response!(
 problem_response!(
     /// 503: the store (or an upstream the tool needed) is unavailable; nothing was recorded.
     Unavailable,
-    "`STORE_UNAVAILABLE` (nothing ran), `EXECUTION_UNCERTAIN` with `state: running` (the tool ran and its outcome is not recorded yet; retry the same call later), or a tool's own code such as `UPSTREAM_UNAVAILABLE` (the tool had no effect; nothing was recorded; retry the same call)",
+    "`STORE_UNAVAILABLE` (nothing ran), `EXECUTION_UNCERTAIN` with `state: running` (the tool ran and its outcome is not recorded yet; retry the same call later), or a tool's own code such as `UPSTREAM_UNAVAILABLE` (the tool had no effect; nothing was recorded; retry the same call; with `state: interrupted`, a rerun of an interrupted execution: only this attempt had no effect, the earlier attempt's is unknown)",
     "Retry-After": u64 = "Seconds to wait before retrying, when the tool asked for a pause"
 );
 
