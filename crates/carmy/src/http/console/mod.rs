@@ -171,6 +171,29 @@ fn form_fields<T: Default>(form: Result<Form<T>, FormRejection>) -> Option<T> {
     }
 }
 
+/// The checks every decision form passes first, in this order: its size (413), its CSRF token
+/// (`csrf` reads it from the form; 403) and the execution id in `path` (404). Returns the form
+/// and the execution, or the page that refuses it; nothing is decided on a refusal.
+#[allow(clippy::result_large_err)] // the refusal is the response itself, made once per post
+fn decision_form<T: Default>(
+    state: &AppState,
+    operator: &Operator,
+    path: &str,
+    form: Result<Form<T>, FormRejection>,
+    csrf: impl FnOnce(&T) -> &str,
+) -> Result<(T, ExecutionId), Response> {
+    let Some(form) = form_fields(form) else {
+        return Err(too_large(state, Some(&operator.who())));
+    };
+    if !operator.csrf_ok(csrf(&form)) {
+        return Err(forbidden(Some(&operator.who())));
+    }
+    let Some(id) = execution_id(path) else {
+        return Err(not_found(operator));
+    };
+    Ok((form, id))
+}
+
 /// The 413 page of a form over the body limit.
 fn too_large(state: &AppState, who: Option<&Who<'_>>) -> Response {
     page(
@@ -525,14 +548,9 @@ async fn resolve(
     Path(path): Path<String>,
     form: Result<Form<ResolveForm>, FormRejection>,
 ) -> Response {
-    let Some(form) = form_fields(form) else {
-        return too_large(&state, Some(&operator.who()));
-    };
-    if !operator.csrf_ok(&form.csrf) {
-        return forbidden(Some(&operator.who()));
-    }
-    let Some(id) = execution_id(&path) else {
-        return not_found(&operator);
+    let (form, id) = match decision_form(&state, &operator, &path, form, |form| &form.csrf) {
+        Ok(checked) => checked,
+        Err(refused) => return refused,
     };
     let decided = async {
         let status = ExecutionStatus::parse(&form.status).ok_or_else(|| {
@@ -588,14 +606,9 @@ async fn release(
     Path(path): Path<String>,
     form: Result<Form<ReleaseForm>, FormRejection>,
 ) -> Response {
-    let Some(form) = form_fields(form) else {
-        return too_large(&state, Some(&operator.who()));
-    };
-    if !operator.csrf_ok(&form.csrf) {
-        return forbidden(Some(&operator.who()));
-    }
-    let Some(id) = execution_id(&path) else {
-        return not_found(&operator);
+    let (form, id) = match decision_form(&state, &operator, &path, form, |form| &form.csrf) {
+        Ok(checked) => checked,
+        Err(refused) => return refused,
     };
     let release = Release {
         note: form.note,
@@ -615,14 +628,9 @@ async fn reconcile(
     Path(path): Path<String>,
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
-    let Some(CsrfForm { csrf: presented }) = form_fields(form) else {
-        return too_large(&state, Some(&operator.who()));
-    };
-    if !operator.csrf_ok(&presented) {
-        return forbidden(Some(&operator.who()));
-    }
-    let Some(id) = execution_id(&path) else {
-        return not_found(&operator);
+    let id = match decision_form(&state, &operator, &path, form, |form| &form.csrf) {
+        Ok((_, id)) => id,
+        Err(refused) => return refused,
     };
     match state.engine.reconcile_now(&operator.caller(), &id).await {
         Ok((reconciled, evidence)) => {
