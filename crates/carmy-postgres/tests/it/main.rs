@@ -10,6 +10,7 @@
 mod common;
 
 mod cache;
+mod catalog;
 mod lease;
 mod migrations;
 mod outcomes;
