@@ -149,13 +149,23 @@ DROP FUNCTION carmy.in_flight_state(text);
 -- Decisions: the principal first, then one row.
 -- ---------------------------------------------------------------------------------------------
 
+-- PL/pgSQL, not SQL: Citus cannot plan a distributed query with an SQL function's parameters.
 CREATE FUNCTION carmy.execution_principal(execution_id text, principal text) RETURNS text
-    LANGUAGE sql
+    LANGUAGE plpgsql
     STABLE
 AS $$
-    SELECT coalesce(execution_principal.principal,
-                    (SELECT r.principal FROM carmy.reservations r
-                     WHERE r.execution_id = execution_principal.execution_id LIMIT 1))
+#variable_conflict use_column
+DECLARE
+    found_principal text;
+BEGIN
+    IF execution_principal.principal IS NOT NULL THEN
+        RETURN execution_principal.principal;
+    END IF;
+    SELECT r.principal INTO found_principal FROM carmy.reservations r
+    WHERE r.execution_id = execution_principal.execution_id
+    LIMIT 1;
+    RETURN found_principal;
+END
 $$;
 
 COMMENT ON FUNCTION carmy.execution_principal(text, text) IS

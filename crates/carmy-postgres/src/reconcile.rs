@@ -19,13 +19,16 @@ use std::time::Duration;
 /// (on demand; `NULL` for the due ones), `$6` only this principal's (`NULL`: any). A row is due
 /// when it is running, its owner's lease lapsed, its `reconcile_due_at` passed (or was never
 /// set) and it has attempts left. The claim is a compare-and-set by key: it moves
-/// `reconcile_due_at` past the hold and counts the attempt only while both are as the candidate
-/// read showed them, so of replicas scanning at the same time one claims each row (the others
-/// wait for its lock, then match nothing). No `FOR UPDATE` across rows: on Citus the candidates
+/// `reconcile_due_at` past the hold and counts the attempt only while both, and the owner, are
+/// as the candidate read showed them, so of replicas scanning at the same time one claims each
+/// row (the others wait for its lock, then match nothing), and a row taken over meanwhile is not
+/// claimed. The update's condition has no `CASE` over `now()`: Citus refuses a non-immutable
+/// function inside `CASE` or `COALESCE` in a write to several shards. No `FOR UPDATE` across rows: on Citus the candidates
 /// are a read of every shard and each claim an update of one row (docs/semantics.md §15).
 pub const CLAIM_SQL: &str = concat!(
     "WITH due AS ( \
-         SELECT r.principal, r.execution_id, r.reconcile_attempts, r.reconcile_due_at \
+         SELECT r.principal, r.execution_id, r.reconcile_attempts, r.reconcile_due_at, \
+                r.owner_instance \
          FROM carmy.reservations r \
          WHERE r.state = 'running' \
            AND r.tool = ANY($1::text[]) \
@@ -47,20 +50,29 @@ pub const CLAIM_SQL: &str = concat!(
        AND r.state = 'running' \
        AND r.reconcile_attempts = due.reconcile_attempts \
        AND r.reconcile_due_at IS NOT DISTINCT FROM due.reconcile_due_at \
-       AND ",
-    owner_lapsed!("r"),
-    " RETURNING r.execution_id, r.principal, r.session_id, r.request_id, r.tool, \
+       AND r.owner_instance IS NOT DISTINCT FROM due.owner_instance \
+     RETURNING r.execution_id, r.principal, r.session_id, r.request_id, r.tool, \
                r.reconcile_attempts"
 );
 
-/// Keeps a probe's evidence on a record still without an outcome. Binds: `$1` execution id,
-/// `$2` the evidence (`jsonb` text), `$3` when to probe again in milliseconds (`NULL`: never),
-/// `$4` attempts to give back (1 for a claimed probe asked too early to conclude, else 0).
+/// Keeps a probe's evidence on a record still without an outcome, to be probed again after a
+/// pause. Binds: `$1` execution id, `$2` the evidence (`jsonb` text), `$3` the pause in
+/// milliseconds, `$4` attempts to give back (1 for a claimed probe asked too early to
+/// conclude, else 0). Two statements, this and [`RECORD_LAST_PROBE_SQL`], rather than a `CASE`
+/// over `now()`: the update names no principal, so on Citus it writes to every shard, where a
+/// non-immutable function inside `CASE` is refused.
 pub const RECORD_PROBE_SQL: &str = "UPDATE carmy.reservations \
      SET reconcile_evidence = $2::text::jsonb, \
-         reconcile_due_at = CASE WHEN $3::bigint IS NULL THEN 'infinity'::timestamptz \
-                                 ELSE now() + $3::bigint * interval '1 millisecond' END, \
+         reconcile_due_at = now() + $3::bigint * interval '1 millisecond', \
          reconcile_attempts = greatest(reconcile_attempts - $4::integer, 0) \
+     WHERE execution_id = $1 AND state = 'running'";
+
+/// [`RECORD_PROBE_SQL`] for the last probe: never probed again (`reconcile_due_at` infinity).
+/// Binds: `$1` execution id, `$2` the evidence, `$3` attempts to give back.
+pub const RECORD_LAST_PROBE_SQL: &str = "UPDATE carmy.reservations \
+     SET reconcile_evidence = $2::text::jsonb, \
+         reconcile_due_at = 'infinity'::timestamptz, \
+         reconcile_attempts = greatest(reconcile_attempts - $3::integer, 0) \
      WHERE execution_id = $1 AND state = 'running'";
 
 /// How long ago the attempt that holds a record without an outcome started, in milliseconds
@@ -110,15 +122,21 @@ pub(crate) async fn claim(
         .collect()
 }
 
-/// [`RECORD_PROBE_SQL`] for `record`.
+/// [`RECORD_PROBE_SQL`] (or [`RECORD_LAST_PROBE_SQL`]) for `record`.
 pub(crate) async fn record(pool: &Db, record: &ProbeRecord) -> Result<(), Failure> {
-    sqlx::query(RECORD_PROBE_SQL)
-        .bind(record.execution_id.as_str())
-        .bind(record.evidence.to_string())
-        .bind(record.retry_in.map(millis))
-        .bind(i32::from(record.refund_attempt))
-        .execute(pool)
-        .await?;
+    let refund = i32::from(record.refund_attempt);
+    let query = match record.retry_in {
+        Some(pause) => sqlx::query(RECORD_PROBE_SQL)
+            .bind(record.execution_id.as_str())
+            .bind(record.evidence.to_string())
+            .bind(millis(pause))
+            .bind(refund),
+        None => sqlx::query(RECORD_LAST_PROBE_SQL)
+            .bind(record.execution_id.as_str())
+            .bind(record.evidence.to_string())
+            .bind(refund),
+    };
+    query.execute(pool).await?;
     Ok(())
 }
 
@@ -155,13 +173,16 @@ pub(crate) async fn evidence(
 
 /// Makes an interrupted execution due for a probe at once, its attempts counted afresh
 /// (`carmy-gateway executions reconcile`). Binds: `$1` execution id. Matches nothing for an
-/// execution with an outcome or a live owner.
-pub const RECONCILE_SOON_SQL: &str = concat!(
-    "UPDATE carmy.reservations r \
+/// execution with an outcome or a live owner. The owner's lapse is written as "not among the
+/// live leases" (a subquery that does not depend on the row, no `CASE`), because the update
+/// names no principal: on Citus it writes to every shard, where a non-immutable function inside
+/// `CASE` is refused.
+pub const RECONCILE_SOON_SQL: &str = "UPDATE carmy.reservations r \
      SET reconcile_due_at = now(), reconcile_attempts = 0 \
-     WHERE r.execution_id = $1 AND r.state = 'running' AND ",
-    owner_lapsed!("r")
-);
+     WHERE r.execution_id = $1 AND r.state = 'running' \
+       AND (r.owner_instance IS NULL \
+            OR r.owner_instance NOT IN (SELECT lease.instance_id FROM carmy.instances lease \
+                                        WHERE lease.lease_expires_at > now()))";
 
 /// [`RECONCILE_SOON_SQL`] for `execution_id`: whether it matched.
 pub(crate) async fn reconcile_soon(pool: &Db, execution_id: &ExecutionId) -> Result<bool, Failure> {

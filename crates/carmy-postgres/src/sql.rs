@@ -496,6 +496,10 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("HOT_BATCH_SQL", HOT_BATCH_SQL),
     ("CLAIM_SQL", crate::reconcile::CLAIM_SQL),
     ("RECORD_PROBE_SQL", crate::reconcile::RECORD_PROBE_SQL),
+    (
+        "RECORD_LAST_PROBE_SQL",
+        crate::reconcile::RECORD_LAST_PROBE_SQL,
+    ),
     ("ATTEMPT_AGE_SQL", crate::reconcile::ATTEMPT_AGE_SQL),
     ("EVIDENCE_SQL", crate::reconcile::EVIDENCE_SQL),
     ("RECONCILE_SOON_SQL", crate::reconcile::RECONCILE_SOON_SQL),
