@@ -150,6 +150,11 @@ async fn assert_pruned_beside_running<'k>(
     );
 }
 
+/// The retention of [`pruning_removes_only_expired_records`]'s steps: long enough that a record
+/// finished just before them stays within it through three steps, also where a step takes a
+/// few hundred milliseconds (a store distributed over several servers, docs/scale.md).
+const STEPS_RETENTION: Duration = Duration::from_millis(1500);
+
 /// Pruning deletes exactly the finished records past the retention, at most a batch per step,
 /// and never a running one or one still within its retention.
 pub async fn pruning_removes_only_expired_records(store: Arc<dyn IdempotencyStore>) {
@@ -157,12 +162,19 @@ pub async fn pruning_removes_only_expired_records(store: Arc<dyn IdempotencyStor
     let expiring: Vec<IdempotencyKey> =
         (0..3).map(|i| key("p", "s", &format!("old-{i}"))).collect();
     let running = expired_beside_a_running_one(&*store, &expiring, &args).await;
+    // The old records are past the steps' retention too.
+    tokio::time::sleep(STEPS_RETENTION - SHORT).await;
     let fresh = key("p", "s", "fresh");
     finished(&*store, &fresh, &args).await;
 
     let step = |batch| {
         let store = Arc::clone(&store);
-        async move { store.prune_expired(SHORT, batch).await.expect("prune") }
+        async move {
+            store
+                .prune_expired(STEPS_RETENTION, batch)
+                .await
+                .expect("prune")
+        }
     };
     let records = |records| {
         PruneStep::Pruned(Pruned {
