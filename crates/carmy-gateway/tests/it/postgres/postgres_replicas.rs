@@ -507,3 +507,38 @@ async fn migrate_command_and_readiness() {
         .unwrap();
     assert_eq!(applied, carmy_postgres::latest_migration_version());
 }
+
+/// `migrate --distribute citus` on a database without the citus extension (plain PostgreSQL):
+/// exit code 1, one line saying what to do, and the database untouched — the check comes
+/// before the migrations (docs/scale.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrate_distribute_without_citus_is_refused_before_anything_changes() {
+    let db = TestDb::create_plain().await;
+    let output = std::process::Command::new(carmy_test_support::replica::gateway_binary())
+        .args(["migrate", "--distribute", "citus"])
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(output.stderr).unwrap(),
+        format!(
+            "carmy-gateway: cannot distribute on Citus: the citus extension is not installed in \
+             database \"{}\"; install Citus on every node and run CREATE EXTENSION citus in this \
+             database on each of them, then add the workers (see docs/scale.md)\n",
+            db.name
+        )
+    );
+    assert!(output.stdout.is_empty());
+    // Nothing was migrated: no schema carmy, no table of its own.
+    let (schema, relations): (Option<String>, i64) = sqlx::query_as(
+        "SELECT to_regnamespace('carmy')::text, \
+                (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast'))",
+    )
+    .fetch_one(&mut db.connect().await)
+    .await
+    .unwrap();
+    assert_eq!((schema, relations), (None, 0));
+}
