@@ -32,22 +32,25 @@ WITH ins AS (
     WHERE r.principal = 'pgbench' AND r.session_id = 'default'
       AND r.request_id = 'pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text
       AND NOT EXISTS (SELECT 1 FROM ins)
-      AND carmy.record_expired(r.state, r.finished_at, r.created_at,
-                               604800000::bigint * interval '1 millisecond')
+      AND r.state <> 'running'
+      AND coalesce(r.finished_at, r.created_at) <= now() - 604800000::bigint * interval '1 millisecond'
     RETURNING r.execution_id
 )
-SELECT true AS inserted, NULL::text AS execution_id, NULL::text AS tool,
+SELECT true AS inserted, false AS renewed, NULL::text AS execution_id, NULL::text AS tool,
        NULL::text AS fingerprint, NULL::text AS fingerprint_version, NULL::text AS state,
        NULL::text AS outcome, NULL::text AS in_flight_state,
        NULL::text AS fingerprint_parts, NULL::boolean AS expired
 FROM ins
 UNION ALL
-SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM renewed
+SELECT true, true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM renewed
 UNION ALL
-SELECT false AS inserted, r.execution_id, r.tool, r.fingerprint, r.fingerprint_version, r.state,
+SELECT false AS inserted, false AS renewed, r.execution_id, r.tool, r.fingerprint, r.fingerprint_version, r.state,
        r.outcome,
        CASE WHEN r.state <> 'running' THEN NULL
-            ELSE carmy.in_flight_state(r.owner_instance)
+            ELSE CASE WHEN EXISTS (SELECT 1 FROM carmy.instances lease
+                                   WHERE lease.instance_id = r.owner_instance
+                                     AND lease.lease_expires_at > now())
+                      THEN 'running' ELSE 'interrupted' END
        END AS in_flight_state, r.fingerprint_parts,
        coalesce(carmy.record_expired(r.state, r.finished_at, r.created_at,
                                      604800000::bigint * interval '1 millisecond'), false) AS expired
@@ -55,14 +58,16 @@ FROM carmy.reservations r
 WHERE r.principal = 'pgbench' AND r.session_id = 'default'
   AND r.request_id = 'pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text
   AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM renewed);
-UPDATE carmy.reservations
+UPDATE carmy.reservations r
 SET state = 'completed',
     outcome = '{"execution_id":"exec_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text || '","status":"completed","data":{},"error": null,"tool":"echo","request_id":"pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text || '","session_id":"default","started_at":"20260101T000000.000Z","finished_at":"20260101T000000.001Z"}',
     error_code = NULL,
     finished_at = now()
-WHERE principal = 'pgbench' AND session_id = 'default'
-  AND request_id = 'pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text
-  AND execution_id = 'exec_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text
-  AND fingerprint = '9b2c6f0de3f1a4c85e7d20b6a1c94f3e8d5b7a60c2e1f9d43b8a7c6e5d4f3a2b1'
-  AND fingerprint_version = 'v1'
-  AND state = 'running' AND attempt = 1;
+WHERE r.principal = 'pgbench' AND r.session_id = 'default'
+  AND r.request_id = 'pgb-' || :run::text || '-' || :client_id::text || '-' || :n::text
+  AND r.execution_id = 'exec_pgb_' || :run::text || '_' || :client_id::text || '_' || :n::text
+  AND r.fingerprint = '9b2c6f0de3f1a4c85e7d20b6a1c94f3e8d5b7a60c2e1f9d43b8a7c6e5d4f3a2b1'
+  AND r.fingerprint_version = 'v1'
+  AND r.state = 'running' AND r.attempt = 1
+RETURNING EXISTS (SELECT 1 FROM carmy.outcome_waiters w WHERE w.execution_id = r.execution_id)
+          AS awaited;

@@ -9,7 +9,10 @@
 \set i random(1, :nrows)
 SELECT r.execution_id, r.tool, r.fingerprint, r.fingerprint_version, r.state, r.outcome,
        CASE WHEN r.state <> 'running' THEN NULL
-            ELSE carmy.in_flight_state(r.owner_instance)
+            ELSE CASE WHEN EXISTS (SELECT 1 FROM carmy.instances lease
+                                   WHERE lease.instance_id = r.owner_instance
+                                     AND lease.lease_expires_at > now())
+                      THEN 'running' ELSE 'interrupted' END
        END AS in_flight_state, r.fingerprint_parts
 FROM carmy.reservations r
 WHERE r.principal = 'anonymous' AND r.session_id = 'default'

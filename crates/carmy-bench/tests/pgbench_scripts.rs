@@ -1,7 +1,8 @@
 //! The pgbench ceiling runs exactly the store's statements: each statement of
 //! `bench/pgbench/*.sql` is the matching statement of `carmy_postgres::sql` with its binds
 //! (`$n`) replaced by the script's values, up to whitespace. So the in-flight rule, like every
-//! other part of the SQL, is the store's own (`carmy.in_flight_state`), never a copy.
+//! other part of the SQL, is the store's own (the semi-join with `carmy.instances`), never a
+//! copy.
 
 use carmy_postgres::sql::{COMPLETE_SQL, LOOKUP_SQL, RESERVE_SQL};
 
@@ -108,5 +109,5 @@ fn read_one_runs_the_stores_lookup() {
             &["'anonymous'", "'default'", "'replay-' || :i::text"]
         )]
     );
-    assert!(script[0].contains("carmy.in_flight_state(r.owner_instance)"));
+    assert!(script[0].contains("FROM carmy.instances lease"));
 }

@@ -6,7 +6,7 @@
 
 use crate::failure::Failure;
 use crate::pinned::Db;
-use crate::sql::{NOTIFY_CANCEL_SQL, RELEASE_RESERVATION_SQL};
+use crate::sql::{NOTIFY_SQL, RELEASE_RESERVATION_SQL};
 use carmy::store::{IdempotencyKey, RecordChange};
 use sqlx::Row;
 
@@ -136,7 +136,7 @@ fn changed(payload: &str) -> RecordChange {
 /// `NOTIFY carmy_cancel, '<execution_id>'`: every replica hears it; the one running the
 /// execution cancels it.
 pub(crate) async fn request_cancel(pool: &Db, execution_id: &ExecutionId) -> Result<(), Failure> {
-    sqlx::query(NOTIFY_CANCEL_SQL)
+    sqlx::query(NOTIFY_SQL)
         .bind(CANCEL_CHANNEL)
         .bind(execution_id.as_str())
         .execute(pool)
@@ -170,4 +170,38 @@ pub(crate) async fn release_unused(
         tracing::info!(%execution_id, "handed a taken-over execution back: its tool did nothing this time, an earlier attempt's effect is unknown; the next attempt takes it over again");
     }
     Ok(())
+}
+
+/// The [`CHANGED_CHANNEL`] payload naming one identity: a JSON array of its three strings
+/// (`["<principal>", "<session_id>", "<request_id>"]`), or the empty payload (every copy) when
+/// that would not fit in a notification (8000 bytes or more), as `carmy.announce_change`
+/// (migration `V14`) writes it.
+pub(crate) fn changed_payload(principal: &str, session_id: &str, request_id: &str) -> String {
+    let payload = serde_json::json!([principal, session_id, request_id]).to_string();
+    if payload.len() >= 8000 {
+        String::new()
+    } else {
+        payload
+    }
+}
+
+/// Announces on [`CHANGED_CHANNEL`] that the finished record of `(principal, session_id,
+/// request_id)` changed (an expired record replaced by a new reservation, docs/semantics.md
+/// §8.4), after the change committed, from this connection (on Citus, the coordinator's). A
+/// failure is only logged: a replica then drops its copy when its replay cache's time to live
+/// ends, and the copy it keeps meanwhile is of a record past its retention.
+pub(crate) async fn announce_changed<'e, E>(
+    executor: E,
+    (principal, session_id, request_id): (&str, &str, &str),
+) where
+    E: sqlx::PgExecutor<'e>,
+{
+    let sent = sqlx::query(NOTIFY_SQL)
+        .bind(CHANGED_CHANNEL)
+        .bind(changed_payload(principal, session_id, request_id))
+        .execute(executor)
+        .await;
+    if let Err(error) = sent {
+        tracing::warn!(%error, "could not announce a changed record to the replay caches");
+    }
 }

@@ -61,16 +61,21 @@ impl HotBatch {
         let query = bind_completes(query, completes);
         let mut rows: Vec<Option<PgRow>> = (0..reserves.len()).map(|_| None).collect();
         let mut updated = vec![false; completes.len()];
+        let mut awaited = Vec::new();
         for row in self.0.fetch_all(query).await? {
             let slot = slot_of(&row)?;
             if row.try_get::<&str, _>("kind")? == "complete" {
                 if let Some(place) = updated.get_mut(slot) {
                     *place = true;
+                    if row.try_get::<Option<bool>, _>("awaited")? == Some(true) {
+                        awaited.push(completes[slot].execution_id.clone());
+                    }
                 }
             } else if let Some(place) = rows.get_mut(slot) {
                 *place = Some(row);
             }
         }
+        self.0.announce(awaited).await;
         Ok((rows, updated))
     }
 }

@@ -18,10 +18,12 @@
 //! which they handle per row as without batching (the engine releases a reservation that may
 //! have been made; a recording is retried, and its recheck finds it applied).
 
+use crate::cancel::announce_changed;
 use crate::diagnosis::Diagnosis;
 use crate::failure::lost_in_transit;
 use crate::hot::{run_error, HotManager};
 use crate::sql::{COMPLETE_BATCH_SQL, COMPLETE_SQL, RESERVE_BATCH_SQL, RESERVE_SQL};
+use crate::waiters::announce_recorded;
 use carmy::store::{InFlightState, RecordState, StoreError, StoredRecord};
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
@@ -340,7 +342,13 @@ impl Hot {
                 .bind(&self.instance_id)
                 .bind(request.parts.as_deref())
                 .bind(request.retention);
-            return Ok(vec![self.fetch_all(query).await?.pop()]);
+            let row = self.fetch_all(query).await?.pop();
+            if let Some(row) = &row {
+                if row.try_get::<Option<bool>, _>("renewed")? == Some(true) {
+                    self.announce_renewed(request).await;
+                }
+            }
+            return Ok(vec![row]);
         }
         let query = bind_reserves(sqlx::query(RESERVE_BATCH_SQL), unique, &self.instance_id);
         let mut rows: Vec<Option<PgRow>> = (0..unique.len()).map(|_| None).collect();
@@ -373,18 +381,62 @@ impl Hot {
                 .bind(request.error_code.as_deref())
                 .bind(request.attempt);
             let mut hot = self.pool.get().await.map_err(run_error)?;
-            let done = query.execute(hot.through()).await;
+            let done = query.fetch_optional(hot.through()).await;
             hot.used(&done);
-            return Ok(vec![done?.rows_affected() == 1]);
+            let Some(row) = done? else {
+                return Ok(vec![false]);
+            };
+            if row.try_get::<bool, _>("awaited")? {
+                announce_recorded(hot.through(), vec![request.execution_id.clone()]).await;
+            }
+            return Ok(vec![true]);
         }
         let query = bind_completes(sqlx::query(COMPLETE_BATCH_SQL), unique);
         let mut updated = vec![false; unique.len()];
+        let mut awaited = Vec::new();
         for row in self.fetch_all(query).await? {
-            if let Some(place) = updated.get_mut(slot_of(&row)?) {
+            let slot = slot_of(&row)?;
+            if let Some(place) = updated.get_mut(slot) {
                 *place = true;
+                if row.try_get::<bool, _>("awaited")? {
+                    awaited.push(unique[slot].execution_id.clone());
+                }
             }
         }
+        self.announce(awaited).await;
         Ok(updated)
+    }
+
+    /// Announces that `request`'s identity no longer holds its expired record (replaced by
+    /// [`RESERVE_SQL`]): replicas drop their cached copies ([`announce_changed`]).
+    async fn announce_renewed(&self, request: &ReserveRequest) {
+        match self.pool.get().await {
+            Ok(mut hot) => {
+                let key = (
+                    request.principal.as_str(),
+                    request.session_id.as_str(),
+                    request.request_id.as_str(),
+                );
+                announce_changed(hot.through(), key).await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not announce a replaced expired record");
+            }
+        }
+    }
+
+    /// Announces the outcomes of `execution_ids`, just committed, to their waiters
+    /// ([`announce_recorded`]) from a connection of this pool.
+    pub(crate) async fn announce(&self, execution_ids: Vec<String>) {
+        if execution_ids.is_empty() {
+            return;
+        }
+        match self.pool.get().await {
+            Ok(mut hot) => announce_recorded(hot.through(), execution_ids).await,
+            Err(error) => {
+                tracing::warn!(%error, "could not announce recorded outcomes to their waiters");
+            }
+        }
     }
 }
 

@@ -56,6 +56,8 @@
 //! # }
 //! ```
 
+#[macro_use]
+mod rules;
 mod batch;
 mod cancel;
 mod combined;
@@ -79,6 +81,7 @@ mod recheck;
 mod reconcile;
 mod replication;
 mod session;
+mod sharding;
 pub mod sql;
 mod store;
 mod waiters;
@@ -102,4 +105,5 @@ pub use options::{
 pub use pinned::{Db, Pinning, Through};
 pub use pooler::{check_path, PathError};
 pub use replication::{check_replication, Replication, REPLICATION_SQL};
+pub use sharding::{DISTRIBUTED_TABLES, DISTRIBUTION_COLUMN, REFERENCE_TABLES};
 pub use store::PostgresStore;

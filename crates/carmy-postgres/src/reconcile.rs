@@ -1,6 +1,7 @@
 //! Reconciliation on PostgreSQL (docs/semantics.md §12.10; migration
-//! `V13`): claiming interrupted executions due for a probe one replica at a time (`FOR UPDATE
-//! SKIP LOCKED` on `reconcile_due_at`, no leader), keeping each probe's evidence, and telling
+//! `V13`): claiming interrupted executions due for a probe one replica at a time (a
+//! compare-and-set on `reconcile_due_at` and the attempts, no leader), keeping each probe's
+//! evidence, and telling
 //! how long ago the interrupted attempt started (an "absent" proves nothing before its
 //! deadline). The decisions themselves go through `carmy.resolve_execution` /
 //! `carmy.release_execution` ([`crate::decide`]), like a person's.
@@ -15,12 +16,17 @@ use std::time::Duration;
 
 /// Claims due executions. Binds: `$1` tool names (`text[]`), `$2` the attempts bound, `$3` the
 /// most rows, `$4` the hold in milliseconds, `$5` one execution id to claim whether due or not
-/// (on demand; `NULL` for the due ones), `$6` only this principal's (`NULL`: any). A row is due when it is running, its owner's lease
-/// lapsed, its `reconcile_due_at` passed (or was never set) and it has attempts left; the claim
-/// moves `reconcile_due_at` past the hold and counts the attempt, so a replica scanning at the
-/// same time skips the locked rows and, after this commits, finds them not due.
-pub const CLAIM_SQL: &str = "WITH due AS ( \
-         SELECT r.execution_id FROM carmy.reservations r \
+/// (on demand; `NULL` for the due ones), `$6` only this principal's (`NULL`: any). A row is due
+/// when it is running, its owner's lease lapsed, its `reconcile_due_at` passed (or was never
+/// set) and it has attempts left. The claim is a compare-and-set by key: it moves
+/// `reconcile_due_at` past the hold and counts the attempt only while both are as the candidate
+/// read showed them, so of replicas scanning at the same time one claims each row (the others
+/// wait for its lock, then match nothing). No `FOR UPDATE` across rows: on Citus the candidates
+/// are a read of every shard and each claim an update of one row (docs/semantics.md §15).
+pub const CLAIM_SQL: &str = concat!(
+    "WITH due AS ( \
+         SELECT r.principal, r.execution_id, r.reconcile_attempts, r.reconcile_due_at \
+         FROM carmy.reservations r \
          WHERE r.state = 'running' \
            AND r.tool = ANY($1::text[]) \
            AND CASE WHEN $5::text IS NULL \
@@ -28,17 +34,24 @@ pub const CLAIM_SQL: &str = "WITH due AS ( \
                          AND r.reconcile_attempts < $2 \
                     ELSE r.execution_id = $5 END \
            AND ($6::text IS NULL OR r.principal = $6) \
-           AND carmy.in_flight_state(r.owner_instance) = 'interrupted' \
-         ORDER BY r.reconcile_due_at NULLS FIRST, r.created_at \
+           AND ",
+    owner_lapsed!("r"),
+    " ORDER BY r.reconcile_due_at NULLS FIRST, r.created_at \
          LIMIT $3 \
-         FOR UPDATE SKIP LOCKED \
      ) \
      UPDATE carmy.reservations r \
      SET reconcile_due_at = now() + $4::bigint * interval '1 millisecond', \
          reconcile_attempts = r.reconcile_attempts + 1 \
-     FROM due WHERE r.execution_id = due.execution_id \
-     RETURNING r.execution_id, r.principal, r.session_id, r.request_id, r.tool, \
-               r.reconcile_attempts";
+     FROM due \
+     WHERE r.principal = due.principal AND r.execution_id = due.execution_id \
+       AND r.state = 'running' \
+       AND r.reconcile_attempts = due.reconcile_attempts \
+       AND r.reconcile_due_at IS NOT DISTINCT FROM due.reconcile_due_at \
+       AND ",
+    owner_lapsed!("r"),
+    " RETURNING r.execution_id, r.principal, r.session_id, r.request_id, r.tool, \
+               r.reconcile_attempts"
+);
 
 /// Keeps a probe's evidence on a record still without an outcome. Binds: `$1` execution id,
 /// `$2` the evidence (`jsonb` text), `$3` when to probe again in milliseconds (`NULL`: never),
@@ -57,7 +70,8 @@ pub const RECORD_PROBE_SQL: &str = "UPDATE carmy.reservations \
 pub const ATTEMPT_AGE_SQL: &str = "SELECT greatest(0, floor(extract(epoch FROM now() - \
          greatest(coalesce(r.started_at, r.created_at), \
                   (SELECT max(a.at) FROM carmy.audit_log a \
-                   WHERE a.execution_id = r.execution_id AND a.action = 'takeover'))) \
+                   WHERE a.principal = r.principal AND a.execution_id = r.execution_id \
+                     AND a.action = 'takeover'))) \
          * 1000))::bigint AS age_ms \
      FROM carmy.reservations r WHERE r.execution_id = $1 AND r.state = 'running'";
 
@@ -142,10 +156,12 @@ pub(crate) async fn evidence(
 /// Makes an interrupted execution due for a probe at once, its attempts counted afresh
 /// (`carmy-gateway executions reconcile`). Binds: `$1` execution id. Matches nothing for an
 /// execution with an outcome or a live owner.
-pub const RECONCILE_SOON_SQL: &str = "UPDATE carmy.reservations \
+pub const RECONCILE_SOON_SQL: &str = concat!(
+    "UPDATE carmy.reservations r \
      SET reconcile_due_at = now(), reconcile_attempts = 0 \
-     WHERE execution_id = $1 AND state = 'running' \
-       AND carmy.in_flight_state(owner_instance) = 'interrupted'";
+     WHERE r.execution_id = $1 AND r.state = 'running' AND ",
+    owner_lapsed!("r")
+);
 
 /// [`RECONCILE_SOON_SQL`] for `execution_id`: whether it matched.
 pub(crate) async fn reconcile_soon(pool: &Db, execution_id: &ExecutionId) -> Result<bool, Failure> {

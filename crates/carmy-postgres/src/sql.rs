@@ -1,22 +1,27 @@
 //! Every SQL statement the store sends, as text, with its binds.
 //!
 //! Public so that the benchmark (`carmy-bench`) can check that its pgbench scripts
-//! (`bench/pgbench/*.sql`) run exactly these statements. The in-flight rule (`running` while the
-//! owner's lease in `carmy.instances` is live, `interrupted` otherwise) is not written here: the
-//! statements call the SQL function `carmy.in_flight_state(owner_instance)` (migration `V4`),
-//! which the operator view `carmy.uncertain_executions` uses too.
+//! (`bench/pgbench/*.sql`) run exactly these statements, and so that the catalog test
+//! (`tests/it/catalog.rs`) can read them all ([`STATEMENTS`]). The in-flight rule (`running`
+//! while the owner's lease in `carmy.instances` is live, `interrupted` otherwise) is one
+//! semi-join with `carmy.instances`, written once ([`owner_live!`]) and used by every statement
+//! (migration `V14`: Citus cannot call a function that reads another table from a shard's
+//! query). No statement calls a stable function over a column in an `UPDATE` or `DELETE`
+//! (Citus refuses it; docs/semantics.md §15).
 
 /// The columns every record-reading statement returns, from `carmy.reservations r`.
 ///
-/// `in_flight_state` is `NULL` for a finished row, else `carmy.in_flight_state(r.owner_instance)`
-/// (`running` or `interrupted`, computed with the database clock). The guard keeps replays of
-/// finished rows from calling the function at all.
+/// `in_flight_state` is `NULL` for a finished row, else [`in_flight_state!`] (`running` or
+/// `interrupted`, computed with the database clock). The guard keeps replays of finished rows
+/// from reading `carmy.instances` at all.
 macro_rules! record_columns {
     () => {
-        "r.execution_id, r.tool, r.fingerprint, r.fingerprint_version, r.state, r.outcome, \
-         CASE WHEN r.state <> 'running' THEN NULL \
-              ELSE carmy.in_flight_state(r.owner_instance) \
-         END AS in_flight_state, r.fingerprint_parts"
+        concat!(
+            "r.execution_id, r.tool, r.fingerprint, r.fingerprint_version, r.state, r.outcome, \
+             CASE WHEN r.state <> 'running' THEN NULL ELSE ",
+            in_flight_state!("r"),
+            " END AS in_flight_state, r.fingerprint_parts"
+        )
     };
 }
 
@@ -51,8 +56,10 @@ pub use batch::{COMPLETE_BATCH_SQL, HOT_BATCH_SQL, RESERVE_BATCH_SQL};
 /// (`FingerprintParts::encode`, or `NULL`), `$10` retention in milliseconds (`NULL`: records
 /// never expire). Returns one row with `inserted = true` (the other columns `NULL`) when the
 /// identity is now held by `$7` (inserted, or an expired row replaced in place by the `UPDATE`,
-/// which matches only a row that `carmy.record_expired` calls expired, checked again on the
-/// row's newest version; the replacement is the execution's first attempt); one row with
+/// which matches only a row that is expired by `carmy.record_expired`'s rule, written out here
+/// and checked again on the row's newest version; the replacement is the execution's first
+/// attempt, and `renewed = true` says the caller must announce the change,
+/// docs/semantics.md §8.4); one row with
 /// `inserted = false` describing the existing reservation, with `expired = true` when that row
 /// (as this statement's snapshot saw it) had expired but was not replaced here, because a
 /// concurrent statement replaced or pruned it first (run the statement again); or no row when
@@ -72,19 +79,20 @@ pub const RESERVE_SQL: &str = concat!(
              fingerprint_parts = $9, attempt = 1 \
          WHERE r.principal = $1 AND r.session_id = $2 AND r.request_id = $3 \
            AND NOT EXISTS (SELECT 1 FROM ins) \
-           AND carmy.record_expired(r.state, r.finished_at, r.created_at, \
-                                    $10::bigint * interval '1 millisecond') \
+           AND r.state <> 'running' \
+           AND coalesce(r.finished_at, r.created_at) \
+               <= now() - $10::bigint * interval '1 millisecond' \
          RETURNING r.execution_id \
      ) \
-     SELECT true AS inserted, NULL::text AS execution_id, NULL::text AS tool, \
+     SELECT true AS inserted, false AS renewed, NULL::text AS execution_id, NULL::text AS tool, \
             NULL::text AS fingerprint, NULL::text AS fingerprint_version, NULL::text AS state, \
             NULL::text AS outcome, NULL::text AS in_flight_state, \
             NULL::text AS fingerprint_parts, NULL::boolean AS expired \
      FROM ins \
      UNION ALL \
-     SELECT true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM renewed \
+     SELECT true, true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM renewed \
      UNION ALL \
-     SELECT false AS inserted, ",
+     SELECT false AS inserted, false AS renewed, ",
     record_columns!(),
     ", coalesce(carmy.record_expired(r.state, r.finished_at, r.created_at, \
                                      $10::bigint * interval '1 millisecond'), false) AS expired \
@@ -116,12 +124,19 @@ pub const FIND_EXECUTION_SQL: &str = concat!(
 ///
 /// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` execution_id, `$5` fingerprint
 /// digest, `$6` fingerprint version, `$7` state, `$8` outcome text, `$9` error code, `$10` the
-/// attempt (integer).
-pub const COMPLETE_SQL: &str = "UPDATE carmy.reservations \
+/// attempt (integer). Returns one row when it recorded the outcome, with `awaited`: whether a
+/// replica waits for it in `carmy.outcome_waiters` (the caller then notifies
+/// [`crate::RECORDED_CHANNEL`], docs/semantics.md §12.6); no row otherwise.
+pub const COMPLETE_SQL: &str = concat!(
+    "UPDATE carmy.reservations r \
      SET state = $7, outcome = $8, error_code = $9, finished_at = now() \
-     WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
-       AND execution_id = $4 AND fingerprint = $5 AND fingerprint_version = $6 \
-       AND state = 'running' AND attempt = $10";
+     WHERE r.principal = $1 AND r.session_id = $2 AND r.request_id = $3 \
+       AND r.execution_id = $4 AND r.fingerprint = $5 AND r.fingerprint_version = $6 \
+       AND r.state = 'running' AND r.attempt = $10 \
+     RETURNING ",
+    awaited!("r"),
+    " AS awaited"
+);
 
 /// Takes an interrupted execution over for this process (`IdempotencyStore::take_over`,
 /// docs/semantics.md §12.7): one statement that moves the row to this owner with the next
@@ -132,19 +147,20 @@ pub const COMPLETE_SQL: &str = "UPDATE carmy.reservations \
 /// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` execution_id, `$5` fingerprint
 /// digest, `$6` fingerprint version, `$7` this instance. Returns `attempt` (the new one) in one
 /// row, or no row when nothing was taken over.
-pub const TAKE_OVER_SQL: &str = "WITH before AS ( \
+pub const TAKE_OVER_SQL: &str = concat!(
+    "WITH before AS ( \
          SELECT owner_instance, attempt FROM carmy.reservations \
          WHERE principal = $1 AND session_id = $2 AND request_id = $3 AND execution_id = $4 \
      ), taken AS ( \
          UPDATE carmy.reservations r SET owner_instance = $7, attempt = r.attempt + 1 \
          WHERE r.principal = $1 AND r.session_id = $2 AND r.request_id = $3 \
            AND r.execution_id = $4 AND r.fingerprint = $5 AND r.fingerprint_version = $6 \
-           AND r.state = 'running' \
-           AND carmy.in_flight_state(r.owner_instance) = 'interrupted' \
-         RETURNING r.execution_id, r.attempt \
+           AND r.state = 'running' AND ",
+    owner_lapsed!("r"),
+    " RETURNING r.execution_id, r.attempt \
      ), logged AS ( \
-         INSERT INTO carmy.audit_log (actor, execution_id, action, before, after, note) \
-         SELECT $7, t.execution_id, 'takeover', \
+         INSERT INTO carmy.audit_log (actor, principal, execution_id, action, before, after, note) \
+         SELECT $7, $1, t.execution_id, 'takeover', \
                 jsonb_build_object('state', 'interrupted', \
                                    'owner_instance', (SELECT owner_instance FROM before), \
                                    'attempt', (SELECT attempt FROM before)), \
@@ -154,7 +170,8 @@ pub const TAKE_OVER_SQL: &str = "WITH before AS ( \
          FROM taken t \
          RETURNING 1 \
      ) \
-     SELECT t.attempt FROM taken t";
+     SELECT t.attempt FROM taken t"
+);
 
 /// What `complete` reads back when its update matched nothing. Binds as [`LOOKUP_SQL`].
 pub const COMPLETE_RECHECK_SQL: &str =
@@ -176,8 +193,8 @@ pub const RELEASE_RESERVATION_SQL: &str = "WITH handed_back AS ( \
            AND attempt > 1 \
          RETURNING execution_id, attempt \
      ), logged AS ( \
-         INSERT INTO carmy.audit_log (actor, execution_id, action, before, after, note) \
-         SELECT $5, h.execution_id, 'hand_back', \
+         INSERT INTO carmy.audit_log (actor, principal, execution_id, action, before, after, note) \
+         SELECT $5, $1, h.execution_id, 'hand_back', \
                 jsonb_build_object('state', 'running', 'owner_instance', $5::text, \
                                    'attempt', h.attempt), \
                 jsonb_build_object('state', 'interrupted', 'owner_instance', NULL, \
@@ -222,7 +239,9 @@ macro_rules! list_executions {
                AND ($2::text IS NULL OR r.session_id = $2) \
                AND ($3::text IS NULL OR r.request_id = $3) \
                AND ($4::text IS NULL \
-                    OR (r.state = 'running' AND carmy.in_flight_state(r.owner_instance) = $4)) \
+                    OR (r.state = 'running' AND ",
+            in_flight_state!("r"),
+            " = $4)) \
                AND ($5::text IS NULL OR r.tool = $5) \
                AND (NOT $6::boolean OR r.state IN ('failed', 'timed_out', 'cancelled')) \
              ORDER BY ",
@@ -259,19 +278,32 @@ pub const AUDIT_TRAIL_SQL: &str = "SELECT actor, at, execution_id, action, \
 /// `$5` execution_id, `$6` status, `$7` outcome text, `$8` note. Returns `current` (the holder's
 /// execution id, or `NULL`). An outcome `jsonb` refuses (`\u0000`, a number beyond `numeric`'s
 /// range or precision) is kept as a JSON string of its text (`carmy.jsonb_or_text`, migration
-/// `V12`), so the write never fails because of the value (docs/semantics.md §12.1).
+/// `V12`), so the write never fails because of the value (docs/semantics.md §12.1). The row's
+/// `contradicts_decision` says whether the outcome contradicts the reconciler's last decision
+/// on the execution (a release and a completed outcome, or a completed resolution and a failed
+/// outcome: the probe was wrong); `NULL` when the reconciler never decided it.
 pub const LATE_ARRIVAL_SQL: &str = "WITH holder AS ( \
          SELECT execution_id FROM carmy.reservations \
          WHERE principal = $1 AND session_id = $2 AND request_id = $3 \
+     ), decided AS ( \
+         SELECT a.action, a.after ->> 'state' AS state FROM carmy.audit_log a \
+         WHERE a.principal = $1 AND a.execution_id = $5 AND a.actor = 'reconciler' \
+           AND a.action IN ('resolve', 'release') \
+         ORDER BY a.id DESC LIMIT 1 \
      ), logged AS ( \
-         INSERT INTO carmy.audit_log (actor, execution_id, action, before, after, note) \
-         SELECT $4, $5, 'late_arrival', \
+         INSERT INTO carmy.audit_log \
+             (actor, principal, execution_id, action, before, after, note, contradicts_decision) \
+         SELECT $4, $1, $5, 'late_arrival', \
                 jsonb_build_object('principal', $1::text, 'session_id', $2::text, \
                                    'request_id', $3::text, \
                                    'current_execution_id', (SELECT execution_id FROM holder)), \
                 jsonb_build_object('state', $6::text, \
                                    'outcome', carmy.jsonb_or_text($7::text)), \
-                $8 \
+                $8, \
+                (SELECT (d.action = 'release' AND $6::text = 'completed') \
+                        OR (d.action = 'resolve' AND d.state = 'completed' \
+                            AND $6::text = 'failed') \
+                 FROM decided d) \
          RETURNING 1 \
      ) \
      SELECT (SELECT execution_id FROM holder) AS current, (SELECT count(*) FROM logged) AS logged";
@@ -305,9 +337,11 @@ pub const LEASE_SQL: &str =
 pub const END_LEASE_SQL: &str =
     "UPDATE carmy.instances SET lease_expires_at = now() WHERE instance_id = $1";
 
-/// Sends a cancel request to every replica. Binds: `$1` the channel
-/// ([`crate::CANCEL_CHANNEL`]), `$2` the execution id.
-pub const NOTIFY_CANCEL_SQL: &str = "SELECT pg_notify($1, $2)";
+/// Sends a notification to every replica, from the database the gateway is connected to (on
+/// Citus, the coordinator: a notification sent on a worker reaches no gateway). Binds: `$1` the
+/// channel ([`crate::CANCEL_CHANNEL`], [`crate::RECORDED_CHANNEL`], [`crate::CHANGED_CHANNEL`]),
+/// `$2` the payload.
+pub const NOTIFY_SQL: &str = "SELECT pg_notify($1, $2)";
 
 /// The owner's lease as an operator sees it, from `carmy.instances i` joined by
 /// [`owner_lease_join!`]: `owner_hostname`, `owner_pid`, `owner_lease_expires_at` (each `NULL`
@@ -386,13 +420,14 @@ pub const OPERATOR_LIST_SQL: &str = concat!(
 );
 
 /// As [`OPERATOR_LIST_SQL`], only executions without an outcome whose in-flight state
-/// (`carmy.in_flight_state`) is `$5` (`running` or `interrupted`).
+/// ([`in_flight_state!`]) is `$5` (`running` or `interrupted`).
 pub const OPERATOR_LIST_IN_FLIGHT_SQL: &str = concat!(
     "SELECT ",
     operator_columns!(),
     operator_filters!(),
-    " AND r.state = 'running' AND carmy.in_flight_state(r.owner_instance) = $5 \
-     ORDER BY r.created_at, r.execution_id LIMIT $4"
+    " AND r.state = 'running' AND ",
+    in_flight_state!("r"),
+    " = $5 ORDER BY r.created_at, r.execution_id LIMIT $4"
 );
 
 /// As [`OPERATOR_LIST_SQL`], only finished executions of status `$5` (`completed`, `failed`,
@@ -426,6 +461,54 @@ pub const OPERATOR_SHOW_RELEASED_SQL: &str = concat!(
     operator_released_columns!(),
     " WHERE h.execution_id = $1"
 );
+
+/// Every statement the store sends on its own (the ones it builds from SQL functions call them),
+/// by name: the catalog test (`tests/it/catalog.rs`) checks each against the database, e.g. that
+/// no `UPDATE` or `DELETE` calls a stable function over a column (docs/semantics.md §15).
+pub const STATEMENTS: &[(&str, &str)] = &[
+    ("RESERVE_SQL", RESERVE_SQL),
+    ("LOOKUP_SQL", LOOKUP_SQL),
+    ("FIND_EXECUTION_SQL", FIND_EXECUTION_SQL),
+    ("COMPLETE_SQL", COMPLETE_SQL),
+    ("TAKE_OVER_SQL", TAKE_OVER_SQL),
+    ("COMPLETE_RECHECK_SQL", COMPLETE_RECHECK_SQL),
+    ("RELEASE_RESERVATION_SQL", RELEASE_RESERVATION_SQL),
+    ("RESOLVE_EXECUTION_SQL", RESOLVE_EXECUTION_SQL),
+    ("RELEASE_EXECUTION_SQL", RELEASE_EXECUTION_SQL),
+    ("LIST_EXECUTIONS_SQL", LIST_EXECUTIONS_SQL),
+    ("LIST_EXECUTIONS_NEWEST_SQL", LIST_EXECUTIONS_NEWEST_SQL),
+    ("FIND_RELEASED_SQL", FIND_RELEASED_SQL),
+    ("AUDIT_TRAIL_SQL", AUDIT_TRAIL_SQL),
+    ("LATE_ARRIVAL_SQL", LATE_ARRIVAL_SQL),
+    ("PRUNE_SQL", PRUNE_SQL),
+    ("READY_SQL", READY_SQL),
+    ("LEASE_SQL", LEASE_SQL),
+    ("END_LEASE_SQL", END_LEASE_SQL),
+    ("NOTIFY_SQL", NOTIFY_SQL),
+    ("OPERATOR_LIST_SQL", OPERATOR_LIST_SQL),
+    ("OPERATOR_LIST_IN_FLIGHT_SQL", OPERATOR_LIST_IN_FLIGHT_SQL),
+    ("OPERATOR_LIST_FINISHED_SQL", OPERATOR_LIST_FINISHED_SQL),
+    ("OPERATOR_LIST_RELEASED_SQL", OPERATOR_LIST_RELEASED_SQL),
+    ("OPERATOR_SHOW_SQL", OPERATOR_SHOW_SQL),
+    ("OPERATOR_SHOW_RELEASED_SQL", OPERATOR_SHOW_RELEASED_SQL),
+    ("RESERVE_BATCH_SQL", RESERVE_BATCH_SQL),
+    ("COMPLETE_BATCH_SQL", COMPLETE_BATCH_SQL),
+    ("HOT_BATCH_SQL", HOT_BATCH_SQL),
+    ("CLAIM_SQL", crate::reconcile::CLAIM_SQL),
+    ("RECORD_PROBE_SQL", crate::reconcile::RECORD_PROBE_SQL),
+    ("ATTEMPT_AGE_SQL", crate::reconcile::ATTEMPT_AGE_SQL),
+    ("EVIDENCE_SQL", crate::reconcile::EVIDENCE_SQL),
+    ("RECONCILE_SOON_SQL", crate::reconcile::RECONCILE_SOON_SQL),
+    ("REGISTER_WAITER_SQL", crate::waiters::REGISTER_WAITER_SQL),
+    (
+        "UNREGISTER_WAITER_SQL",
+        crate::waiters::UNREGISTER_WAITER_SQL,
+    ),
+    (
+        "ANNOUNCE_RECORDED_SQL",
+        crate::waiters::ANNOUNCE_RECORDED_SQL,
+    ),
+];
 
 #[cfg(test)]
 #[path = "sql_tests.rs"]

@@ -4,7 +4,7 @@
 //! `failure`, row decoding in `decode` and the hot-path connections in `hot`.
 
 use crate::batch::{Batcher, Limits, Unanswered};
-use crate::cancel::{listen_for_cancels, Heard, CANCEL_BACKLOG};
+use crate::cancel::{announce_changed, listen_for_cancels, Heard, CANCEL_BACKLOG};
 use crate::combined::HotBatch;
 use crate::decide;
 use crate::decode::{decode_key, decode_record};
@@ -18,7 +18,9 @@ use crate::pinned::Db;
 use crate::ready::check_ready;
 use crate::recheck::after_update;
 use crate::session::Job;
+use crate::sharding::reservations_distributed;
 use crate::sql::{COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, RESERVE_SQL};
+use crate::waiters::announce_recorded;
 use carmy::fingerprint::{Fingerprint, FingerprintParts};
 use carmy::outcome::{ExecutionId, RecordedResult};
 use carmy::store::{
@@ -182,7 +184,15 @@ impl PostgresStore {
             pool.options().get_max_connections(),
             pool.options().get_acquire_timeout(),
         );
-        let batches = (options.batch_max_rows > 1).then(|| {
+        // On Citus every call runs its own statement: a batch would span shards (`sharding`).
+        let distributed = options.batch_max_rows > 1 && reservations_distributed(&pool).await;
+        if distributed {
+            tracing::info!(
+                "carmy.reservations is distributed (Citus): group commit is off, every call \
+                 runs its own single-shard statement"
+            );
+        }
+        let batches = (options.batch_max_rows > 1 && !distributed).then(|| {
             let hot = Hot {
                 pool: hot.clone(),
                 instance_id: options.instance_id.clone(),
@@ -365,6 +375,14 @@ impl PostgresStore {
             let existing = match row {
                 Some(row) => {
                     if row.try_get::<bool, _>("inserted")? {
+                        if row.try_get::<bool, _>("renewed")? {
+                            let key = (
+                                key.principal.as_str(),
+                                key.session_id.as_str(),
+                                key.request_id.as_str(),
+                            );
+                            announce_changed(&self.pool, key).await;
+                        }
                         return Ok(Reservation::Reserved);
                     }
                     if row.try_get::<Option<bool>, _>("expired")? == Some(true) {
@@ -456,13 +474,18 @@ impl PostgresStore {
             .bind(outcome)
             .bind(error_code)
             .bind(i32::try_from(recorded.attempt()).unwrap_or(i32::MAX));
-        let updated = {
+        let awaited = {
             let mut hot = self.hot.get().await.map_err(run_error)?;
-            let done = query.execute(hot.through()).await;
+            let done = query.fetch_optional(hot.through()).await;
             hot.used(&done);
-            done?.rows_affected()
+            done?
+                .map(|row| row.try_get::<bool, _>("awaited"))
+                .transpose()?
         };
-        after_update(&self.pool, key, recorded, updated).await
+        if awaited == Some(true) {
+            announce_recorded(&self.pool, vec![result.execution_id.as_str().to_owned()]).await;
+        }
+        after_update(&self.pool, key, recorded, u64::from(awaited.is_some())).await
     }
 
     async fn lookup_impl(&self, key: &IdempotencyKey) -> Result<Option<StoredRecord>, Failure> {

@@ -1,9 +1,11 @@
 //! The waiters of `carmy.outcome_waiters`, for waiting on a running execution's outcome across
-//! replicas (docs/semantics.md §12.6): the waiting call registers (so the trigger of migration
-//! `V7` notifies [`RECORDED_CHANNEL`](crate::cancel::RECORDED_CHANNEL) when the outcome is
-//! recorded), waits with [`carmy::wait::until_decided`] on the store's listener, and
-//! unregisters.
+//! replicas (docs/semantics.md §12.6): the waiting call registers, waits with
+//! [`carmy::wait::until_decided`] on the store's listener, and unregisters; the replica that
+//! records the outcome sees that someone waits (the statement returns `awaited`) and announces
+//! it on [`RECORDED_CHANNEL`] from its own connection ([`announce_recorded`]; on Citus, the
+//! coordinator's, migration `V14`).
 
+use crate::cancel::RECORDED_CHANNEL;
 use crate::failure::Failure;
 use crate::pinned::Db;
 use carmy::outcome::ExecutionId;
@@ -41,5 +43,29 @@ pub(crate) async fn unregister(pool: &Db, execution_id: &ExecutionId, waiter: &s
         .await;
     if let Err(error) = removed {
         tracing::warn!(%execution_id, %error, "could not unregister an outcome waiter");
+    }
+}
+
+/// Notifies [`RECORDED_CHANNEL`] once per execution id. Binds: `$1` the channel, `$2` the
+/// execution ids (`text[]`).
+pub const ANNOUNCE_RECORDED_SQL: &str = "SELECT pg_notify($1, e) FROM unnest($2::text[]) AS e";
+
+/// Announces the outcomes of `execution_ids`, recorded and committed, to the replicas that wait
+/// for them ([`ANNOUNCE_RECORDED_SQL`]). A failure is only logged: a waiter also reads the
+/// record every [`carmy::wait::POLL_EVERY`], so it learns the outcome at most that much later.
+pub(crate) async fn announce_recorded<'e, E>(executor: E, execution_ids: Vec<String>)
+where
+    E: sqlx::PgExecutor<'e>,
+{
+    if execution_ids.is_empty() {
+        return;
+    }
+    let sent = sqlx::query(ANNOUNCE_RECORDED_SQL)
+        .bind(RECORDED_CHANNEL)
+        .bind(&execution_ids)
+        .execute(executor)
+        .await;
+    if let Err(error) = sent {
+        tracing::warn!(?execution_ids, %error, "could not announce recorded outcomes to their waiters");
     }
 }

@@ -1,10 +1,11 @@
 //! Changes to finished records announced to replay caches (docs/semantics.md §8.4, §12.3;
-//! migration `V11`):
+//! migrations `V11`, `V14`):
 //!
-//! - a DBA's `DELETE` or `UPDATE` of a finished row notifies `carmy_changed` with the row's
-//!   identity; recording an outcome (an update of a running row) and pruning do not, and a
-//!   DBA's own change after a pruning step in the same transaction is announced again; a
-//!   `TRUNCATE` is announced with an empty payload (every copy);
+//! - a DBA's `DELETE` or `UPDATE` of a finished row is announced on `carmy_changed` with the
+//!   row's identity when the DBA calls `carmy.announce_change(...)` in its transaction, and
+//!   only then (no trigger, docs/semantics.md §15); recording an outcome (an update of a
+//!   running row) and pruning are not announced; `carmy.announce_change()` announces every
+//!   copy (the empty payload), as after a `TRUNCATE`;
 //! - the store forwards those as [`RecordChange::Changed`], and reports
 //!   [`RecordChange::Unknown`] when its listener's session was cut and started again, then
 //!   still forwards changes.
@@ -59,7 +60,7 @@ async fn next_payload(listener: &mut PgListener) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn changed_finished_rows_are_announced_and_pruning_and_recording_are_not() {
+async fn announced_edits_reach_the_listeners_and_nothing_else_does() {
     let db = TestDb::migrated().await;
     let pool = db.pool().await;
     let store = db.store().await;
@@ -102,24 +103,29 @@ async fn changed_finished_rows_are_announced_and_pruning_and_recording_are_not()
 
     run(
         &pool,
-        "DELETE FROM carmy.reservations WHERE request_id = 'kept-1'",
+        "BEGIN; \
+         DELETE FROM carmy.reservations WHERE request_id = 'kept-1'; \
+         SELECT carmy.announce_change('p', 's', 'kept-1'); \
+         COMMIT",
     )
     .await;
     assert_eq!(next_payload(&mut listener).await, r#"["p", "s", "kept-1"]"#);
+    // An edit the DBA does not announce is not announced (the next payload is the one after).
     sqlx::query("UPDATE carmy.reservations SET outcome = $1 WHERE request_id = 'kept-2'")
         .bind(outcome("kept-2", 2))
         .execute(&pool)
         .await
         .unwrap();
-    assert_eq!(next_payload(&mut listener).await, r#"["p", "s", "kept-2"]"#);
 
-    // A pruning step and a DBA's DELETE in one transaction: only the DELETE is announced.
+    // A pruning step and a DBA's announced DELETE in one transaction: only the DELETE is
+    // announced.
     finished_row(&pool, "old-5", "2 hours").await;
     run(
         &pool,
         "BEGIN; \
          SELECT * FROM carmy.prune_expired(interval '1 hour'); \
          DELETE FROM carmy.reservations WHERE request_id = 'fresh'; \
+         SELECT carmy.announce_change('p', 's', 'fresh'); \
          COMMIT",
     )
     .await;
@@ -131,8 +137,19 @@ async fn changed_finished_rows_are_announced_and_pruning_and_recording_are_not()
             .unwrap();
     assert_eq!(left, vec!["kept-2".to_owned()]);
 
-    // A TRUNCATE announces that anything may have changed: the empty payload.
-    run(&pool, "TRUNCATE carmy.reservations").await;
+    // After a TRUNCATE, announce_change() says that anything may have changed: the empty
+    // payload. An identity too long for a notification is announced the same way.
+    run(
+        &pool,
+        "BEGIN; TRUNCATE carmy.reservations; SELECT carmy.announce_change(); COMMIT",
+    )
+    .await;
+    assert_eq!(next_payload(&mut listener).await, "");
+    run(
+        &pool,
+        "SELECT carmy.announce_change('p', 's', repeat('x', 8000))",
+    )
+    .await;
     assert_eq!(next_payload(&mut listener).await, "");
     run(&pool, "NOTIFY carmy_changed, 'end of test'").await;
     assert_eq!(next_payload(&mut listener).await, "end of test");
@@ -179,7 +196,8 @@ async fn the_store_forwards_changes_and_reports_a_new_listening_session_as_unkno
     finished_row(&pool, "b", "1 minute").await;
     run(
         &pool,
-        "DELETE FROM carmy.reservations WHERE request_id = 'a'",
+        "DELETE FROM carmy.reservations WHERE request_id = 'a'; \
+         SELECT carmy.announce_change('p', 's', 'a')",
     )
     .await;
     assert_eq!(
@@ -200,7 +218,8 @@ async fn the_store_forwards_changes_and_reports_a_new_listening_session_as_unkno
     until_unknown(&mut changes).await;
     run(
         &pool,
-        "DELETE FROM carmy.reservations WHERE request_id = 'b'",
+        "DELETE FROM carmy.reservations WHERE request_id = 'b'; \
+         SELECT carmy.announce_change('p', 's', 'b')",
     )
     .await;
     assert_eq!(

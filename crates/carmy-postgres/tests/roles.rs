@@ -66,8 +66,8 @@ async fn the_runtime_role_serves_but_cannot_rewrite_history_and_the_reader_only_
     // The owner writes one audit row to try to rewrite.
     let mut owner = db.connect().await;
     sqlx::raw_sql(
-        "INSERT INTO carmy.audit_log (actor, execution_id, action, before, after, note) \
-         VALUES ('dba', 'exe_x', 'late_arrival', '{}', '{}', 'kept')",
+        "INSERT INTO carmy.audit_log (actor, principal, execution_id, action, before, after, note) \
+         VALUES ('dba', 'alice', 'exe_x', 'late_arrival', '{}', '{}', 'kept')",
     )
     .execute(&mut owner)
     .await
@@ -119,7 +119,7 @@ async fn the_runtime_role_serves_but_cannot_rewrite_history_and_the_reader_only_
         assert_eq!(sqlstate(&mut reading, allowed).await, None, "{allowed}");
     }
     for refused in [
-        "INSERT INTO carmy.audit_log (actor, execution_id, action, before, after) VALUES ('r', 'e', 'late_arrival', '{}', '{}')",
+        "INSERT INTO carmy.audit_log (actor, principal, execution_id, action, before, after) VALUES ('r', 'p', 'e', 'late_arrival', '{}', '{}')",
         "UPDATE carmy.instances SET pid = 1",
         "DELETE FROM carmy.reservations",
         "SELECT * FROM carmy.prune_expired(interval '0', 1000)",

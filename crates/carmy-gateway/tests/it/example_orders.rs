@@ -102,12 +102,12 @@ async fn a_database_of_the_earlier_build_keeps_its_orders() {
     migrate(&db.url).await.unwrap();
     assert_eq!(
         versions(&pool).await,
-        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     );
     migrate(&db.url).await.unwrap();
     assert_eq!(
         versions(&pool).await,
-        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     );
 
     // The example tools find the table as it was and go on numbering.
@@ -121,19 +121,19 @@ async fn a_database_of_the_earlier_build_keeps_its_orders() {
     );
     assert_eq!(book.get("bob", 1).await.unwrap(), None);
 
-    // The store is ready on it, and the operator view uses the new function.
+    // The store is ready on it, and the operator view joins the leases (migration V14).
     let store = PostgresStore::connect(PostgresStoreOptions::new(&db.url))
         .await
         .unwrap();
     store.check_ready().await.unwrap();
-    let view_uses_function: bool = sqlx::query_scalar(
+    let view_joins_leases: bool = sqlx::query_scalar(
         "SELECT pg_get_viewdef('carmy.uncertain_executions'::regclass) \
-         LIKE '%carmy.in_flight_state(r.owner_instance)%'",
+         LIKE '%LEFT JOIN carmy.instances i%'",
     )
     .fetch_one(&pool)
     .await
     .unwrap();
-    assert!(view_uses_function);
+    assert!(view_joins_leases);
     store.shutdown().await.unwrap();
     pool.close().await;
 }
@@ -145,7 +145,7 @@ async fn a_fresh_database_gets_the_table_from_the_example_tools() {
     let pool = pool(&db).await;
     assert_eq!(
         versions(&pool).await,
-        vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+        vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     );
     let missing: bool = sqlx::query_scalar("SELECT to_regclass('carmy.example_orders') IS NULL")
         .fetch_one(&pool)
@@ -187,7 +187,7 @@ async fn a_fresh_database_gets_the_table_from_the_example_tools() {
     migrate(&db.url).await.unwrap();
     assert_eq!(
         versions(&pool).await,
-        vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+        vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
     );
     pool.close().await;
 }

@@ -55,7 +55,7 @@ macro_rules! reserve_batch_rows {
 /// A batch of outcomes: the `UPDATE` of [`super::COMPLETE_SQL`]'s rule for every row of `v`
 /// (`$values`: a `FROM` item with the columns principal, session_id, request_id, execution_id,
 /// fingerprint, fingerprint_version, state, outcome, error_code, attempt and slot), returning
-/// the `slot` of each row it updated.
+/// the `slot` of each row it updated and whether a replica waits for its outcome (`awaited`).
 macro_rules! complete_batch_update {
     ($values:literal) => {
         concat!(
@@ -69,7 +69,9 @@ macro_rules! complete_batch_update {
                AND r.execution_id = v.execution_id AND r.fingerprint = v.fingerprint \
                AND r.fingerprint_version = v.fingerprint_version \
                AND r.state = 'running' AND r.attempt = v.attempt \
-             RETURNING v.slot"
+             RETURNING v.slot, ",
+            awaited!("r"),
+            " AS awaited"
         )
     };
 }
@@ -92,7 +94,7 @@ pub const RESERVE_BATCH_SQL: &str =
 ///
 /// Binds: `$1`..`$9` arrays of equal length (`text[]`, `$9` with `NULL`s) and `$10` (`int4[]`,
 /// the attempts), as [`super::COMPLETE_SQL`]'s binds. Returns the `slot` (1-based input
-/// position, `bigint`) of every row it updated.
+/// position, `bigint`) of every row it updated, with `awaited` as [`super::COMPLETE_SQL`].
 pub const COMPLETE_BATCH_SQL: &str = complete_batch_update!(
     "unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
             $7::text[], $8::text[], $9::text[], $10::int4[]) WITH ORDINALITY \
@@ -109,8 +111,8 @@ pub const COMPLETE_BATCH_SQL: &str = complete_batch_update!(
 ///
 /// Binds: `$1`..`$9` as [`RESERVE_BATCH_SQL`]'s, `$10`..`$19` as [`COMPLETE_BATCH_SQL`]'s
 /// `$1`..`$10`. Returns rows with `kind` first: `reserve`, then the columns of
-/// [`RESERVE_BATCH_SQL`]'s rows; or `complete`, then the `slot` of an outcome recorded (the
-/// other columns `NULL`).
+/// [`RESERVE_BATCH_SQL`]'s rows; or `complete`, then the `slot` of an outcome recorded and,
+/// last, `awaited` (as [`COMPLETE_BATCH_SQL`]; the other columns `NULL`).
 pub const HOT_BATCH_SQL: &str = concat!(
     "WITH ",
     reserve_batch_ctes!(),
@@ -125,9 +127,9 @@ pub const HOT_BATCH_SQL: &str = concat!(
     " ), reserved AS ( ",
     reserve_batch_rows!(),
     " ) \
-     SELECT 'reserve' AS kind, reserved.* FROM reserved \
+     SELECT 'reserve' AS kind, reserved.*, NULL::boolean AS awaited FROM reserved \
      UNION ALL \
      SELECT 'complete', d.slot, NULL::boolean, NULL::text, NULL::text, NULL::text, NULL::text, \
-            NULL::text, NULL::text, NULL::text, NULL::text \
+            NULL::text, NULL::text, NULL::text, NULL::text, d.awaited \
      FROM done d"
 );

@@ -11,6 +11,7 @@
 mod common;
 
 mod cache;
+mod catalog;
 mod distribute;
 mod lease;
 mod migrations;

@@ -33,10 +33,11 @@ async fn migrate_twice_is_a_noop() {
             (10, "recovery_columns"),
             (11, "replay_cache_changes"),
             (12, "decision_limits"),
-            (13, "reconciliation")
+            (13, "reconciliation"),
+            (14, "distributable")
         ]
     );
-    assert_eq!(latest_migration_version(), 13);
+    assert_eq!(latest_migration_version(), 14);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -98,7 +99,7 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]);
+    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
     pool.close().await;
 }
 
@@ -106,8 +107,8 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
 async fn a_failing_migration_is_rolled_back_and_reported_with_its_cause() {
     let db = TestDb::migrated().await;
     let pool = db.pool().await;
-    // Forget version 4 while its objects stay: V4 now fails ("already exists").
-    sqlx::query("DELETE FROM carmy.refinery_schema_history WHERE version >= 4")
+    // Forget version 5 while its objects stay: V5 now fails ("already exists").
+    sqlx::query("DELETE FROM carmy.refinery_schema_history WHERE version >= 5")
         .execute(&pool)
         .await
         .unwrap();
@@ -115,8 +116,8 @@ async fn a_failing_migration_is_rolled_back_and_reported_with_its_cause() {
     assert!(matches!(error, MigrateError::Migration(_)), "{error:?}");
     let text = error.to_string();
     assert!(
-        text.contains("V4__in_flight_state")
-            && text.contains("function \"in_flight_state\" already exists"),
+        text.contains("V5__outcome_is_record")
+            && text.contains("function \"outcome_is_record\" already exists"),
         "{text}"
     );
     // Its transaction was rolled back (no history row), the lock is free.
@@ -125,7 +126,7 @@ async fn a_failing_migration_is_rolled_back_and_reported_with_its_cause() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3]);
+    assert_eq!(versions, vec![1, 3, 4]);
     let locks: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
          AND classid = 1667330669 AND objid = 2037213543 \
@@ -246,7 +247,8 @@ async fn schema_is_documented_and_constrained() {
         "{finished_without_outcome}"
     );
 
-    // The in-flight rule is one documented function, used by the operator view.
+    // Every function is documented; the in-flight rule is a semi-join, not a function
+    // (migration V14), and no trigger function is left.
     let functions: Vec<(String, String, bool)> = sqlx::query_as(
         "SELECT p.proname::text, p.provolatile::text, obj_description(p.oid, 'pg_proc') IS NOT NULL \
          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace AND n.nspname = 'carmy' \
@@ -255,17 +257,14 @@ async fn schema_is_documented_and_constrained() {
     .fetch_all(&pool)
     .await
     .unwrap();
-    // Every function is documented; the in-flight rule is stable, decisions are volatile.
     let expected = [
+        ("announce_change", "v"),
         ("decision_refused", "v"),
         ("decision_value_refused", "v"),
+        ("execution_principal", "s"),
         ("explain_undecided", "v"),
-        ("flag_contradicting_late_arrival", "v"),
-        ("in_flight_state", "s"),
         ("json_problem", "i"),
         ("jsonb_or_text", "i"),
-        ("notify_outcome_waiters", "v"),
-        ("notify_record_changed", "v"),
         ("outcome_is_record", "i"),
         ("prune_expired", "v"),
         ("prune_expired_step", "v"),
@@ -287,10 +286,8 @@ async fn schema_is_documented_and_constrained() {
             .fetch_one(&pool)
             .await
             .unwrap();
-    assert!(
-        view.contains("carmy.in_flight_state(r.owner_instance) AS in_flight_state"),
-        "{view}"
-    );
+    assert!(view.contains("LEFT JOIN carmy.instances i"), "{view}");
+    assert!(!view.contains("in_flight_state("), "{view}");
     pool.close().await;
 }
 

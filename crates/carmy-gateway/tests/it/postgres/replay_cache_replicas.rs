@@ -82,10 +82,18 @@ async fn a_row_deleted_by_sql_runs_as_new_on_every_replica_that_cached_it() {
     let first = finished_and_cached(&http, &a, &b, "deleted").await;
     let old = first["execution_id"].clone();
     let mut connection = db.connect().await;
-    sqlx::query("DELETE FROM carmy.reservations WHERE request_id = 'deleted'")
-        .execute(&mut connection)
-        .await
-        .unwrap();
+    // As docs/operations.md tells a DBA: the edit and its announcement in one transaction.
+    let announced: Vec<String> = sqlx::query_scalar(
+        "WITH gone AS ( \
+             DELETE FROM carmy.reservations WHERE request_id = 'deleted' \
+             RETURNING principal, session_id, request_id \
+         ) \
+         SELECT carmy.announce_change(principal, session_id, request_id)::text FROM gone",
+    )
+    .fetch_all(&mut connection)
+    .await
+    .unwrap();
+    assert_eq!(announced.len(), 1);
 
     let body = call("create_order", json!({"sku": "deleted"}), "deleted");
     let ran = until_answer(
@@ -126,16 +134,21 @@ async fn a_row_rewritten_by_sql_replays_its_new_outcome_on_every_replica() {
     let first = finished_and_cached(&http, &a, &b, "rewritten").await;
     let edited = json!({"order_id": 1, "sku": "rewritten", "quantity": 1, "edited": "by a DBA"});
     let mut connection = db.connect().await;
-    let updated = sqlx::query(
+    let updated: (String, String) = sqlx::query_as(
         "UPDATE carmy.reservations \
          SET outcome = jsonb_set(outcome::jsonb, '{data}', $1::jsonb)::text \
-         WHERE request_id = 'rewritten'",
+         WHERE request_id = 'rewritten' RETURNING principal, session_id",
     )
     .bind(edited.to_string())
-    .execute(&mut connection)
+    .fetch_one(&mut connection)
     .await
     .unwrap();
-    assert_eq!(updated.rows_affected(), 1);
+    sqlx::query("SELECT carmy.announce_change($1, $2, 'rewritten')")
+        .bind(&updated.0)
+        .bind(&updated.1)
+        .execute(&mut connection)
+        .await
+        .unwrap();
 
     let body = call("create_order", json!({"sku": "rewritten"}), "rewritten");
     for (name, replica) in [("a", &a), ("b", &b)] {

@@ -577,8 +577,9 @@ async fn late_arrivals_that_contradict_the_reconciler_are_flagged() {
     ];
     for (id, actor, action, state, late, expected) in cases {
         sqlx::query(
-            "INSERT INTO carmy.audit_log (actor, execution_id, action, before, after, note) \
-             VALUES ($1, $2, $3, '{}', jsonb_build_object('state', $4::text), 'decided')",
+            "INSERT INTO carmy.audit_log (actor, principal, execution_id, action, before, after, \
+                                         note) \
+             VALUES ($1, 'alice', $2, $3, '{}', jsonb_build_object('state', $4::text), 'decided')",
         )
         .bind(actor)
         .bind(id)
@@ -587,16 +588,21 @@ async fn late_arrivals_that_contradict_the_reconciler_are_flagged() {
         .execute(&mut connection)
         .await
         .unwrap();
-        sqlx::query(
-            "INSERT INTO carmy.audit_log (actor, execution_id, action, before, after, note) \
-             VALUES ('inst_owner', $1, 'late_arrival', '{}', \
-                     jsonb_build_object('state', $2::text), 'late')",
-        )
-        .bind(id)
-        .bind(late)
-        .execute(&mut connection)
-        .await
-        .unwrap();
+        // The gateway's own statement keeps the late outcome and computes the flag.
+        sqlx::query(carmy_postgres::sql::LATE_ARRIVAL_SQL)
+            .bind("alice")
+            .bind("default")
+            .bind(format!("r-{id}"))
+            .bind("inst_owner")
+            .bind(id)
+            .bind(late)
+            .bind(format!(
+                "{{\"execution_id\":\"{id}\",\"status\":\"{late}\"}}"
+            ))
+            .bind("late")
+            .execute(&mut connection)
+            .await
+            .unwrap();
         let flagged: Option<bool> = sqlx::query(
             "SELECT contradicts_decision FROM carmy.late_arrivals WHERE execution_id = $1",
         )
