@@ -387,6 +387,20 @@ mod tests {
     }
 
     #[test]
+    fn the_placements_are_the_store_s_layout() {
+        let of = |wanted: Placement| -> Vec<&str> {
+            CITUS_PLACEMENTS
+                .iter()
+                .filter(|(_, placement)| *placement == wanted)
+                .map(|(table, _)| *table)
+                .collect()
+        };
+        assert_eq!(of(Placement::ByPrincipal), crate::DISTRIBUTED_TABLES);
+        assert_eq!(of(Placement::Reference), crate::REFERENCE_TABLES);
+        assert_eq!(crate::DISTRIBUTION_COLUMN, "principal");
+    }
+
+    #[test]
     fn a_table_managed_otherwise_is_described() {
         let managed = Managed {
             kind: "distributed".to_owned(),
