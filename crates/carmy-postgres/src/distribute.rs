@@ -33,10 +33,8 @@ pub enum Placement {
 impl fmt::Display for Placement {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter.write_str(match self {
-            Placement::Reference => "a reference table",
-            Placement::ByPrincipal => {
-                "a table distributed by principal colocated with carmy.reservations"
-            }
+            Placement::Reference => "reference table",
+            Placement::ByPrincipal => "distributed by principal",
         })
     }
 }
@@ -93,7 +91,7 @@ pub enum DistributeError {
     },
     /// Citus already manages a table in another way than Carmy's layout (e.g. distributed by
     /// another column). Nothing was changed for that table and the ones after it.
-    #[error("cannot distribute {table}: Citus already manages it as {found} and Carmy needs {want}; undistribute it first (SELECT undistribute_table('{table}'))")]
+    #[error("cannot distribute {table}: Citus already manages it as {found}, Carmy's layout has it as {want}; undistribute it first (SELECT undistribute_table('{table}'))")]
     Mismatch {
         /// The table.
         table: &'static str,
@@ -206,7 +204,7 @@ async fn distribute_locked(
         };
         if !already {
             place(connection, table, placement).await?;
-            tracing::info!(table, %placement, "distributed table");
+            tracing::debug!(table, %placement, "placed table");
         }
         tables.push(TablePlacement {
             table,
