@@ -197,30 +197,48 @@ impl TestDb {
     }
 
     /// Waits (10 s at most) until exactly `expected` sessions of this database wait on a lock
-    /// (`pg_stat_activity.wait_event_type = 'Lock'`).
+    /// (`pg_stat_activity.wait_event_type = 'Lock'`); on Citus, summed over the coordinator's
+    /// and the workers' databases of this name.
     ///
     /// # Panics
     /// After 10 s, with `what` and the last count seen.
     pub async fn until_lock_waiters(&self, expected: i64, what: &str) {
-        let observer = PgPoolOptions::new()
-            .max_connections(1)
-            .connect(&self.url)
-            .await
-            .unwrap();
+        // On Citus a statement on a distributed table waits on the worker holding the shard:
+        // the sessions of the same-named database on every node are counted.
+        let mut urls = vec![self.url.clone()];
+        for worker_admin in &self.worker_admin_urls {
+            urls.push(with_database(worker_admin, &self.name).expect("a database URL"));
+        }
+        let mut observers = Vec::new();
+        for url in &urls {
+            observers.push(
+                PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(url)
+                    .await
+                    .unwrap(),
+            );
+        }
         eventually_eq(Duration::from_secs(10), what, expected, || {
-            let observer = observer.clone();
+            let observers = observers.clone();
             async move {
-                sqlx::query_scalar::<_, i64>(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                )
-                .fetch_one(&observer)
-                .await
-                .unwrap()
+                let mut waiting = 0;
+                for observer in &observers {
+                    waiting += sqlx::query_scalar::<_, i64>(
+                        "SELECT count(*) FROM pg_stat_activity \
+                         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    )
+                    .fetch_one(observer)
+                    .await
+                    .unwrap();
+                }
+                waiting
             }
         })
         .await;
-        observer.close().await;
+        for observer in observers {
+            observer.close().await;
+        }
     }
 }
 
