@@ -16,6 +16,14 @@ pub struct Args {
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
 
+    /// The workers (`host:port`, comma separated) of the Citus coordinator that
+    /// `--database-url` names: the benchmark's database is then also created on each worker,
+    /// with `CREATE EXTENSION citus` everywhere and the nodes registered, and migrated and
+    /// distributed by principal (as `carmy-gateway migrate --distribute citus`) before the
+    /// gateway starts. See bench/README.md.
+    #[arg(long, value_delimiter = ',', value_name = "HOST:PORT")]
+    pub citus_workers: Vec<String>,
+
     /// Seconds of each measurement (default 10; 2 with --quick). pgbench rounds up to whole
     /// seconds.
     #[arg(long)]
@@ -122,6 +130,9 @@ pub struct Args {
 pub enum Only {
     /// The pruning comparison.
     Pruning,
+    /// The main gateway alone: the pgbench ceilings, then new identities, replays and conflicts
+    /// at each `--concurrency` and the MCP rows; prints their table and writes `main.json`.
+    Main,
 }
 
 impl Args {
@@ -142,6 +153,23 @@ impl Args {
         } else {
             Duration::from_secs(2)
         }
+    }
+
+    /// The `--citus-workers` as `(host, port)`.
+    ///
+    /// # Errors
+    /// A text naming an entry that is not `host:port`.
+    pub fn citus_workers(&self) -> Result<Vec<(String, u16)>, String> {
+        self.citus_workers
+            .iter()
+            .map(|worker| {
+                worker
+                    .trim()
+                    .rsplit_once(':')
+                    .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)))
+                    .ok_or_else(|| format!("--citus-workers: {worker:?} is not host:port"))
+            })
+            .collect()
     }
 
     /// Rows of the pruning comparison.

@@ -9,10 +9,13 @@ use std::time::Instant;
 /// `PGSTAT_IDLE_INTERVAL` (10 s) and a margin.
 pub const STATS_SETTLE: std::time::Duration = std::time::Duration::from_millis(10_500);
 
-/// A database `carmy_bench_<random>` on the server of the URL given on the command line.
+/// A database `carmy_bench_<random>` on the server of the URL given on the command line (and,
+/// on Citus, on its workers).
 pub struct BenchDb {
     /// The server URL the benchmark was given (its database is used to create and drop ours).
     admin_url: String,
+    /// On Citus, the workers' admin URLs: they hold a database of the same name.
+    worker_admin_urls: Vec<String>,
     /// The URL of our database.
     pub url: String,
     /// Its name.
@@ -72,8 +75,11 @@ pub struct ServerInfo {
 }
 
 impl BenchDb {
-    /// Creates `carmy_bench_<random>` on the server of `admin_url`.
-    pub async fn create(admin_url: &str) -> Result<Self, String> {
+    /// Creates `carmy_bench_<random>` on the server of `admin_url`. With Citus `workers`
+    /// (`(host, port)`; `admin_url` then reaches the coordinator), also on each worker, with the
+    /// extension and the nodes registered ([`carmy_test_support::add_citus`]), then migrates and
+    /// distributes it ([`carmy_postgres::distribute`]): the gateway finds it ready.
+    pub async fn create(admin_url: &str, workers: &[(String, u16)]) -> Result<Self, String> {
         let name = format!("carmy_bench_{}", uuid::Uuid::new_v4().simple());
         let mut admin = PgConnection::connect(admin_url)
             .await
@@ -82,12 +88,44 @@ impl BenchDb {
             .execute(&mut admin)
             .await
             .map_err(|error| format!("cannot create database {name}: {error}"))?;
-        Ok(Self {
+        let mut database = Self {
             admin_url: admin_url.to_owned(),
+            worker_admin_urls: Vec::new(),
             url: carmy_test_support::with_database(admin_url, &name)
                 .map_err(|error| format!("invalid database URL: {error}"))?,
             name,
-        })
+        };
+        if !workers.is_empty() {
+            if let Err(error) = database.distribute(workers).await {
+                let _ = database.drop_db().await;
+                return Err(error);
+            }
+        }
+        Ok(database)
+    }
+
+    /// On Citus: the database on the workers, migrated and distributed.
+    async fn distribute(&mut self, workers: &[(String, u16)]) -> Result<(), String> {
+        self.worker_admin_urls =
+            carmy_test_support::add_citus(&self.admin_url, &self.name, workers).await?;
+        carmy_postgres::migrate(&self.url)
+            .await
+            .map_err(|error| error.to_string())?;
+        let report = carmy_postgres::distribute(&self.url, carmy_postgres::Distribution::Citus)
+            .await
+            .map_err(|error| error.to_string())?;
+        eprintln!(
+            "database {} distributed on Citus {} over {} workers",
+            self.name,
+            report.citus_version,
+            workers.len()
+        );
+        Ok(())
+    }
+
+    /// Whether the database is on Citus (`--citus-workers`).
+    pub fn is_citus(&self) -> bool {
+        !self.worker_admin_urls.is_empty()
     }
 
     /// A new connection to our database.
@@ -97,19 +135,21 @@ impl BenchDb {
             .map_err(|error| format!("cannot connect to {}: {error}", self.name))
     }
 
-    /// Drops the database, ending leftover sessions.
+    /// Drops the database (the coordinator's first, then the workers'), ending leftover
+    /// sessions.
     pub async fn drop_db(&self) -> Result<(), String> {
-        let mut admin = PgConnection::connect(&self.admin_url)
-            .await
-            .map_err(|error| format!("cannot connect to drop {}: {error}", self.name))?;
-        sqlx::raw_sql(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        ))
-        .execute(&mut admin)
-        .await
-        .map(drop)
-        .map_err(|error| format!("cannot drop {}: {error}", self.name))
+        for admin_url in std::iter::once(&self.admin_url).chain(&self.worker_admin_urls) {
+            carmy_test_support::drop_database(admin_url, &self.name)
+                .await
+                .map_err(|error| {
+                    format!(
+                        "cannot drop {} on {}: {error}",
+                        self.name,
+                        redact(admin_url)
+                    )
+                })?;
+        }
+        Ok(())
     }
 
     /// Server settings that matter for the figures.

@@ -21,7 +21,9 @@
 //! 10. counts the gateway's instructions per call under callgrind (unless `--no-callgrind`);
 //! 11. prints the table and the targets and writes `bench/results/latest.json` and `latest.png`.
 //!
-//! It exits 0 even when a target fails, unless `--strict` is given. See `bench/README.md`.
+//! It exits 0 even when a target fails, unless `--strict` is given. `--only main` runs steps
+//! 1-4 alone; `--citus-workers` runs on a Citus cluster (the database distributed by
+//! principal before the gateway starts). See `bench/README.md`.
 
 mod callgrind;
 mod chart;
@@ -70,21 +72,29 @@ async fn main() -> ExitCode {
         Ok(path) => path,
         Err(error) => return fail(&error),
     };
-    let database = match BenchDb::create(&args.database_url).await {
+    let workers = match args.citus_workers() {
+        Ok(workers) => workers,
+        Err(error) => return fail(&error),
+    };
+    let database = match BenchDb::create(&args.database_url, &workers).await {
         Ok(database) => database,
         Err(error) => return fail(&error),
     };
     eprintln!("database {} created", database.name);
     if args.only == Some(cli::Only::Pruning) {
         let outcome = pruning_only(&args, &gateway_binary, &database).await;
-        if args.keep_database {
-            eprintln!("database {} kept (--keep-database)", database.name);
-        } else if let Err(error) = database.drop_db().await {
-            eprintln!("warning: {error}");
-        }
+        finish_database(&args, &database).await;
         return match outcome {
             Ok(failed) if failed && args.strict => ExitCode::FAILURE,
             Ok(_) => ExitCode::SUCCESS,
+            Err(error) => fail(&error),
+        };
+    }
+    if args.only == Some(cli::Only::Main) {
+        let outcome = main_only(&args, &gateway_binary, &pgbench_binary, &database).await;
+        finish_database(&args, &database).await;
+        return match outcome {
+            Ok(()) => ExitCode::SUCCESS,
             Err(error) => fail(&error),
         };
     }
@@ -96,11 +106,7 @@ async fn main() -> ExitCode {
         load_before,
     )
     .await;
-    if args.keep_database {
-        eprintln!("database {} kept (--keep-database)", database.name);
-    } else if let Err(error) = database.drop_db().await {
-        eprintln!("warning: {error}");
-    }
+    finish_database(&args, &database).await;
     let report = match outcome {
         Ok(report) => report,
         Err(error) => return fail(&error),
@@ -120,6 +126,90 @@ async fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// Drops the benchmark's database, unless `--keep-database`.
+async fn finish_database(args: &Args, database: &BenchDb) {
+    if args.keep_database {
+        eprintln!("database {} kept (--keep-database)", database.name);
+    } else if let Err(error) = database.drop_db().await {
+        eprintln!("warning: {error}");
+    }
+}
+
+/// `--only main`: the main gateway's measurements alone (the pgbench ceilings, new identities,
+/// replays and conflicts at each concurrency, the MCP rows); prints their table and writes
+/// `main.json`.
+async fn main_only(
+    args: &Args,
+    gateway_binary: &Path,
+    pgbench_binary: &Path,
+    database: &BenchDb,
+) -> Result<(), String> {
+    let has_cache = gateway::has_setting(gateway_binary, "CARMY_REPLAY_CACHE_ENTRIES");
+    let has_ttl = gateway::has_setting(gateway_binary, "CARMY_REPLAY_CACHE_TTL_MS");
+    let env = main_env(args, has_cache, has_ttl);
+    let main = measure::main_gateway(args, gateway_binary, pgbench_binary, database, &env).await?;
+    let server = if database.is_citus() {
+        format!(
+            "Citus coordinator with {} workers, PostgreSQL {}",
+            args.citus_workers.len(),
+            main.server.version
+        )
+    } else {
+        format!("PostgreSQL {}", main.server.version)
+    };
+    let mut out = format!(
+        "carmy-bench --only main: {} CPUs shared by gateway, {server} and load; fsync={} \
+         synchronous_commit={} shared_buffers={}; gateway pool {} connections, replay cache {}, \
+         {:.1} s per measurement after {:.1} s warm-up\n",
+        cpu::cpus(),
+        main.server.fsync,
+        main.server.synchronous_commit,
+        main.server.shared_buffers,
+        args.pool_size,
+        replay_cache_label(args, has_cache, has_ttl),
+        args.measure().as_secs_f64(),
+        args.warmup().as_secs_f64(),
+    );
+    report::write_main_table(
+        &mut out,
+        [&main.pgbench_new, &main.pgbench_new_c1, &main.pgbench_read],
+        &main.runs,
+        main.lone_caller.as_ref(),
+    );
+    print!("{out}");
+    let out_dir = args.out_dir();
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|error| format!("cannot create {}: {error}", out_dir.display()))?;
+    let path = out_dir.join("main.json");
+    let json = serde_json::json!({
+        "command": command_line(),
+        "server": main.server,
+        "citus_workers": args.citus_workers,
+        "pgbench_new_identity": main.pgbench_new,
+        "pgbench_new_identity_c1": main.pgbench_new_c1,
+        "pgbench_read_one": main.pgbench_read,
+        "runs": main.runs,
+        "lone_caller": main.lone_caller,
+    });
+    let text = serde_json::to_string_pretty(&json).map_err(|error| error.to_string())?;
+    std::fs::write(&path, text + "\n")
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// The environment of the main gateway: [`gateway_env`] and the replay cache's long TTL.
+fn main_env(args: &Args, has_cache: bool, has_ttl: bool) -> Vec<(&'static str, String)> {
+    let mut env = gateway_env(args, has_cache);
+    if has_cache && has_ttl {
+        env.push((
+            "CARMY_REPLAY_CACHE_TTL_MS",
+            args.replay_cache_ttl_ms.to_string(),
+        ));
+    }
+    env
 }
 
 /// `--only pruning`: the pruning comparison alone, on a database a gateway migrated first;
@@ -214,13 +304,7 @@ async fn run(
 ) -> Result<Report, String> {
     let has_cache = gateway::has_setting(gateway_binary, "CARMY_REPLAY_CACHE_ENTRIES");
     let has_ttl = gateway::has_setting(gateway_binary, "CARMY_REPLAY_CACHE_TTL_MS");
-    let mut main_env = gateway_env(args, has_cache);
-    if has_cache && has_ttl {
-        main_env.push((
-            "CARMY_REPLAY_CACHE_TTL_MS",
-            args.replay_cache_ttl_ms.to_string(),
-        ));
-    }
+    let main_env = main_env(args, has_cache, has_ttl);
     let main =
         measure::main_gateway(args, gateway_binary, pgbench_binary, database, &main_env).await?;
     let mut runs = main.runs;

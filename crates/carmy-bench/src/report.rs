@@ -4,6 +4,7 @@ mod cost;
 mod render;
 mod targets;
 
+pub use render::write_main_table;
 pub use targets::pruning_target;
 
 use crate::db::ServerInfo;
@@ -204,18 +205,28 @@ pub struct Report {
     pub targets: Vec<Target>,
 }
 
+/// The ceiling `scenario` is compared with (TPS): pgbench `new_identity.sql` for new
+/// identities, `read_one.sql` for replays and conflicts.
+pub fn ceiling_of(
+    new_identity: &PgbenchResult,
+    read_one: &PgbenchResult,
+    scenario: Scenario,
+) -> f64 {
+    match scenario {
+        Scenario::NewIdentity
+        | Scenario::McpNewIdentity
+        | Scenario::UpstreamDirect
+        | Scenario::HttpTool => new_identity.tps,
+        Scenario::Replay | Scenario::Conflict | Scenario::McpReplay | Scenario::McpPing => {
+            read_one.tps
+        }
+    }
+}
+
 impl Report {
     /// The ceiling a scenario is compared with (TPS).
     pub fn ceiling(&self, scenario: Scenario) -> f64 {
-        match scenario {
-            Scenario::NewIdentity
-            | Scenario::McpNewIdentity
-            | Scenario::UpstreamDirect
-            | Scenario::HttpTool => self.pgbench_new_identity.tps,
-            Scenario::Replay | Scenario::Conflict | Scenario::McpReplay | Scenario::McpPing => {
-                self.pgbench_read_one.tps
-            }
-        }
+        ceiling_of(&self.pgbench_new_identity, &self.pgbench_read_one, scenario)
     }
 
     /// The run of `scenario` at `concurrency` with the replay cache on or off, group commit on.

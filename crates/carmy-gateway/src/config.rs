@@ -262,8 +262,9 @@ pub struct Config {
 pub enum Command {
     /// Serve the API (the default).
     Serve,
-    /// Apply the database migrations under the migration lock, then exit; optionally grant
-    /// the least-privilege roles (docs/semantics.md §14.2). Run it as the schema's owner.
+    /// Apply the database migrations under the migration lock, then exit; optionally spread
+    /// the schema over Citus nodes (docs/scale.md) and grant the least-privilege roles
+    /// (docs/semantics.md §14.2). Run it as the schema's owner.
     Migrate(MigrateArgs),
     /// Validate the tools file (and reach each MCP server), print the tool table with secrets
     /// masked, then exit without serving.
@@ -286,6 +287,28 @@ pub struct MigrateArgs {
     /// schema carmy, and nothing else.
     #[arg(long, value_name = "ROLE")]
     pub grant_reader: Option<String>,
+    /// After migrating, spread the schema over the nodes of this engine, by principal
+    /// (docs/scale.md); run against the Citus coordinator, whose database has `CREATE
+    /// EXTENSION citus` and its workers. Checked before migrating: without the extension
+    /// nothing is changed. Repeatable.
+    #[arg(long, value_enum, value_name = "ENGINE")]
+    pub distribute: Option<DistributeEngine>,
+}
+
+/// The engines of `carmy-gateway migrate --distribute`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DistributeEngine {
+    /// Citus: reservations, released executions and the audit log distributed by principal,
+    /// instances and outcome waiters as reference tables.
+    Citus,
+}
+
+impl From<DistributeEngine> for carmy_postgres::Distribution {
+    fn from(engine: DistributeEngine) -> Self {
+        match engine {
+            DistributeEngine::Citus => carmy_postgres::Distribution::Citus,
+        }
+    }
 }
 
 /// How logs are written to standard error.

@@ -52,6 +52,10 @@ pub enum GatewayError {
     /// Migrations failed.
     #[error(transparent)]
     Migrate(#[from] carmy_postgres::MigrateError),
+    /// `migrate --distribute` refused (no Citus, schema behind) or failed; its text says what
+    /// to do.
+    #[error(transparent)]
+    Distribute(#[from] carmy_postgres::DistributeError),
     /// The database cannot be reached.
     #[error("database: {0}")]
     Database(String),
@@ -375,6 +379,22 @@ async fn grant_roles(url: &str, args: &MigrateArgs) -> Result<(), GatewayError> 
     Ok(())
 }
 
+/// `migrate --distribute` (docs/scale.md): distributes the migrated schema and logs, per table,
+/// where its rows now live.
+async fn distribute(url: &str, engine: carmy_postgres::Distribution) -> Result<(), GatewayError> {
+    let report = carmy_postgres::distribute(url, engine).await?;
+    for table in &report.tables {
+        tracing::info!(
+            table = table.table,
+            placement = %table.placement,
+            already = table.already,
+            "table placed"
+        );
+    }
+    tracing::info!(citus = report.citus_version, "schema distributed");
+    Ok(())
+}
+
 /// The engine's settings from the gateway's.
 fn engine_config(config: &Config) -> EngineConfig {
     EngineConfig {
@@ -466,6 +486,11 @@ pub async fn main_with_args(
             eprintln!("carmy-gateway: {message}");
             ExitCode::FAILURE
         }
+        // As plain a line: the operator's to act on (install Citus, migrate first).
+        Err(GatewayError::Distribute(error)) => {
+            eprintln!("carmy-gateway: {error}");
+            ExitCode::FAILURE
+        }
         Err(error) => {
             tracing::error!(%error, "carmy-gateway failed");
             ExitCode::FAILURE
@@ -484,11 +509,18 @@ async fn run(config: Config) -> Result<ExitCode, GatewayError> {
                 .ok_or(GatewayError::NoDatabase)?;
             // Migrations hold a session lock: the session URL when there is one (§14.3).
             let url = config.database_session_url.as_deref().unwrap_or(url);
+            // A distribution that would be refused is refused before anything changes.
+            if let Some(engine) = args.distribute {
+                carmy_postgres::check_distribution(url, engine.into()).await?;
+            }
             carmy_postgres::migrate(url).await?;
             tracing::info!(
                 version = carmy_postgres::latest_migration_version(),
                 "migrations applied"
             );
+            if let Some(engine) = args.distribute {
+                distribute(url, engine.into()).await?;
+            }
             grant_roles(url, &args).await?;
             Ok(ExitCode::SUCCESS)
         }

@@ -38,7 +38,8 @@
 //! through one), `replication` (synchronous standbys, §14), `reconcile` (claims and
 //! evidence of reconciliation probes, §12.10), `prune` (retention, docs/semantics.md §12.9:
 //! `carmy.prune_expired` of
-//! migration `V9`, one replica at a time).
+//! migration `V9`, one replica at a time), `distribute` ([`distribute`]: the schema spread over
+//! Citus nodes by principal, docs/scale.md).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -63,6 +64,7 @@ mod combined;
 mod decide;
 mod decode;
 mod diagnosis;
+mod distribute;
 mod failure;
 mod grants;
 mod grouped;
@@ -85,6 +87,10 @@ mod store;
 mod waiters;
 
 pub use cancel::{CANCEL_CHANNEL, CHANGED_CHANNEL, DECIDED_CHANNEL, RECORDED_CHANNEL};
+pub use distribute::{
+    check_distribution, distribute, DistributeError, DistributeReport, Distribution, Placement,
+    TablePlacement, CITUS_PLACEMENTS,
+};
 pub use grants::{grant_reader, grant_runtime, GrantError, READER_GRANTS_SQL, RUNTIME_GRANTS_SQL};
 pub use migrate::{
     latest_migration_version, migrate, MigrateError, MIGRATION_LOCK_KEY, MIGRATION_TABLE,

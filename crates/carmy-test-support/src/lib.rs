@@ -4,7 +4,7 @@
 //!
 //! | module | what |
 //! | --- | --- |
-//! | [`db`] | the server of `DATABASE_URL`, [`with_database`], [`TestDb`] (a database of its own per test, dropped on `Drop`) |
+//! | [`db`] | the server of `DATABASE_URL`, [`with_database`], [`TestDb`] (a database of its own per test, dropped on `Drop`; on a Citus cluster with `CARMY_TEST_CITUS_WORKERS`, distributed) |
 //! | [`poll`] | [`eventually`] / [`eventually_eq`]: polls with a deadline that fail with what they last saw |
 //! | [`in_process`] | the real gateway router, built by `carmy_gateway::build` from gateway flags |
 //! | [`replica`] | real `carmy-gateway` processes (start, SIGKILL, SIGTERM, restart) |
@@ -13,6 +13,13 @@
 //! | [`pgbouncer`] | [`Bouncer`]: a real PgBouncer in session or transaction mode |
 //! | [`cluster`] | throwaway PostgreSQL clusters from the installed binaries, optionally with TLS |
 //! | [`tls`] | a CA and a server certificate made at test time |
+//!
+//! Environment: `DATABASE_URL` (the server, default [`db::DEFAULT_DATABASE_URL`]);
+//! `CARMY_TEST_CITUS_WORKERS` ([`db::CITUS_WORKERS_ENV`]): the `host:port` of Citus workers,
+//! comma separated, with `DATABASE_URL` naming their coordinator — every [`TestDb`] then is a
+//! Citus database with those workers and [`TestDb::migrated`] distributes the schema
+//! (`carmy_postgres::distribute`), so the existing tests run on Citus unchanged;
+//! [`TestDb::create_plain`] opts out. Unset, nothing changes.
 //!
 //! Everything but [`poll`] needs the default feature `full`; the core crate's tests use the polls
 //! alone (`default-features = false`) and so build no gateway, sqlx or rmcp.
@@ -38,7 +45,9 @@ pub mod tls;
 #[cfg(feature = "full")]
 pub use cluster::Cluster;
 #[cfg(feature = "full")]
-pub use db::{server_url, with_database, TestDb};
+pub use db::{
+    add_citus, citus_workers, drop_database, server_url, with_address, with_database, TestDb,
+};
 #[cfg(feature = "full")]
 pub use http::{
     call, client, metric, post, post_text, request, spawn_post, spawn_post_unanswered, tool_runs,

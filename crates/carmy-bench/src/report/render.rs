@@ -4,7 +4,9 @@
 use super::{Report, NOISY_OTHER_PERCENT};
 use crate::cpu;
 use crate::format::{ms, rows, thousands};
+use crate::load::RunResult;
 use crate::load::Scenario;
+use crate::pgbench::PgbenchResult;
 use crate::wire::Counts;
 use std::fmt::Write as _;
 
@@ -56,74 +58,16 @@ impl Report {
 
     /// The throughput table: the pgbench ceilings, every run, the flatness steps.
     fn render_table(&self, out: &mut String) {
-        let _ = writeln!(out);
-        let _ = writeln!(
+        write_main_table(
             out,
-            "{:<34} {:>4} {:>9} {:>8} {:>8} {:>7} {:>8}  {:<22} CPU in % of one core",
-            "scenario",
-            "c",
-            "calls/s",
-            "p50 ms",
-            "p99 ms",
-            "errors",
-            "commits",
-            "vs pgbench ceiling"
+            [
+                &self.pgbench_new_identity,
+                &self.pgbench_new_identity_c1,
+                &self.pgbench_read_one,
+            ],
+            &self.runs,
+            self.lone_caller.as_ref(),
         );
-        for ceiling in [
-            &self.pgbench_new_identity,
-            &self.pgbench_new_identity_c1,
-            &self.pgbench_read_one,
-        ] {
-            let versus = if ceiling.clients == 1 {
-                "(floor at c=1)"
-            } else {
-                "(ceiling)"
-            };
-            TableRow {
-                label: format!("pgbench {}", ceiling.script.trim_end_matches(".sql")),
-                concurrency: u64::from(ceiling.clients),
-                per_second: ceiling.tps,
-                p50_ms: ceiling.p50_ms,
-                p99_ms: ceiling.p99_ms,
-                errors: ceiling.failed,
-                // The script is two autocommitted statements: two commits per transaction.
-                commits: Some(2.0),
-                versus: versus.to_owned(),
-                cpu: ceiling.cpu.as_ref(),
-            }
-            .write(out);
-        }
-        for run in &self.runs {
-            let ceiling = match run.scenario {
-                Scenario::NewIdentity
-                | Scenario::McpNewIdentity
-                | Scenario::UpstreamDirect
-                | Scenario::HttpTool => "new_identity",
-                Scenario::Replay | Scenario::Conflict | Scenario::McpReplay | Scenario::McpPing => {
-                    "read_one"
-                }
-            };
-            TableRow {
-                label: run.label(),
-                versus: format!(
-                    "{:.2} x {ceiling}",
-                    run.calls_per_second / self.ceiling(run.scenario)
-                ),
-                ..TableRow::of(run)
-            }
-            .write(out);
-        }
-        for run in self.lone_caller.iter().flatten() {
-            TableRow {
-                label: format!("{}, alternating", run.label()),
-                versus: format!(
-                    "{:.2} x new_identity",
-                    run.calls_per_second / self.ceiling(run.scenario)
-                ),
-                ..TableRow::of(run)
-            }
-            .write(out);
-        }
         self.render_flatness_rows(out);
         self.render_upstream_rows(out);
     }
@@ -345,6 +289,75 @@ impl super::Target {
             self.name,
             self.figure
         )
+    }
+}
+
+/// The head of the throughput table: the pgbench ceilings (`new_identity`, the same with one
+/// client, `read_one`), every run and the lone caller's pair, each run beside its ceiling.
+/// [`Report::render`] adds the flatness and upstream rows; `--only main` prints it alone.
+pub fn write_main_table(
+    out: &mut String,
+    ceilings: [&PgbenchResult; 3],
+    runs: &[RunResult],
+    lone_caller: Option<&[RunResult; 2]>,
+) {
+    let [new_identity, _, read_one] = ceilings;
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<34} {:>4} {:>9} {:>8} {:>8} {:>7} {:>8}  {:<22} CPU in % of one core",
+        "scenario", "c", "calls/s", "p50 ms", "p99 ms", "errors", "commits", "vs pgbench ceiling"
+    );
+    for ceiling in ceilings {
+        let versus = if ceiling.clients == 1 {
+            "(floor at c=1)"
+        } else {
+            "(ceiling)"
+        };
+        TableRow {
+            label: format!("pgbench {}", ceiling.script.trim_end_matches(".sql")),
+            concurrency: u64::from(ceiling.clients),
+            per_second: ceiling.tps,
+            p50_ms: ceiling.p50_ms,
+            p99_ms: ceiling.p99_ms,
+            errors: ceiling.failed,
+            // The script is two autocommitted statements: two commits per transaction.
+            commits: Some(2.0),
+            versus: versus.to_owned(),
+            cpu: ceiling.cpu.as_ref(),
+        }
+        .write(out);
+    }
+    for run in runs {
+        let ceiling = match run.scenario {
+            Scenario::NewIdentity
+            | Scenario::McpNewIdentity
+            | Scenario::UpstreamDirect
+            | Scenario::HttpTool => "new_identity",
+            Scenario::Replay | Scenario::Conflict | Scenario::McpReplay | Scenario::McpPing => {
+                "read_one"
+            }
+        };
+        TableRow {
+            label: run.label(),
+            versus: format!(
+                "{:.2} x {ceiling}",
+                run.calls_per_second / super::ceiling_of(new_identity, read_one, run.scenario)
+            ),
+            ..TableRow::of(run)
+        }
+        .write(out);
+    }
+    for run in lone_caller.into_iter().flatten() {
+        TableRow {
+            label: format!("{}, alternating", run.label()),
+            versus: format!(
+                "{:.2} x new_identity",
+                run.calls_per_second / super::ceiling_of(new_identity, read_one, run.scenario)
+            ),
+            ..TableRow::of(run)
+        }
+        .write(out);
     }
 }
 

@@ -1,6 +1,7 @@
 //! Tests of the migrations and of `PostgresStore` against a real PostgreSQL, in one binary, by
 //! concern. Checks every store must pass live in the conformance suite (`tests/conformance.rs`,
-//! `carmy::conformance`); these are PostgreSQL's own: rows, migrations, leases, TLS.
+//! `carmy::conformance`); these are PostgreSQL's own: rows, migrations, leases, TLS, Citus
+//! distribution.
 //!
 //! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`) names a server and a
 //! role that may create databases. Every test creates its own database `carmy_test_<uuid>` and
@@ -11,6 +12,7 @@ mod common;
 
 mod cache;
 mod catalog;
+mod distribute;
 mod lease;
 mod migrations;
 mod outcomes;

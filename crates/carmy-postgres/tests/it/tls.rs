@@ -26,10 +26,10 @@ async fn uses_tls(pool: &PgPool) -> bool {
 }
 
 /// A TLS cluster (`ssl = on`, a certificate for `localhost` and 127.0.0.1 made by a CA made
-/// now) and a database of its own on it.
+/// now) and a database of its own on it (plain even on a Citus run: the cluster has no Citus).
 async fn tls_cluster() -> (Cluster, TestDb) {
     let cluster = Cluster::start_with_tls();
-    let db = TestDb::create_on(&cluster.url()).await;
+    let db = TestDb::create_plain_on(&cluster.url()).await;
     (cluster, db)
 }
 
@@ -75,7 +75,7 @@ async fn sslmode_require_encrypts_migrations_and_the_store() {
 async fn sslmode_require_fails_on_a_server_without_tls() {
     // Never a silent downgrade: on a server with `ssl = off`, `require` fails.
     let cluster = Cluster::start();
-    let db = TestDb::create_on(&cluster.url()).await;
+    let db = TestDb::create_plain_on(&cluster.url()).await;
     let url = with_sslmode(&db.url, "require");
     let error = migrate(&url).await.unwrap_err();
     assert!(matches!(error, MigrateError::Connect(_)), "{error:?}");

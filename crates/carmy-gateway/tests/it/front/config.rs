@@ -89,6 +89,7 @@ fn migrate_help_lists_only_the_options_migrate_reads() {
         [
             "grant-runtime",
             "grant-reader",
+            "distribute",
             "database-url",
             "database-session-url",
             "log-format"

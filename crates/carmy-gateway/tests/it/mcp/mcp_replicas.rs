@@ -14,7 +14,7 @@ fn mcp(replica: &Replica) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_call_whose_replica_dies_is_interrupted_on_the_other() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let env = [
         ("DATABASE_URL", db.url.as_str()),
         ("CARMY_LEASE_TTL_MS", "1500"),
@@ -81,7 +81,7 @@ fn settled(result: &rmcp::model::CallToolResult) -> Option<(bool, Value)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifty_identical_calls_over_two_replicas_run_once() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let env = [("DATABASE_URL", db.url.as_str())];
     let a = Replica::start("mcp50-a", &env);
     let b = Replica::start("mcp50-b", &env);

@@ -54,7 +54,7 @@ fn without_replayed(mut body: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn k06_conflict_on_every_path() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let (mut a, b) = two_replicas(&db, &[]).await;
     let http = client();
     let (status, done) = post(&http, &a, &call("create_order", json!({"sku": "A"}), "r6")).await;
@@ -96,7 +96,7 @@ async fn k06_conflict_on_every_path() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn k09_fifty_concurrent_duplicates_over_two_replicas_run_once() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let (a, b) = two_replicas(&db, &[]).await;
     let http = client();
     let body = call("create_order", json!({"sku": "K09"}), "r9");
@@ -181,7 +181,7 @@ async fn begin_foreign_reservation(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn k10_losing_the_insert_race_waits_and_never_500s() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let (a, b) = two_replicas(&db, &[]).await;
     let http = client();
     let arguments = json!({"sku": "K10"});
@@ -221,7 +221,7 @@ async fn k10_losing_the_insert_race_waits_and_never_500s() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn k11_process_death_is_uncertain_forever_and_never_reruns() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let settings = [("CARMY_LEASE_TTL_MS", "1500")];
     let (mut a, b) = two_replicas(&db, &settings).await;
     let http = client();
@@ -306,7 +306,7 @@ async fn client_disconnect_is_replayed(replica: &Replica) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn k12_client_disconnect_does_not_drop_the_work() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let (a, _b) = two_replicas(&db, &[]).await;
     client_disconnect_is_replayed(&a).await;
     let state: String =
@@ -332,7 +332,7 @@ async fn k12_client_disconnect_does_not_drop_the_work() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn k13_nul_characters_and_big_numbers_are_stored_losslessly() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let (a, b) = two_replicas(&db, &[]).await;
     let http = client();
     let body = r#"{"tool":"echo","request_id":"r13","arguments":{"note":"a\u0000b","big":123456789012345678901234567890,"f":1.5e300}}"#;
@@ -360,7 +360,7 @@ async fn k13_nul_characters_and_big_numbers_are_stored_losslessly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn k14_oversized_results_are_recorded_as_too_large_and_never_rerun() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let (a, b) = two_replicas(&db, &[("CARMY_MAX_RESULT_BYTES", "1000")]).await;
     let http = client();
     // {"s":"xxx…"} is 8 bytes plus the string.
@@ -401,7 +401,7 @@ async fn k14_oversized_results_are_recorded_as_too_large_and_never_rerun() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn k15_k20_replays_are_faithful_across_replicas_and_restarts() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let (mut a, mut b) = two_replicas(&db, &[]).await;
     let http = client();
     let calls = [
@@ -506,4 +506,39 @@ async fn migrate_command_and_readiness() {
         .await
         .unwrap();
     assert_eq!(applied, carmy_postgres::latest_migration_version());
+}
+
+/// `migrate --distribute citus` on a database without the citus extension (plain PostgreSQL):
+/// exit code 1, one line saying what to do, and the database untouched — the check comes
+/// before the migrations (docs/scale.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrate_distribute_without_citus_is_refused_before_anything_changes() {
+    let db = TestDb::create_plain().await;
+    let output = std::process::Command::new(carmy_test_support::replica::gateway_binary())
+        .args(["migrate", "--distribute", "citus"])
+        .env("DATABASE_URL", &db.url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(output.stderr).unwrap(),
+        format!(
+            "carmy-gateway: cannot distribute on Citus: the citus extension is not installed in \
+             database \"{}\"; install Citus on every node and run CREATE EXTENSION citus in this \
+             database on each of them, then add the workers (see docs/scale.md)\n",
+            db.name
+        )
+    );
+    assert!(output.stdout.is_empty());
+    // Nothing was migrated: no schema carmy, no table of its own.
+    let (schema, relations): (Option<String>, i64) = sqlx::query_as(
+        "SELECT to_regnamespace('carmy')::text, \
+                (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast'))",
+    )
+    .fetch_one(&mut db.connect().await)
+    .await
+    .unwrap();
+    assert_eq!((schema, relations), (None, 0));
 }

@@ -76,7 +76,7 @@ async fn until_answer(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_row_deleted_by_sql_runs_as_new_on_every_replica_that_cached_it() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let (a, b) = two_cached_replicas(&db);
     let http = client();
     let first = finished_and_cached(&http, &a, &b, "deleted").await;
@@ -128,7 +128,7 @@ async fn a_row_deleted_by_sql_runs_as_new_on_every_replica_that_cached_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_row_rewritten_by_sql_replays_its_new_outcome_on_every_replica() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let (a, b) = two_cached_replicas(&db);
     let http = client();
     let first = finished_and_cached(&http, &a, &b, "rewritten").await;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_drains_then_records_cancelled() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let env = [
         ("DATABASE_URL", db.url.as_str()),
         ("CARMY_DRAIN_MS", "1500"),
@@ -68,7 +68,7 @@ async fn sigterm_drains_then_records_cancelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancel_reaches_the_replica_that_runs_the_execution() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let env = [("DATABASE_URL", db.url.as_str())];
     let a = Replica::start("cancel-a", &env);
     let b = Replica::start("cancel-b", &env);

@@ -43,7 +43,7 @@ async fn refused(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_sql_functions_refuse_what_the_api_refuses() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let mut owner = Replica::start("limits-owner", &env(&db));
     let reader = Replica::start("limits-reader", &env(&db));
     let id = interrupted_execution(&mut owner, &reader, "limits").await;
@@ -158,7 +158,7 @@ async fn damage(pool: &PgPool, execution_id: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_record_is_decided_again_with_force() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let mut settings = env(&db);
     settings.push(("CARMY_REPLAY_CACHE_ENTRIES", "0"));
     let replica = Replica::start("damaged-force", &settings);
@@ -305,7 +305,7 @@ async fn prune_expired_refuses_a_retention_under_an_hour_unless_told() {
 #[cfg(feature = "fault-injection")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_late_arrival_beyond_numeric_is_kept_and_its_caller_answered() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let mut stalled = env(&db);
     stalled.push(("FAILPOINTS", "carmy::after_tool=sleep(3000)"));
     let owner = Replica::start("late-number-owner", &stalled);

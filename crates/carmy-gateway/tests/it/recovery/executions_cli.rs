@@ -68,7 +68,7 @@ fn sleep_call(request_id: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_cli_lists_resolves_once_and_the_next_attempt_replays_it() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let url = Some(db.url.as_str());
     let mut a = Replica::start("cli-resolve-a", &env(&db));
     let b = Replica::start("cli-resolve-b", &env(&db));
@@ -229,7 +229,7 @@ async fn the_cli_lists_resolves_once_and_the_next_attempt_replays_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_release_from_the_cli_lets_the_next_attempt_run_new() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let url = Some(db.url.as_str());
     let mut a = Replica::start("cli-release-a", &env(&db));
     let b = Replica::start("cli-release-b", &env(&db));
@@ -342,7 +342,7 @@ async fn a_release_from_the_cli_lets_the_next_attempt_run_new() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_decisions_from_cli_and_api_have_one_winner() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let url = db.url.clone();
     let mut a = Replica::start("cli-race-a", &env(&db));
     let b = Replica::start("cli-race-b", &env(&db));

@@ -239,7 +239,7 @@ async fn answer_losing_proxy(upstream: String) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_decision_whose_answer_is_lost_exits_7_and_show_tells_what_happened() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let mut a = Replica::start("cli-lost-a", &env(&db));
     let b = Replica::start("cli-lost-b", &env(&db));
     let id = interrupted_execution(&mut a, &b, "cli-lost").await;

@@ -30,7 +30,7 @@ async fn slow_inserts(db: &TestDb, seconds: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_frozen_replica_whose_order_commits_leaves_the_order_id_as_its_late_arrival() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let a = Replica::start("order-frozen-a", &env(&db));
     let b = Replica::start("order-frozen-b", &env(&db));
     slow_inserts(&db, 3).await;

@@ -180,7 +180,7 @@ pub(crate) async fn evidence(db: &TestDb, execution_id: &str) -> (Value, i32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn found_and_absent_probes_decide_an_interrupted_payment() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let payments = Payments::start().await;
     let file = tools(&payments.base());
     let mut a = replica("reconcile-a", &db, &file, &[]);
@@ -370,7 +370,7 @@ async fn b_instance(db: &TestDb, execution_id: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_probe_down_or_slow_leaves_it_interrupted_and_never_holds_a_retry() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let payments = Payments::start().await;
     let file = tools(&payments.base());
     let extra = [
@@ -456,7 +456,7 @@ async fn a_probe_down_or_slow_leaves_it_interrupted_and_never_holds_a_retry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_decide_twenty_interrupted_executions_once_each() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let payments = Payments::start().await;
     let file = tools(&payments.base());
     let mut a = replica("twenty-a", &db, &file, &[]);

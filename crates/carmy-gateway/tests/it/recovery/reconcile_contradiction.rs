@@ -19,7 +19,7 @@ use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_frozen_owners_payment_after_the_reconcilers_release_is_flagged_as_contradicting() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let payments = Payments::start().await;
     let base = payments.base();
     let file = write_tools_file(&format!(

@@ -76,7 +76,7 @@ async fn too_early(db: &TestDb, id: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_absent_answer_before_the_attempts_deadline_releases_nothing() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let payments = Payments::start().await;
     let file = tools(&payments.base());
     // The background reconciler stays out of the way: the retry and the operator probe.
@@ -190,7 +190,7 @@ async fn an_absent_answer_before_the_attempts_deadline_releases_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_absent_answer_after_the_attempts_deadline_releases_it() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let payments = Payments::start().await;
     let file = tools(&payments.base());
     let mut a = replica("deadline-late-a", &db, &file, "100");

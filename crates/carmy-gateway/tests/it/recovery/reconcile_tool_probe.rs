@@ -121,7 +121,7 @@ fn probe_keys(payments: &Payments, id: &str) -> Vec<Option<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tool_probe_decides_in_the_background_inline_and_on_demand() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let payments = Payments::start().await;
     let file = tools(&payments.base());
     let mut a = replica("tool-probe-a", &db, &file, "100");
@@ -252,7 +252,7 @@ async fn a_tool_probe_decides_in_the_background_inline_and_on_demand() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_retry_fills_the_arguments_a_tool_probe_needs_and_secrets_stay_masked() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let payments = Payments::start().await;
     let file = tools(&payments.base());
     let mut a = replica("tool-probe-inline-a", &db, &file, "100");
@@ -412,7 +412,7 @@ fn mcp_tools(base: &str, probe: &str) -> (PathBuf, PathBuf) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tool_probe_calls_a_read_only_mcp_tool() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let payments = Payments::start().await;
     let (file, state) = mcp_tools(
         &payments.base(),

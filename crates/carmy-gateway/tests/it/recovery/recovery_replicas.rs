@@ -64,7 +64,7 @@ pub(crate) async fn audit_rows(db: &TestDb, execution_id: &str) -> Vec<(String, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_concurrent_decisions_over_two_replicas_have_one_winner() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let mut a = Replica::start("decide-a", &env(&db));
     let b = Replica::start("decide-b", &env(&db));
     let id = interrupted_execution(&mut a, &b, "race").await;
@@ -113,7 +113,7 @@ async fn twenty_concurrent_decisions_over_two_replicas_have_one_winner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_dba_functions_are_the_api_decisions() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let mut a = Replica::start("dba-a", &env(&db));
     let b = Replica::start("dba-b", &env(&db));
     let id = interrupted_execution(&mut a, &b, "dba").await;
@@ -224,7 +224,7 @@ pub(crate) async fn reserved(replica: &Replica, request_id: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_waiting_duplicate_on_another_replica_gets_the_outcome() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let a = Replica::start("wait-a", &env(&db));
     let b = Replica::start("wait-b", &env(&db));
     let call = json!({"tool": "sleep", "arguments": {"ms": 1500}, "request_id": "w5"});
@@ -245,7 +245,7 @@ async fn a_waiting_duplicate_on_another_replica_gets_the_outcome() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_wait_shorter_than_the_tool_ends_running_and_the_server_caps_it() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let a = Replica::start("short-a", &env(&db));
     let mut capped_env = env(&db);
     capped_env.push(("CARMY_MAX_WAIT_MS", "200"));
@@ -286,7 +286,7 @@ pub(crate) fn signal(replica: &Replica, signal: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_frozen_owner_that_finishes_after_a_release_is_a_late_arrival() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let a = Replica::start("frozen-a", &env(&db));
     let b = Replica::start("frozen-b", &env(&db));
     let http = client();

@@ -130,7 +130,7 @@ async fn takeover_trace(db: &TestDb, execution_id: &str) -> (Vec<(String, Value)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rerun_tool_is_taken_over_with_the_same_key_and_the_default_stays_uncertain() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let upstream = Upstream::start().await;
     let file = tools(&upstream.base());
     let mut a = replica("takeover-a", &db, &file);
@@ -176,7 +176,7 @@ async fn a_rerun_tool_is_taken_over_with_the_same_key_and_the_default_stays_unce
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn of_concurrent_retries_over_two_replicas_one_takes_over() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let upstream = Upstream::start().await;
     let file = tools(&upstream.base());
     let mut a = replica("raced-a", &db, &file);
@@ -216,7 +216,7 @@ async fn of_concurrent_retries_over_two_replicas_one_takes_over() {
 /// running as a new execution under a new key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_taken_over_attempt_that_did_nothing_keeps_the_execution_and_its_key() {
-    let db = TestDb::create().await;
+    let db = TestDb::migrated().await;
     let upstream = Upstream::start().await;
     let file = tools(&upstream.base());
     let (mut a, b) = (replica("busy-a", &db, &file), replica("busy-b", &db, &file));
