@@ -497,12 +497,15 @@ BEGIN
 
     -- Stopped instances: lease lapsed more than the retention ago (so every record they
     -- finished has expired too), owning no running row.
+    -- The batch is chosen among the instances that may go, so that a batch full of owners of
+    -- running rows never ends the pruning early.
     DELETE FROM carmy.instances i
     WHERE i.lease_expires_at <= cutoff
-      AND i.instance_id NOT IN (SELECT r.owner_instance FROM carmy.reservations r
-                                WHERE r.state = 'running' AND r.owner_instance IS NOT NULL)
       AND i.instance_id IN (SELECT c.instance_id FROM carmy.instances c
                             WHERE c.lease_expires_at <= cutoff
+                              AND c.instance_id NOT IN (
+                                  SELECT r.owner_instance FROM carmy.reservations r
+                                  WHERE r.state = 'running' AND r.owner_instance IS NOT NULL)
                             LIMIT batch_size);
     GET DIAGNOSTICS instances = ROW_COUNT;
 END

@@ -5,6 +5,8 @@
 //!   the retention, a missing `finished_at`) and random instances: pruning to the end deletes
 //!   exactly the finished rows past the retention and the stopped instances past it that own no
 //!   running row, and never a running or interrupted row;
+//! - a stopped instance that owns an interrupted row never ends pruning before the stopped
+//!   instances after it are deleted;
 //! - two replicas pruning at once: while one holds the pruning lock the other is told `Busy` at
 //!   once and deletes nothing;
 //! - an expired row is replaced in place by the next reservation across replicas, once.
@@ -259,6 +261,59 @@ fn fp() -> Fingerprint {
         version: "v1".to_owned(),
         digest: "a".repeat(64),
     }
+}
+
+/// A step's batch of instances is chosen among those that may go: a stopped instance that
+/// still owns an interrupted row (here the longest stopped, so first in any order) neither
+/// fills a batch of one nor ends the pruning before the next stopped instance is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_owning_a_running_row_never_ends_pruning_early() {
+    let db = TestDb::migrated().await;
+    let store = db.store().await;
+    let pool = db.pool().await;
+    for (name, lapsed_hours) in [("inst_owner", 3), ("inst_idle", 2)] {
+        sqlx::query(
+            "INSERT INTO carmy.instances (instance_id, lease_expires_at) \
+             VALUES ($1, now() - $2::bigint * interval '1 hour')",
+        )
+        .bind(name)
+        .bind(lapsed_hours)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO carmy.reservations (principal, session_id, request_id, tool, fingerprint, \
+             fingerprint_version, state, execution_id, owner_instance, created_at, started_at) \
+         VALUES ('p', 's', 'interrupted', 'echo', 'f', 'v1', 'running', 'exec_interrupted', \
+             'inst_owner', now() - interval '3 hours', now() - interval '3 hours')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut pruned = Pruned::default();
+    for _ in 0..5 {
+        let PruneStep::Pruned(step) = store.prune_expired(RETENTION, 1).await.unwrap() else {
+            panic!("nobody else prunes")
+        };
+        pruned.add(step);
+        if !step.filled(1) {
+            break;
+        }
+    }
+    assert_eq!(
+        pruned,
+        Pruned {
+            instances: 1,
+            ..Pruned::default()
+        }
+    );
+    let left = column(&pool, "SELECT instance_id FROM carmy.instances").await;
+    assert_eq!(
+        left,
+        BTreeSet::from([store.instance_id().to_owned(), "inst_owner".to_owned()])
+    );
+    store.shutdown().await.unwrap();
 }
 
 /// While one replica's pruning step holds the lock (its `DELETE` waits on a table lock the test

@@ -222,7 +222,7 @@ async fn an_absent_answer_after_the_attempts_deadline_releases_it() {
     let pool = db.pool().await;
     let after: f64 = sqlx::query_scalar(
         "SELECT extract(epoch FROM a.at - coalesce(r.started_at, r.created_at))::float8 \
-         FROM carmy.audit_log a JOIN carmy.released_executions r USING (execution_id) \
+         FROM carmy.audit_log a JOIN carmy.released_executions r USING (principal, execution_id) \
          WHERE a.execution_id = $1 AND a.action = 'release'",
     )
     .bind(&id)
