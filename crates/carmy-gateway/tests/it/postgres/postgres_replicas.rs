@@ -159,12 +159,14 @@ async fn begin_foreign_reservation(
         .await
         .unwrap();
     let fingerprint = carmy::fingerprint::fingerprint("create_order", arguments, None).unwrap();
-    let mut transaction = pool.begin().await.unwrap();
-    // A live owner: the lease outlasts the test.
+    // A live owner: the lease outlasts the test. Committed before the reservation's
+    // transaction, which then holds the row lock alone (on Citus an open write to the
+    // reference table `carmy.instances` would also hold the replicas' lease renewals).
     sqlx::query("INSERT INTO carmy.instances (instance_id, lease_expires_at) VALUES ('inst_test_hook', now() + interval '1 hour') ON CONFLICT (instance_id) DO NOTHING")
-        .execute(&mut *transaction)
+        .execute(&pool)
         .await
         .unwrap();
+    let mut transaction = pool.begin().await.unwrap();
     sqlx::query(
         "INSERT INTO carmy.reservations (principal, session_id, request_id, tool, fingerprint, fingerprint_version, state, execution_id, owner_instance, started_at) \
          VALUES ('anonymous', 'default', $1, 'create_order', $2, $3, 'running', $4, 'inst_test_hook', now())",

@@ -323,11 +323,9 @@ async fn found_and_absent_probes_decide_an_interrupted_payment() {
     // On demand: the API runs the probe now and says what it found; the CLI has a replica
     // probe it and shows the evidence, as `show` does.
     // The reconciler keeps probing this execution in the background (an inconclusive answer is
-    // asked again, up to the attempts' limit), so the lookups can only be counted from below;
-    // the answer's own time shows it was asked during the request.
+    // asked again, up to the attempts' limit), so the lookups are counted from below.
     let lookups = payments.lookups_of(&id);
     let path = format!("/v1/executions/{id}/reconcile");
-    let asked = chrono::Utc::now() - chrono::Duration::milliseconds(1);
     let (status, body) = request(&http, &b, Method::POST, &path, None, None).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
@@ -336,9 +334,6 @@ async fn found_and_absent_probes_decide_an_interrupted_payment() {
         "{body}"
     );
     assert_eq!(body["record"], Value::Null, "{body}");
-    let answered: chrono::DateTime<chrono::Utc> =
-        body["evidence"]["at"].as_str().unwrap().parse().unwrap();
-    assert!(answered >= asked, "probed before the request: {body}");
     assert!(payments.lookups_of(&id) > lookups);
     let run = cli(Some(&db.url), &["reconcile", &id, "--json"]).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
