@@ -10,6 +10,13 @@
 -- past their retention are deleted only through carmy.prune_expired, which runs with its
 -- owner's rights and keeps the retention rules (docs/semantics.md §12.9).
 
+-- On Citus (docs/scale.md) the grants on distributed tables reach their shards over one
+-- connection per node, so that the function changes at the end may follow in the same
+-- transaction (Citus refuses them after a parallel multi-shard command). Plain PostgreSQL keeps
+-- the setting as an unused placeholder for the transaction; outside a transaction it is
+-- ignored with a warning.
+SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
+
 REVOKE ALL ON ALL TABLES IN SCHEMA carmy FROM {role};
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA carmy FROM {role};
 REVOKE CREATE ON SCHEMA carmy FROM {role};
