@@ -113,16 +113,19 @@ async fn a_dba_lock_on_instances_neither_lapses_the_leases_nor_holds_up_calls() 
         tokio::spawn(watch_lapses(observer, ids, done))
     };
 
-    // The DBA locks every instance row and keeps the lock until both replicas' renewals have
-    // waited for it, plus 3.5 s (longer than a renewal interval: before the lease's
-    // lock_timeout, a renewal sat behind the lock for its whole interval and the next one came
-    // after the lease had lapsed).
+    // The DBA locks every instance row and keeps the lock until 3.5 s after the first renewal
+    // was seen waiting for it (longer than a renewal interval: before the lease's lock_timeout,
+    // a renewal sat behind the lock for its whole interval and the next one came after the
+    // lease had lapsed). The clock starts at that first sight, not after the second replica's
+    // wait and the calls below, so that a slow machine does not stretch the lock towards the
+    // leases' expiry (6 s after that renewal) and fail the test for the machine's sake.
     let mut dba = db.connect().await;
     sqlx::raw_sql("BEGIN; SELECT * FROM carmy.instances FOR UPDATE")
         .execute(&mut dba)
         .await
         .unwrap();
     let observer = db.pool().await;
+    let mut first_seen_waiting = None;
     for id in &ids {
         let application = format!("carmy lease {id}");
         eventually_eq(
@@ -144,12 +147,14 @@ async fn a_dba_lock_on_instances_neither_lapses_the_leases_nor_holds_up_calls() 
             },
         )
         .await;
+        first_seen_waiting.get_or_insert_with(tokio::time::Instant::now);
     }
     // Calls go on while the lock is held: each finishes before the DBA lets go.
     for (n, store) in stores.iter().enumerate() {
         common::one_call(store, &format!("during-lock-{n}")).await;
     }
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let first_seen_waiting = first_seen_waiting.expect("two replicas were watched");
+    tokio::time::sleep_until(first_seen_waiting + Duration::from_millis(3500)).await;
     sqlx::raw_sql("COMMIT").execute(&mut dba).await.unwrap();
     dba.close().await.unwrap();
 
