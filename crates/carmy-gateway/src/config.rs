@@ -33,7 +33,7 @@ pub struct Config {
     pub command: Option<Command>,
 
     /// Address to serve on.
-    #[arg(long, env = "CARMY_LISTEN", default_value = carmy::app::DEFAULT_LISTEN)]
+    #[arg(long, env = "CARMY_LISTEN", default_value = carmy_http::app::DEFAULT_LISTEN)]
     pub listen: SocketAddr,
 
     /// PostgreSQL URL. Serving without it uses the in-memory store; `migrate` and `executions`

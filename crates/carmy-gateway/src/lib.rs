@@ -31,7 +31,7 @@ use carmy::cache::ReplayCache;
 use carmy::engine::EngineConfig;
 use carmy::memory::InMemoryIdempotencyStore;
 use carmy::store::IdempotencyStore;
-use carmy::App;
+use carmy_http::App;
 use carmy_mcp::McpConfig;
 use carmy_postgres::{PostgresStore, PostgresStoreOptions};
 use clap::Parser;
@@ -80,7 +80,7 @@ pub enum GatewayError {
     UpstreamClient(String),
     /// Building or serving the application failed.
     #[error(transparent)]
-    App(#[from] carmy::AppError),
+    App(#[from] carmy_http::AppError),
 }
 
 /// A built gateway: the application, whose `serve` also shuts the store down (ending the
@@ -148,7 +148,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
                 (store, Some(db))
             }
         };
-    let mut builder = carmy::app()
+    let mut builder = carmy_http::app()
         .idempotency_store(store)
         .api_keys(keys.clone())
         .operator_keys(operators)
@@ -531,10 +531,10 @@ async fn run(config: Config) -> Result<ExitCode, GatewayError> {
         Command::Executions(executions) => Ok(executions::main(&config, executions).await),
         Command::Serve => {
             let gateway = build(&config).await?;
-            let listener = carmy::app::bind(config.listen).await?;
+            let listener = carmy_http::app::bind(config.listen).await?;
             gateway
                 .app
-                .serve(listener, carmy::app::shutdown_signal())
+                .serve(listener, carmy_http::app::shutdown_signal())
                 .await
                 .map_err(GatewayError::from)?;
             Ok(ExitCode::SUCCESS)

@@ -14,7 +14,8 @@
 use carmy::cache::{ReplayCache, DEFAULT_CACHE_ENTRIES, DEFAULT_CACHE_TTL};
 use carmy::store::IdempotencyStore;
 use carmy::tool::FnTool;
-use carmy::{App, ToolError};
+use carmy::ToolError;
+use carmy_http::App;
 use carmy_postgres::PostgresStore;
 use serde_json::json;
 use std::error::Error;
@@ -38,8 +39,9 @@ async fn main() -> Result<(), Box<dyn Error>> {
     // it the store starts but is not ready (`/readyz` and the log say "run migrations").
     carmy_postgres::migrate(&url).await?;
     let app = app_on(&url, listen).await?;
-    let listener = carmy::app::bind(app.listen_address()).await?;
-    app.serve(listener, carmy::app::shutdown_signal()).await?;
+    let listener = carmy_http::app::bind(app.listen_address()).await?;
+    app.serve(listener, carmy_http::app::shutdown_signal())
+        .await?;
     Ok(())
 }
 
@@ -58,7 +60,7 @@ pub async fn app_on(url: &str, listen: SocketAddr) -> Result<App, Box<dyn Error>
         DEFAULT_CACHE_ENTRIES,
         DEFAULT_CACHE_TTL,
     ));
-    let app = carmy::app()
+    let app = carmy_http::app()
         .idempotency_store(store)
         .tool(send_invoice())
         .listen(listen)

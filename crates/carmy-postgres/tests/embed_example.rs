@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 /// Serves `app` on an ephemeral loopback port until the sender is used or dropped.
-async fn serve(app: carmy::App) -> (String, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+async fn serve(app: carmy_http::App) -> (String, oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();

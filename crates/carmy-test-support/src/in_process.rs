@@ -56,7 +56,7 @@ impl InProcess {
     }
 
     /// The Carmy application.
-    pub fn app(&self) -> &carmy::App {
+    pub fn app(&self) -> &carmy_http::App {
         &self.gateway.app
     }
 

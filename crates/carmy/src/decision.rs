@@ -23,14 +23,15 @@ pub const MAX_NOTE_BYTES: usize = 4096;
 
 /// Who took a decision and why, as a resolved record replays it (`resolution: {by, at, note}`)
 /// and as `GET /v1/executions/{id}` shows a released execution.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Resolution {
     /// The actor: the owning principal's name, `operator:<name>` for an operator key, or what
     /// a DBA passed to the SQL function.
     pub by: String,
     /// When the decision was recorded (store clock), UTC, RFC 3339 with milliseconds.
     #[serde(serialize_with = "rfc3339_millis")]
-    #[schema(value_type = String, format = DateTime)]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub at: DateTime<Utc>,
     /// The required explanation (what reconciliation found).
     pub note: String,

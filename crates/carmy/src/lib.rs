@@ -10,19 +10,11 @@
 //! The rules are written down in the repository's `docs/semantics.md`; item docs cite its
 //! sections as "docs/semantics.md §N".
 //!
-//! ```no_run
-//! use carmy::tool::FnTool;
-//! use serde_json::json;
-//!
-//! # async fn run() -> Result<(), carmy::AppError> {
-//! carmy::app()
-//!     .tool(FnTool::new("echo", json!({"type": "object"}), |_context, arguments| async move {
-//!         Ok(arguments)
-//!     }))
-//!     .run()
-//!     .await
-//! # }
-//! ```
+//! The core is transport-neutral: the fronts are crates of their own above it, `carmy-http`
+//! (the HTTP API, its OpenAPI document, the operator console and the `carmy_http::app()`
+//! builder) and `carmy-mcp` (the MCP front). Both hand the engine a
+//! [`ValidatedCall`](call::ValidatedCall) and map its [`Answer`](engine::Answer) or
+//! [`Refusal`](engine::Refusal) to their own shapes.
 //!
 //! Modules:
 //! - [`call`]: a call as every front hands it to the engine ([`call::ValidatedCall::parse`]);
@@ -32,16 +24,17 @@
 //!   store), [`cache`] (finished records served from memory), [`outcome`] (recorded outcomes);
 //! - [`fingerprint`] and [`strict_json`] (docs/semantics.md §2), [`identity`] (identifier rules),
 //!   [`tool`], [`key_argument`] (the request id a model holds, docs/semantics.md §11);
-//! - [`http`]: the API of docs/semantics.md §7, with [`http::error`] (the one mapping of refusals
-//!   to status codes and problem details) and the principal extractor;
+//! - [`http`]: the request limits both fronts served over HTTP share;
 //! - [`retention`] (when finished records expire, and the pruner);
 //! - [`reconcile`] (probes that ask a tool's upstream whether an interrupted execution's effect
 //!   happened, docs/semantics.md §12.10);
-//! - [`auth`] (API keys, operator keys, the authenticated [`auth::Caller`]; the HTTP front's
-//!   extractors are in `http/extractors.rs`), [`metrics`], [`trace`] (W3C `traceparent`),
-//!   [`fault`] (fault-injection points), [`app`] (the builder).
+//! - [`auth`] (API keys, operator keys, the authenticated [`auth::Caller`]: the one check of
+//!   credentials of every front), [`metrics`], [`trace`] (W3C `traceparent`), [`fault`]
+//!   (fault-injection points).
+//!
+//! Feature `openapi` derives the OpenAPI schemas (utoipa) of the types the HTTP API's document
+//! shows; `carmy-http` turns it on. Feature `conformance` is the store conformance suite.
 
-pub mod app;
 pub mod auth;
 pub mod cache;
 pub mod call;
@@ -68,7 +61,6 @@ pub mod tool;
 pub mod trace;
 pub mod wait;
 
-pub use app::{app, App, AppBuilder, AppError};
 pub use outcome::{
     Effect, ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
 };

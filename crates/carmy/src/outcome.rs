@@ -11,8 +11,12 @@ use std::sync::Arc;
 /// One is minted for every call, with or without `request_id` (docs/semantics.md §3), and it is the
 /// `execution_id` that a replay repeats. Shared text: a clone costs no allocation (a store keeps
 /// the id of a held execution in several places). Serialised as a JSON string.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, utoipa::ToSchema)]
-#[schema(value_type = String, example = "exec_0f3c9a6b1d2e4f5a8b7c6d5e4f3a2b1c")]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(value_type = String, example = "exec_0f3c9a6b1d2e4f5a8b7c6d5e4f3a2b1c")
+)]
 pub struct ExecutionId(Arc<str>);
 
 impl ExecutionId {
@@ -69,7 +73,8 @@ impl fmt::Display for ExecutionId {
 }
 
 /// How a finished execution ended (docs/semantics.md §4). All four are recorded and replayed alike.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ExecutionStatus {
@@ -109,7 +114,8 @@ impl ExecutionStatus {
 
 /// The error member of a recorded outcome: a machine `code`, a human `message`, and `effect:
 /// "unknown"` when the tool's effect may have happened (docs/semantics.md §4).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExecutionError {
     /// Machine-readable code, e.g. `TOOL_ERROR`, `TIMEOUT`, `RESULT_TOO_LARGE`.
     pub code: String,
@@ -127,7 +133,8 @@ pub struct ExecutionError {
 }
 
 /// What a failed outcome says about the tool's effect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Effect {
     /// The effect may or may not have happened; check before acting again.
@@ -239,10 +246,14 @@ impl From<crate::tool::ToolError> for ExecutionError {
 /// Serialized (without `replayed`, which belongs to a response, see
 /// [`ExecutionResult::to_response_json`]) this is the exact text a store keeps; stores must keep it
 /// losslessly, so `data` may hold any JSON, including big integers and strings with `\u0000`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[schema(
-    as = ExecutionRecord,
-    description = "A finished execution's record, as recorded and replayed (docs/semantics.md §4)."
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(
+        as = ExecutionRecord,
+        description = "A finished execution's record, as recorded and replayed (docs/semantics.md §4)."
+    )
 )]
 pub struct ExecutionResult {
     /// The execution this outcome belongs to.

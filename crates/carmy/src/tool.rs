@@ -142,9 +142,8 @@ impl ToolError {
 
 /// MCP-style hints about a tool's behaviour, shown by `GET /v1/tools` and `tools/list`
 /// (docs/semantics.md §10). Hints only: Carmy's guarantees never depend on them.
-#[derive(
-    Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
-)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ToolAnnotations {
     /// A human-readable title.

@@ -133,23 +133,34 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub(crate) fn new(
+    /// An engine over `store` serving `tools` (in the order given), with its limits and the
+    /// metrics it counts into. A front (`carmy-http`'s `app()`, an embedder's own) builds one
+    /// and shares it behind an `Arc`; background work starts separately
+    /// ([`Engine::start_pruner`] and the others).
+    ///
+    /// # Errors
+    /// [`ToolRegistryError`] for a duplicate tool name or an invalid argument schema.
+    pub fn new(
         store: Arc<dyn IdempotencyStore>,
-        tools: ToolRegistry,
+        tools: impl IntoIterator<Item = Arc<dyn Tool>>,
         config: EngineConfig,
         metrics: Metrics,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, ToolRegistryError> {
+        let mut registry = ToolRegistry::default();
+        for tool in tools {
+            registry.insert(tool)?;
+        }
+        Ok(Self {
             lease: store.lease_state(),
             store,
-            tools: SharedRegistry::new(tools),
+            tools: SharedRegistry::new(registry),
             config,
             metrics,
             executions: TaskTracker::new(),
             cancel_executions: CancellationToken::new(),
             running: Mutex::new(HashMap::new()),
             stop_background: CancellationToken::new(),
-        }
+        })
     }
 
     /// The gateway's settings of the request id argument (docs/semantics.md §11).

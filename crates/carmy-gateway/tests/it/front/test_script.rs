@@ -22,7 +22,7 @@ fn commands_for(arguments: &[&str]) -> String {
 fn a_selection_goes_to_cargo_as_it_is() {
     for arguments in [
         &["-p", "carmy"][..],
-        &["-p", "carmy", "--test", "tool_errors"][..],
+        &["-p", "carmy-http", "--test", "tool_errors"][..],
         &["--package=carmy-postgres", "--", "--skip", "carmy-gateway"][..],
         &["-p", "carmy-gateway", "--test", "it", "order_errors"][..],
         &[

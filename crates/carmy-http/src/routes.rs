@@ -1,30 +1,24 @@
-//! The HTTP API (docs/semantics.md §7): routes, request parsing and responses. The engine answers
-//! in the domain's terms; [`error`] maps them to status codes and problem details in one place, and
-//! [`auth`] finds the principal.
+//! The routes of the HTTP API (docs/semantics.md §7) and the handlers of calls, executions,
+//! tools and probes: request parsing and responses. The engine answers in the domain's terms;
+//! [`crate::error`] maps them to status codes and problem details in one place, and
+//! `extractors.rs` finds the principal.
 
-mod bodies;
-pub(crate) mod console;
-pub mod error;
-mod extractors;
-mod openapi;
-mod reconcile_route;
-mod recovery;
-
-use crate::call::{CallRejected, CallRequest, ValidatedCall};
-use crate::engine::{CancelAnswer, Engine};
-use crate::outcome::ExecutionId;
+use crate::bodies::{
+    CallHeaders, CancellingBody, ExecutionPath, ExecutionState, ProbeBody, RecordBody, ToolEntry,
+    ToolList, NO_SUCH_EXECUTION,
+};
+use crate::error::ApiError;
+use crate::extractors::Principal;
+use crate::{console, openapi, reconcile_route, recovery};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use bodies::{
-    CallHeaders, CancellingBody, ExecutionPath, ExecutionState, ProbeBody, RecordBody, ToolEntry,
-    ToolList, NO_SUCH_EXECUTION,
-};
-use error::ApiError;
-use extractors::Principal;
+use carmy::call::{CallRejected, CallRequest, ValidatedCall};
+use carmy::engine::{CancelAnswer, Engine};
+use carmy::outcome::ExecutionId;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -36,19 +30,12 @@ use utoipa::{OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-/// Default limit of a request body, in bytes (2 MiB).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
-
-/// Default limit on receiving a request body once its headers arrived (30 s): a client that
-/// trickles or stalls its body gets 408 instead of holding a connection (and shutdown) forever.
-pub const DEFAULT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
 /// Shared state of every handler.
 #[derive(Clone)]
 pub(crate) struct AppState {
     pub(crate) engine: Arc<Engine>,
     /// API keys and operator keys (docs/semantics.md §6, §12).
-    pub(crate) credentials: Arc<crate::auth::Credentials>,
+    pub(crate) credentials: Arc<carmy::auth::Credentials>,
     pub(crate) max_body_bytes: usize,
     pub(crate) body_timeout: std::time::Duration,
     /// The operator console's sessions (`/console`).
@@ -159,11 +146,11 @@ fn session_id<'de, D: serde::Deserializer<'de>>(
     string_member(deserializer, "session_id").map(Some)
 }
 
-fn invalid(message: impl std::fmt::Display) -> ApiError {
+pub(crate) fn invalid(message: impl std::fmt::Display) -> ApiError {
     CallRejected::new(message).into()
 }
 
-fn is_json_content_type(headers: &HeaderMap) -> bool {
+pub(crate) fn is_json_content_type(headers: &HeaderMap) -> bool {
     let Some(value) = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -208,7 +195,7 @@ fn is_body_timeout(rejection: &BytesRejection) -> bool {
 
 /// A JSON response; `body` gets a final newline (docs/semantics.md §7), so that `curl` output
 /// does not run into the shell prompt.
-fn json_response(status: StatusCode, mut body: String) -> Response {
+pub(crate) fn json_response(status: StatusCode, mut body: String) -> Response {
     body.push('\n');
     (
         status,
@@ -293,7 +280,7 @@ async fn create_execution(
 
 /// An execution id from a path ([`ExecutionId::parse`]); anything else (including text that is
 /// not UTF-8) cannot name an execution: 404.
-fn execution_id_from_path(
+pub(crate) fn execution_id_from_path(
     path: Result<Path<String>, PathRejection>,
 ) -> Result<ExecutionId, ApiError> {
     path.ok()
@@ -362,6 +349,11 @@ async fn cancel_execution(
             })
             .expect("a cancelling body always serializes"),
         )),
+        // `CancelAnswer` is non-exhaustive: one added to carmy later is logged, never guessed at.
+        other => {
+            tracing::error!(answer = ?other, "the HTTP API got a cancel answer it does not know");
+            Err(ApiError::Internal)
+        }
     }
 }
 

@@ -1,16 +1,16 @@
 //! `POST /v1/executions/{execution_id}/reconcile` (docs/semantics.md §12.10): runs
 //! the tool's probe for an interrupted execution now and answers what it found and decided.
 
-use super::bodies::{ExecutionPath, NO_SUCH_EXECUTION};
-use super::error::ApiError;
-use super::extractors::AuthenticatedCaller;
-use super::openapi;
-use super::{execution_id_from_path, json_response, AppState};
-use crate::engine::reconcile::Reconciled;
+use crate::bodies::{ExecutionPath, NO_SUCH_EXECUTION};
+use crate::error::ApiError;
+use crate::extractors::AuthenticatedCaller;
+use crate::openapi;
+use crate::routes::{execution_id_from_path, json_response, AppState};
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
+use carmy::engine::reconcile::Reconciled;
 use serde::Serialize;
 use serde_json::Value;
 

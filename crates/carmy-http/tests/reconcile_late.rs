@@ -86,7 +86,7 @@ async fn a_late_failure_after_a_reconciled_completion_is_flagged() {
     let started = Arc::new(Notify::new());
     let go = Arc::new(Notify::new());
     let (tool_started, tool_go) = (Arc::clone(&started), Arc::clone(&go));
-    let app = carmy::app()
+    let app = carmy_http::app()
         .idempotency_store(store.clone())
         .tool(FnTool::new(
             "pay",

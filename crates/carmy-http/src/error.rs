@@ -1,12 +1,12 @@
 //! The one error type of the HTTP API, answered as RFC 9457 problem details (docs/semantics.md §5),
 //! and the one mapping of the engine's refusals to it.
 
-use crate::call::CallRejected;
-use crate::engine::Refusal;
-use crate::outcome::ExecutionId;
-use crate::store::InFlightState;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use carmy::call::CallRejected;
+use carmy::engine::Refusal;
+use carmy::outcome::ExecutionId;
+use carmy::store::InFlightState;
 use serde::Serialize;
 
 /// The media type of every error body (RFC 9457 §3).
@@ -31,11 +31,11 @@ pub enum ApiError {
         closest: Option<String>,
     },
     /// 401 `UNAUTHORIZED`: missing or unknown API key (docs/semantics.md §6).
-    #[error("{}", crate::auth::AuthError::Unauthorized)]
+    #[error("{}", carmy::auth::AuthError::Unauthorized)]
     Unauthorized,
     /// 401 `UNAUTHORIZED`: an `Authorization` header sent to a server that has no API keys
     /// (docs/semantics.md §6): it cannot be checked, so the call is not run as `anonymous`.
-    #[error("{}", crate::auth::AuthError::NoApiKeys)]
+    #[error("{}", carmy::auth::AuthError::NoApiKeys)]
     NoApiKeys,
     /// 401 `UNAUTHORIZED`: an operator key (`CARMY_OPERATOR_KEYS`) on a route that acts as a
     /// principal (docs/semantics.md §6): operators list, show and decide; they are no principal.
@@ -212,16 +212,26 @@ impl From<Refusal> for ApiError {
                 tracing::error!(%execution_id, "an execution's task ended without an outcome");
                 Self::Internal
             }
+            // `Refusal` is non-exhaustive: one added to carmy later is logged, never guessed at.
+            other => {
+                tracing::error!(refusal = %other, "the HTTP API got a refusal it does not know");
+                Self::Internal
+            }
         }
     }
 }
 
-impl From<crate::auth::AuthError> for ApiError {
-    fn from(error: crate::auth::AuthError) -> Self {
+impl From<carmy::auth::AuthError> for ApiError {
+    fn from(error: carmy::auth::AuthError) -> Self {
         match error {
-            crate::auth::AuthError::Unauthorized => Self::Unauthorized,
-            crate::auth::AuthError::NoApiKeys => Self::NoApiKeys,
-            crate::auth::AuthError::OperatorKey => Self::OperatorKey,
+            carmy::auth::AuthError::Unauthorized => Self::Unauthorized,
+            carmy::auth::AuthError::NoApiKeys => Self::NoApiKeys,
+            carmy::auth::AuthError::OperatorKey => Self::OperatorKey,
+            // Non-exhaustive: a refusal added to carmy later is logged, never guessed at.
+            other => {
+                tracing::error!(error = %other, "the HTTP API got an authentication error it does not know");
+                Self::Internal
+            }
         }
     }
 }
@@ -437,14 +447,14 @@ pub(crate) struct ProblemBody<'a> {
     status: u16,
     /// What happened and what to do next, for people.
     detail: String,
-    #[schema(schema_with = super::openapi::problem_code_schema)]
+    #[schema(schema_with = crate::openapi::problem_code_schema)]
     code: &'a str,
     /// The caller's execution that holds the identity, where one exists.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     execution_id: Option<&'a ExecutionId>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = super::openapi::in_flight_state_schema)]
+    #[schema(schema_with = crate::openapi::in_flight_state_schema)]
     state: Option<&'static str>,
     /// For `EXECUTION_SUPERSEDED`: the execution that holds the identity now.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -453,7 +463,7 @@ pub(crate) struct ProblemBody<'a> {
     /// (`tool`, `arguments`, `metadata`; never their values). Absent when the record predates
     /// part digests.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(schema_with = super::openapi::differs_schema)]
+    #[schema(schema_with = crate::openapi::differs_schema)]
     differs: Option<&'a [&'static str]>,
 }
 

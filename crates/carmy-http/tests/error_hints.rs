@@ -33,7 +33,7 @@ fn router(gates: &Arc<Gates>) -> Router {
             }
         })
     };
-    carmy::app()
+    carmy_http::app()
         .tool(FnTool::new(
             "create_order",
             json!({"type": "object"}),

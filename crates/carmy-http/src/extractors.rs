@@ -3,12 +3,12 @@
 //! docs/semantics.md §6). A server without API keys refuses any `Authorization` header (401,
 //! [`ApiError::NoApiKeys`]).
 
-use super::error::ApiError;
-use super::AppState;
-use crate::auth::{Caller, Credentials};
+use crate::error::ApiError;
+use crate::routes::AppState;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue};
+use carmy::auth::{Caller, Credentials};
 
 /// The authenticated principal of a request; a handler that takes it answers 401 without one,
 /// and for an operator key.

@@ -59,7 +59,7 @@ impl Spans {
     }
 }
 
-async fn post(app: &carmy::App, request_id: &str, traceparent: Option<&str>) -> Value {
+async fn post(app: &carmy_http::App, request_id: &str, traceparent: Option<&str>) -> Value {
     let body = json!({"tool": "context", "arguments": {}, "request_id": request_id});
     let mut request = Request::post("/v1/executions").header("content-type", "application/json");
     if let Some(traceparent) = traceparent {
@@ -86,7 +86,7 @@ async fn the_tool_gets_the_traceparent_and_the_spans_carry_the_execution_id() {
         json!({"type": "object"}),
         |context, _| async move { Ok(json!({ "traceparent": context.traceparent })) },
     );
-    let app = carmy::app().tool(tool).build().unwrap();
+    let app = carmy_http::app().tool(tool).build().unwrap();
 
     let first = post(&app, "t1", Some(TRACEPARENT)).await;
     assert_eq!(first["data"]["traceparent"], TRACEPARENT);

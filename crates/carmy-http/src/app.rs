@@ -1,14 +1,14 @@
-//! The application builder: `carmy::app().tool(…).idempotency_store(…).run().await`.
+//! The application builder: `carmy_http::app().tool(…).idempotency_store(…).run().await`.
 
-use crate::auth::{ApiKeys, Credentials};
-use crate::engine::{Engine, EngineConfig};
-use crate::http::{router, AppState, DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
-use crate::memory::InMemoryIdempotencyStore;
-use crate::metrics::Metrics;
-use crate::registry::ToolRegistry;
-use crate::store::IdempotencyStore;
-use crate::tool::{Tool, ToolRegistryError};
+use crate::routes::{router, AppState};
 use axum::Router;
+use carmy::auth::{ApiKeys, Credentials};
+use carmy::engine::{Engine, EngineConfig};
+use carmy::http::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
+use carmy::memory::InMemoryIdempotencyStore;
+use carmy::metrics::Metrics;
+use carmy::store::IdempotencyStore;
+use carmy::tool::{Tool, ToolRegistryError};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -177,19 +177,15 @@ impl AppBuilder {
         if self.keys.shares_a_key_with(&self.operators) {
             return Err(AppError::AmbiguousKey);
         }
-        let mut tools = ToolRegistry::default();
-        for tool in self.tools {
-            tools.insert(tool)?;
-        }
         let store = self
             .store
             .unwrap_or_else(|| Arc::new(InMemoryIdempotencyStore::default()));
         let engine = Arc::new(Engine::new(
             store,
-            tools,
+            self.tools,
             self.engine_config,
             Metrics::default(),
-        ));
+        )?);
         let anonymous = self.keys.is_empty();
         let credentials = Credentials::new(self.keys, self.operators);
         let router = router(AppState {
@@ -197,9 +193,7 @@ impl AppBuilder {
             credentials: Arc::new(credentials.clone()),
             max_body_bytes: self.max_body_bytes,
             body_timeout: self.body_timeout,
-            console: Arc::new(crate::http::console::Sessions::new(
-                self.console_secure_cookie,
-            )),
+            console: Arc::new(crate::console::Sessions::new(self.console_secure_cookie)),
         });
         Ok(App {
             engine,

@@ -40,7 +40,7 @@ impl IdempotencyStore for Leased {
 
 /// POSTs a call of `hold` (a tool that never finishes by itself) on a task of its own;
 /// `request_id` `None` makes a call without replay protection.
-fn spawn_hold(app: &carmy::App, request_id: Option<&str>) -> tokio::task::JoinHandle<Value> {
+fn spawn_hold(app: &carmy_http::App, request_id: Option<&str>) -> tokio::task::JoinHandle<Value> {
     let router = app.router();
     let mut body = json!({"tool": "hold", "arguments": {}});
     if let Some(request_id) = request_id {
@@ -58,7 +58,7 @@ fn spawn_hold(app: &carmy::App, request_id: Option<&str>) -> tokio::task::JoinHa
 }
 
 /// Waits until `carmy_executions_running{tool="hold"}` reads `expected`.
-async fn until_holding(app: &carmy::App, expected: u32) {
+async fn until_holding(app: &carmy_http::App, expected: u32) {
     eventually(Duration::from_secs(10), "running hold calls", || async {
         let request = Request::get("/metrics").body(Body::empty()).unwrap();
         let response = app.router().oneshot(request).await.unwrap();
@@ -86,7 +86,7 @@ async fn a_lapsed_lease_stops_reserved_tools_until_it_is_held_again() {
         std::future::pending::<()>().await;
         Ok(json!("never"))
     });
-    let app = carmy::app()
+    let app = carmy_http::app()
         .idempotency_store(Arc::clone(&store) as Arc<dyn IdempotencyStore>)
         .tool(hold)
         .build()

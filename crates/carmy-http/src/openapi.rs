@@ -7,13 +7,13 @@
 //! problem `code` enum from [`ApiError::code`] over every variant ([`every_error`]). The tests
 //! below fail when a route is registered without a description.
 
-use super::error::{ApiError, ProblemBody};
-use super::AppState;
-use crate::outcome::{ExecutionId, ExecutionResult};
-use crate::store::InFlightState;
+use crate::error::{ApiError, ProblemBody};
+use crate::routes::AppState;
 use axum::extract::State;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
+use carmy::outcome::{ExecutionId, ExecutionResult};
+use carmy::store::InFlightState;
 use serde::Serialize;
 use std::sync::LazyLock;
 use utoipa::openapi::schema::{Object, ObjectBuilder, SchemaType, Type};
@@ -21,7 +21,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToResponse, ToSchema};
 
 /// The document's root: metadata, the security scheme and the shared components. The paths are
-/// added by [`super::api_routes`].
+/// added by [`crate::routes::api_routes`].
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -60,7 +60,7 @@ impl Modify for BearerAuth {
 pub(crate) type Problem = ProblemBody<'static>;
 
 /// The answer to `POST /v1/executions`: the record with `replayed` (docs/semantics.md §4).
-/// The body itself is made by [`crate::outcome::RecordedResult::to_response_json`]; this type
+/// The body itself is made by [`carmy::outcome::RecordedResult::to_response_json`]; this type
 /// only describes it.
 #[derive(Serialize, ToSchema)]
 #[schema(
@@ -245,7 +245,7 @@ pub(crate) fn null_schema() -> Object {
 
 /// The document as generated from the annotations, made once.
 static DOCUMENT: LazyLock<serde_json::Value> = LazyLock::new(|| {
-    let mut document = serde_json::to_value(super::api_routes().into_openapi())
+    let mut document = serde_json::to_value(crate::routes::api_routes().into_openapi())
         .expect("the OpenAPI document serialises");
     camel_case_links(&mut document);
     document

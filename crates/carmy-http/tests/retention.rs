@@ -15,7 +15,7 @@ use std::time::Duration;
 use tower::ServiceExt;
 
 fn router(retention: Option<Duration>) -> Router {
-    carmy::app()
+    carmy_http::app()
         .engine_config(EngineConfig {
             retention,
             ..EngineConfig::default()

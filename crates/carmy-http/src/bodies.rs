@@ -1,7 +1,7 @@
 //! The JSON bodies the HTTP API answers with (docs/semantics.md §7), as the handlers serialise
 //! them; their `ToSchema` derives are what `GET /openapi.json` describes (docs/semantics.md §13).
 
-use crate::outcome::ExecutionId;
+use carmy::outcome::ExecutionId;
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -14,18 +14,18 @@ use utoipa::ToSchema;
 pub(super) struct InFlightBody<'a> {
     #[schema(value_type = String)]
     pub(super) execution_id: &'a ExecutionId,
-    #[schema(schema_with = super::openapi::in_flight_state_schema)]
+    #[schema(schema_with = crate::openapi::in_flight_state_schema)]
     pub(super) status: &'static str,
-    #[schema(schema_with = super::openapi::null_schema)]
+    #[schema(schema_with = crate::openapi::null_schema)]
     pub(super) data: (),
-    #[schema(schema_with = super::openapi::null_schema)]
+    #[schema(schema_with = crate::openapi::null_schema)]
     pub(super) error: (),
     pub(super) tool: &'a str,
     pub(super) request_id: &'a str,
     pub(super) session_id: &'a str,
     /// Who released it, when and why (released executions only).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) resolution: Option<&'a crate::decision::Resolution>,
+    pub(super) resolution: Option<&'a carmy::decision::Resolution>,
     /// `null` while running or interrupted (such an execution is never pruned); for a released
     /// one, when its history is pruned: the release time plus the retention (`null` when kept
     /// forever). UTC, RFC 3339 with milliseconds (docs/semantics.md §12.9).
@@ -35,12 +35,12 @@ pub(super) struct InFlightBody<'a> {
 
 /// A finished execution's record as the API shows it: the stored record followed by
 /// `expires_at` (docs/semantics.md §12.9). The body is made by
-/// [`crate::outcome::ExecutionResult::to_body_json`]; this type only describes it.
+/// [`carmy::outcome::ExecutionResult::to_body_json`]; this type only describes it.
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)] // describes the body only
 pub(crate) struct RecordBody {
     #[serde(flatten)]
-    pub(crate) record: crate::outcome::ExecutionResult,
+    pub(crate) record: carmy::outcome::ExecutionResult,
     /// When the record stops holding its identity: its `finished_at` plus the retention
     /// (`CARMY_RETENTION`); from then on the same request_id runs as new and the record is
     /// pruned. `null` when records are kept forever. UTC, RFC 3339 with milliseconds.
@@ -117,13 +117,13 @@ pub(super) struct ToolEntry<'a> {
     pub(super) input_schema: &'a Value,
     /// Behaviour hints (MCP style), when the tool declares any.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(super) annotations: Option<&'a crate::tool::ToolAnnotations>,
+    pub(super) annotations: Option<&'a carmy::tool::ToolAnnotations>,
     /// The request id argument the tool offers a model (docs/semantics.md §11), `null` for
     /// none: a framework that shows the tool to a model over this API adds this string property
     /// to `input_schema` with its `description` (unless `adopted`: then it is already there),
     /// takes it out of the arguments before the call unless `adopted`, and sends it as the
     /// call's `request_id`.
-    pub(super) request_id_argument: Option<crate::key_argument::KeyArgument>,
+    pub(super) request_id_argument: Option<carmy::key_argument::KeyArgument>,
 }
 
 /// The body of `/healthz` and `/readyz`.

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 fn router() -> Router {
-    carmy::app()
+    carmy_http::app()
         .tool(FnTool::new(
             "echo",
             json!({"type": "object"}),

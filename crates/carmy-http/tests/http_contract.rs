@@ -111,7 +111,7 @@ impl IdempotencyStore for FaultyStore {
 struct Harness {
     router: Router,
     store: Arc<FaultyStore>,
-    app: carmy::App,
+    app: carmy_http::App,
     release: Arc<tokio::sync::Notify>,
 }
 
@@ -122,7 +122,7 @@ fn harness(capacity: usize) -> Harness {
     });
     let release = Arc::new(tokio::sync::Notify::new());
     let gate = Arc::clone(&release);
-    let app = carmy::app()
+    let app = carmy_http::app()
         .idempotency_store(store.clone())
         .tool(FnTool::new(
             "echo",
@@ -200,7 +200,7 @@ fn call(tool: &str, arguments: Value, request_id: &str) -> Value {
     json!({"tool": tool, "arguments": arguments, "request_id": request_id})
 }
 
-async fn wait_for_runs(app: &carmy::App, tool: &str, runs: u64) {
+async fn wait_for_runs(app: &carmy_http::App, tool: &str, runs: u64) {
     eventually_eq(
         Duration::from_secs(10),
         "the tool to start",

@@ -18,7 +18,7 @@ use tower::ServiceExt;
 
 struct Harness {
     router: Router,
-    app: carmy::App,
+    app: carmy_http::App,
     /// How many times `flaky` has been called.
     flaky_calls: Arc<AtomicUsize>,
 }
@@ -28,7 +28,7 @@ struct Harness {
 fn harness() -> Harness {
     let flaky_calls = Arc::new(AtomicUsize::new(0));
     let calls = Arc::clone(&flaky_calls);
-    let app = carmy::app()
+    let app = carmy_http::app()
         .tool(FnTool::new(
             "flaky",
             json!({"type": "object"}),
@@ -171,7 +171,7 @@ async fn effect_unknown_failures_are_recorded_and_say_so() {
 
 #[tokio::test]
 async fn plain_failures_carry_no_effect_member() {
-    let app = carmy::app()
+    let app = carmy_http::app()
         .tool(FnTool::new(
             "fail",
             json!({"type": "object"}),

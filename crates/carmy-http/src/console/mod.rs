@@ -17,13 +17,8 @@ mod session;
 use session::LoginRefusal;
 pub(crate) use session::Sessions;
 
-use super::error::ApiError;
-use super::AppState;
-use crate::auth::Caller;
-use crate::decision::{ExecutionQuery, ListOrder};
-use crate::engine::{Release, Resolve};
-use crate::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
-use crate::store::InFlightState;
+use crate::error::ApiError;
+use crate::routes::AppState;
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
@@ -31,6 +26,11 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
+use carmy::auth::Caller;
+use carmy::decision::{ExecutionQuery, ListOrder};
+use carmy::engine::{Release, Resolve};
+use carmy::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
+use carmy::store::InFlightState;
 use maud::Markup;
 use pages::{ListFilter, Who};
 use serde::Deserialize;
@@ -42,7 +42,7 @@ const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-ac
 /// How many executions one listing shows at most.
 const SHOWN: usize = 200;
 
-/// The console's routes (mounted beside the API by [`super::router`]).
+/// The console's routes (mounted beside the API by [`crate::routes::router`]).
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route(
@@ -270,7 +270,7 @@ async fn login(
         return login_page(&state, &headers, StatusCode::FORBIDDEN, Some(&problem));
     }
     let bearer = format!("Bearer {}", form.key.trim());
-    // The one credential check of both fronts (crate::auth::Credentials): only an operator
+    // The one credential check of both fronts (carmy::auth::Credentials): only an operator
     // key opens the console.
     let caller = state
         .credentials
@@ -468,10 +468,10 @@ async fn execution_page(
     };
     let detail = match state.engine.operator_detail(&operator.caller(), &id).await {
         Ok(detail) => detail,
-        Err(crate::engine::Refusal::NotFound) => return not_found(operator),
+        Err(carmy::engine::Refusal::NotFound) => return not_found(operator),
         Err(refusal) => return store_problem(operator, &ApiError::from(refusal)),
     };
-    let record_json = serde_json::from_str(&super::recovery::record_body(
+    let record_json = serde_json::from_str(&crate::recovery::record_body(
         &state.engine,
         &detail.view.lookup,
     ))
@@ -540,7 +540,7 @@ struct ResolveForm {
     force: Option<String>,
 }
 
-/// `POST /console/executions/{id}/resolve`: [`crate::engine::Engine::resolve`], as
+/// `POST /console/executions/{id}/resolve`: [`carmy::engine::Engine::resolve`], as
 /// `POST /v1/executions/{id}/resolve`.
 async fn resolve(
     State(state): State<AppState>,
@@ -561,7 +561,7 @@ async fn resolve(
         let data = if form.data.trim().is_empty() {
             serde_json::Value::Null
         } else {
-            crate::strict_json::parse(form.data.trim())
+            carmy::strict_json::parse(form.data.trim())
                 .map_err(|error| ApiError::InvalidRequest(format!("data is not JSON: {error}")))?
         };
         let error = (!form.error_code.trim().is_empty()).then(|| ExecutionError {
@@ -598,7 +598,7 @@ struct ReleaseForm {
     force: Option<String>,
 }
 
-/// `POST /console/executions/{id}/release`: [`crate::engine::Engine::release`], as
+/// `POST /console/executions/{id}/release`: [`carmy::engine::Engine::release`], as
 /// `POST /v1/executions/{id}/release`.
 async fn release(
     State(state): State<AppState>,
@@ -620,7 +620,7 @@ async fn release(
     }
 }
 
-/// `POST /console/executions/{id}/reconcile`: [`crate::engine::Engine::reconcile_now`], as
+/// `POST /console/executions/{id}/reconcile`: [`carmy::engine::Engine::reconcile_now`], as
 /// `POST /v1/executions/{id}/reconcile`.
 async fn reconcile(
     State(state): State<AppState>,

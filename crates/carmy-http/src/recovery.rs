@@ -2,20 +2,22 @@
 //! `POST /v1/executions/{id}/release` and `GET /v1/executions` (listing, and lookup by
 //! identity), plus the one body of a record read by id.
 
-use super::bodies::{ExecutionPath, ExecutionState, InFlightBody, ListAnswer, NO_SUCH_EXECUTION};
-use super::error::ApiError;
-use super::extractors::AuthenticatedCaller;
-use super::openapi;
-use super::{execution_id_from_path, invalid, is_json_content_type, json_response, AppState};
-use crate::engine::{Release, Resolve};
-use crate::identity::validate_identifier;
-use crate::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
-use crate::store::{ExecutionLookup, InFlightState, RecordState, DEFAULT_SESSION};
+use crate::bodies::{ExecutionPath, ExecutionState, InFlightBody, ListAnswer, NO_SUCH_EXECUTION};
+use crate::error::ApiError;
+use crate::extractors::AuthenticatedCaller;
+use crate::openapi;
+use crate::routes::{
+    execution_id_from_path, invalid, is_json_content_type, json_response, AppState,
+};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use carmy::engine::{Release, Resolve};
+use carmy::identity::validate_identifier;
+use carmy::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
+use carmy::store::{ExecutionLookup, InFlightState, RecordState, DEFAULT_SESSION};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
@@ -129,7 +131,7 @@ fn read_body<T: DeserializeOwned>(
         return Err(ApiError::UnsupportedMediaType);
     }
     let text = std::str::from_utf8(&body).map_err(|_| invalid("the body is not UTF-8"))?;
-    let value = crate::strict_json::parse(text).map_err(invalid)?;
+    let value = carmy::strict_json::parse(text).map_err(invalid)?;
     serde_json::from_value(value).map_err(invalid)
 }
 
@@ -143,7 +145,7 @@ fn read_body<T: DeserializeOwned>(
     params(ExecutionPath),
     request_body(content = ResolveBody, content_type = "application/json"),
     responses(
-        (status = 200, description = "The record as it now replays, with `resolution: {by, at, note}`", body = super::bodies::RecordBody),
+        (status = 200, description = "The record as it now replays, with `resolution: {by, at, note}`", body = crate::bodies::RecordBody),
         (status = 400, description = "`INVALID_REQUEST`: bad body, status, note or outcome", body = openapi::Problem, content_type = "application/problem+json"),
         (status = 409, description = "`EXECUTION_FINISHED` (already decided: it has an outcome or was released; nothing changed) or `EXECUTION_RUNNING` (still running: send `force: true` once its owner is known to be gone)", body = openapi::Problem, content_type = "application/problem+json"),
         DecisionProblems,
@@ -298,7 +300,7 @@ fn rfc3339(at: Option<chrono::DateTime<chrono::Utc>>) -> Option<String> {
 /// record's stored text with its `expires_at`, else an [`InFlightBody`] (`expires_at` `null`
 /// while running or interrupted: such a record never expires; a released one's history
 /// expires with the retention counted from its release, docs/semantics.md §12.9).
-pub(super) fn record_body(engine: &crate::engine::Engine, found: &ExecutionLookup) -> String {
+pub(super) fn record_body(engine: &carmy::engine::Engine, found: &ExecutionLookup) -> String {
     let (status, expires_at) = match (&found.released, &found.record.state) {
         (None, RecordState::Finished(result)) => {
             return result.to_body_json(engine.expires_at(result))

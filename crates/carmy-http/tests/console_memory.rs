@@ -87,7 +87,7 @@ async fn call(router: &Router, key: &str, request_id: &str) -> Value {
 
 #[tokio::test]
 async fn an_operator_lists_and_decides_on_the_in_memory_store() {
-    let app = carmy::app()
+    let app = carmy_http::app()
         .tool(FnTool::new(
             "echo",
             json!({"type": "object"}),
@@ -208,7 +208,7 @@ fn listed(html: &str) -> Vec<String> {
 /// tool and failure, newest first, and the page says when more match than it shows.
 #[tokio::test]
 async fn the_listing_filters_in_the_store_past_a_thousand_records() {
-    let app = carmy::app()
+    let app = carmy_http::app()
         .tool(FnTool::new(
             "echo",
             json!({"type": "object"}),
@@ -295,7 +295,7 @@ async fn the_listing_filters_in_the_store_past_a_thousand_records() {
 /// login, and a login post still needs its form's token and cookie.
 #[tokio::test]
 async fn a_flood_of_login_forms_leaves_an_operators_form_valid() {
-    let app = carmy::app()
+    let app = carmy_http::app()
         .api_keys(ApiKeys::parse("ka=alice").unwrap())
         .operator_keys(ApiKeys::parse("ko=ops").unwrap())
         .build()
@@ -360,7 +360,7 @@ async fn a_flood_of_login_forms_leaves_an_operators_form_valid() {
 /// changes, no audit row is written. The same form within the limit goes through.
 #[tokio::test]
 async fn an_oversized_form_is_413_and_changes_nothing() {
-    let app = carmy::app()
+    let app = carmy_http::app()
         .tool(FnTool::new("hold", json!({"type": "object"}), |_c, _a| {
             std::future::pending()
         }))

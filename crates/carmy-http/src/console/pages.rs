@@ -1,9 +1,9 @@
 //! The console's HTML, written with `maud` (compiled into the binary; every interpolated value
 //! is HTML-escaped by `maud`): the layout, the login form, the listing and one execution's page.
 
-use crate::decision::{AuditAction, AuditEntry, OperatorView};
-use crate::outcome::ExecutionStatus;
-use crate::store::{ExecutionLookup, RecordState};
+use carmy::decision::{AuditAction, AuditEntry, OperatorView};
+use carmy::outcome::ExecutionStatus;
+use carmy::store::{ExecutionLookup, RecordState};
 use chrono::{DateTime, SecondsFormat, Utc};
 use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;

@@ -166,8 +166,8 @@ fn every_problem_code_is_in_the_enum() {
 
 #[tokio::test]
 async fn the_document_is_served_without_an_api_key() {
-    let keys = crate::auth::ApiKeys::parse("k1=alice").unwrap();
-    let echo = crate::tool::FnTool::new(
+    let keys = carmy::auth::ApiKeys::parse("k1=alice").unwrap();
+    let echo = carmy::tool::FnTool::new(
         "echo",
         serde_json::json!({"type": "object"}),
         |_, a| async { Ok(a) },

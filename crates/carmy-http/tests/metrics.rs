@@ -65,7 +65,7 @@ impl IdempotencyStore for ScriptedStore {
 }
 
 /// The app, and the gate that the `wait` tool holds on (one permit lets one call finish).
-fn app() -> (carmy::App, Arc<tokio::sync::Semaphore>) {
+fn app() -> (carmy_http::App, Arc<tokio::sync::Semaphore>) {
     let store = ScriptedStore {
         inner: InMemoryIdempotencyStore::default(),
         failed_completes: Default::default(),
@@ -88,7 +88,7 @@ fn app() -> (carmy::App, Arc<tokio::sync::Semaphore>) {
     let down = FnTool::new("down", json!({"type": "object"}), |_, _| async {
         Err(ToolError::not_executed("UPSTREAM_UNAVAILABLE", "refused"))
     });
-    let app = carmy::app()
+    let app = carmy_http::app()
         .idempotency_store(Arc::new(store))
         .tool(echo)
         .tool(wait)
@@ -98,7 +98,7 @@ fn app() -> (carmy::App, Arc<tokio::sync::Semaphore>) {
     (app, gate)
 }
 
-async fn post(app: &carmy::App, tool: &str, arguments: Value, request_id: &str) -> StatusCode {
+async fn post(app: &carmy_http::App, tool: &str, arguments: Value, request_id: &str) -> StatusCode {
     let body = json!({"tool": tool, "arguments": arguments, "request_id": request_id});
     let request = Request::post("/v1/executions")
         .header("content-type", "application/json")
@@ -107,7 +107,7 @@ async fn post(app: &carmy::App, tool: &str, arguments: Value, request_id: &str) 
     app.router().oneshot(request).await.unwrap().status()
 }
 
-async fn metrics(app: &carmy::App) -> String {
+async fn metrics(app: &carmy_http::App) -> String {
     let request = Request::get("/metrics").body(Body::empty()).unwrap();
     let response = app.router().oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
@@ -137,7 +137,7 @@ fn calls(text: &str, tool: &str, outcome: &str) -> Option<f64> {
 }
 
 /// Calls the `wait` tool in a task of its own (it holds until the gate opens).
-fn spawn_wait(app: &carmy::App, request_id: &str) -> tokio::task::JoinHandle<StatusCode> {
+fn spawn_wait(app: &carmy_http::App, request_id: &str) -> tokio::task::JoinHandle<StatusCode> {
     let router = app.router();
     let body = json!({"tool": "wait", "arguments": {}, "request_id": request_id});
     tokio::spawn(async move {
@@ -150,7 +150,7 @@ fn spawn_wait(app: &carmy::App, request_id: &str) -> tokio::task::JoinHandle<Sta
 }
 
 /// Waits until `carmy_executions_running{tool}` reads `expected`.
-async fn until_running(app: &carmy::App, tool: &str, expected: f64) {
+async fn until_running(app: &carmy_http::App, tool: &str, expected: f64) {
     let labels = format!("tool=\"{tool}\"");
     eventually(Duration::from_secs(10), "the running gauge", || async {
         let running = sample(&metrics(app).await, "carmy_executions_running", &labels);
@@ -164,7 +164,7 @@ async fn until_running(app: &carmy::App, tool: &str, expected: f64) {
 }
 
 /// Makes one call of each outcome, with the gauge checked while one execution runs.
-async fn one_call_of_each_outcome(app: &carmy::App, gate: &tokio::sync::Semaphore) {
+async fn one_call_of_each_outcome(app: &carmy_http::App, gate: &tokio::sync::Semaphore) {
     assert_eq!(
         post(app, "echo", json!({"a": 1}), "r1").await,
         StatusCode::OK
