@@ -58,7 +58,8 @@ impl Default for KeyArgumentConfig {
 }
 
 /// What one tool takes, as `GET /v1/tools` shows it (`request_id_argument`).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyArgument {
     /// The argument's name in `arguments`.
     pub name: String,
