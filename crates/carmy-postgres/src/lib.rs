@@ -102,7 +102,7 @@ pub use options::{
     DEFAULT_BATCH_MAX_ROWS, DEFAULT_LEASE_TTL, DEFAULT_MAX_CONNECTIONS, DEFAULT_STATEMENT_TIMEOUT,
     MAX_BATCH_MAX_ROWS, MAX_LEASE_TTL, MIN_LEASE_TTL, MIN_RENEWABLE_LEASE_TTL, PING_IF_IDLE_FOR,
 };
-pub use pinned::{Db, Pinning, Through};
+pub use pinned::{Db, Pinned, Pinning, Source, Through};
 pub use pooler::{check_path, PathError};
 pub use replication::{check_replication, Replication, REPLICATION_SQL};
 pub use sharding::{DISTRIBUTED_TABLES, DISTRIBUTION_COLUMN, REFERENCE_TABLES};

@@ -1,8 +1,8 @@
-//! The store's statements behind a transaction-mode pooler (docs/semantics.md §14.3): [`Db`]
-//! (the shared pool) and [`Through`] (one connection) are sqlx executors that run each statement
-//! as sqlx would on a direct connection, or, when [`Pinning`] says a transaction-mode pooler
-//! (PgBouncer `pool_mode = transaction`) is in between, inside a transaction of its own with an
-//! unnamed statement.
+//! The store's statements behind a transaction-mode pooler (docs/semantics.md §14.3): one sqlx
+//! executor, [`Pinned`], over a [`Source`] (the shared pool, `&Db`, or one connection,
+//! [`Through`]) runs each statement as sqlx would on a direct connection, or, when [`Pinning`]
+//! says a transaction-mode pooler (PgBouncer `pool_mode = transaction`) is in between, inside a
+//! transaction of its own with an unnamed statement.
 //!
 //! Why: such a pooler hands a server connection to a client only for one transaction, and
 //! between two `Sync` messages outside a transaction it may hand the next message to another
@@ -87,8 +87,13 @@ impl Db {
 
     /// `connection` (e.g. one taken from [`Db::pool`]) as an executor with this pinning.
     pub fn through<'c>(&self, connection: &'c mut PgConnection) -> Through<'c> {
-        Through {
-            connection,
+        Through::new(connection, self.pinning.clone())
+    }
+
+    /// The pool as an executor with this pinning (what `&Db` runs statements with).
+    pub fn on_pool(&self) -> Pinned<&PgPool> {
+        Pinned {
+            source: &self.pool,
             pinning: self.pinning.clone(),
         }
     }
@@ -102,17 +107,13 @@ impl From<PgPool> for Db {
 }
 
 /// One connection with a [`Pinning`], as an executor.
-#[derive(Debug)]
-pub struct Through<'c> {
-    connection: &'c mut PgConnection,
-    pinning: Pinning,
-}
+pub type Through<'c> = Pinned<&'c mut PgConnection>;
 
 impl<'c> Through<'c> {
     /// `connection`, whose statements run as `pinning` says.
     pub fn new(connection: &'c mut PgConnection, pinning: Pinning) -> Self {
         Self {
-            connection,
+            source: connection,
             pinning,
         }
     }
@@ -190,6 +191,116 @@ fn first_row(items: Vec<Item>) -> Option<PgRow> {
     })
 }
 
+/// What a [`Pinned`] executor runs statements on: the pool (a connection taken for each pinned
+/// statement) or one connection. Both run an unpinned statement as sqlx does.
+pub trait Source<'c>: Executor<'c, Database = Postgres> {
+    /// Runs `query` pinned by `begin` (see the module) on a connection of this source: its
+    /// results, all read.
+    fn run_pinned<'e, 'q: 'e, E>(
+        self,
+        begin: Arc<str>,
+        query: E,
+    ) -> BoxFuture<'e, Result<Vec<Item>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>;
+}
+
+impl<'p> Source<'p> for &'p PgPool {
+    fn run_pinned<'e, 'q: 'e, E>(
+        self,
+        begin: Arc<str>,
+        query: E,
+    ) -> BoxFuture<'e, Result<Vec<Item>, sqlx::Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        Box::pin(async move {
+            let mut connection = self.acquire().await?;
+            pinned(&mut connection, &begin, query).await
+        })
+    }
+}
+
+impl<'c> Source<'c> for &'c mut PgConnection {
+    fn run_pinned<'e, 'q: 'e, E>(
+        self,
+        begin: Arc<str>,
+        query: E,
+    ) -> BoxFuture<'e, Result<Vec<Item>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        Box::pin(async move { pinned(self, &begin, query).await })
+    }
+}
+
+/// The store's executor: a [`Source`] (the pool or one connection) with a [`Pinning`]. On a
+/// direct path every method is the source's own; behind a transaction-mode pooler a statement
+/// with parameters runs pinned ([`Source::run_pinned`]).
+#[derive(Debug)]
+pub struct Pinned<S> {
+    source: S,
+    pinning: Pinning,
+}
+
+impl<'c, S: Source<'c>> Executor<'c> for Pinned<S> {
+    type Database = Postgres;
+
+    fn fetch_many<'e, 'q: 'e, E>(self, query: E) -> BoxStream<'e, Result<Item, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        let Some(begin) = self.pinning.0 else {
+            return self.source.fetch_many(query);
+        };
+        stream::once(self.source.run_pinned(begin, query))
+            .map_ok(|items| stream::iter(items.into_iter().map(Ok)))
+            .try_flatten()
+            .boxed()
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, Result<Option<PgRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        let Some(begin) = self.pinning.0 else {
+            return self.source.fetch_optional(query);
+        };
+        let items = self.source.run_pinned(begin, query);
+        Box::pin(async move { Ok(first_row(items.await?)) })
+    }
+
+    fn prepare_with<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+        parameters: &'e [PgTypeInfo],
+    ) -> BoxFuture<'e, Result<PgStatement<'q>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.source.prepare_with(sql, parameters)
+    }
+
+    fn describe<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+    ) -> BoxFuture<'e, Result<sqlx::Describe<Postgres>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.source.describe(sql)
+    }
+}
+
+/// `&Db` is the pool's [`Pinned`] executor ([`Db::on_pool`]).
 impl<'p> Executor<'p> for &'p Db {
     type Database = Postgres;
 
@@ -198,17 +309,7 @@ impl<'p> Executor<'p> for &'p Db {
         'p: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        let Some(begin) = self.pinning.0.clone() else {
-            return self.pool.fetch_many(query);
-        };
-        let pool = self.pool.clone();
-        stream::once(async move {
-            let mut connection = pool.acquire().await?;
-            pinned(&mut connection, &begin, query).await
-        })
-        .map_ok(|items| stream::iter(items.into_iter().map(Ok)))
-        .try_flatten()
-        .boxed()
+        self.on_pool().fetch_many(query)
     }
 
     fn fetch_optional<'e, 'q: 'e, E>(
@@ -219,14 +320,7 @@ impl<'p> Executor<'p> for &'p Db {
         'p: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        let Some(begin) = self.pinning.0.clone() else {
-            return self.pool.fetch_optional(query);
-        };
-        let pool = self.pool.clone();
-        Box::pin(async move {
-            let mut connection = pool.acquire().await?;
-            Ok(first_row(pinned(&mut connection, &begin, query).await?))
-        })
+        self.on_pool().fetch_optional(query)
     }
 
     fn prepare_with<'e, 'q: 'e>(
@@ -248,60 +342,5 @@ impl<'p> Executor<'p> for &'p Db {
         'p: 'e,
     {
         self.pool.describe(sql)
-    }
-}
-
-impl<'c> Executor<'c> for Through<'c> {
-    type Database = Postgres;
-
-    fn fetch_many<'e, 'q: 'e, E>(self, query: E) -> BoxStream<'e, Result<Item, sqlx::Error>>
-    where
-        'c: 'e,
-        E: 'q + Execute<'q, Postgres>,
-    {
-        let Some(begin) = self.pinning.0.clone() else {
-            return self.connection.fetch_many(query);
-        };
-        let connection = self.connection;
-        stream::once(async move { pinned(connection, &begin, query).await })
-            .map_ok(|items| stream::iter(items.into_iter().map(Ok)))
-            .try_flatten()
-            .boxed()
-    }
-
-    fn fetch_optional<'e, 'q: 'e, E>(
-        self,
-        query: E,
-    ) -> BoxFuture<'e, Result<Option<PgRow>, sqlx::Error>>
-    where
-        'c: 'e,
-        E: 'q + Execute<'q, Postgres>,
-    {
-        let Some(begin) = self.pinning.0.clone() else {
-            return self.connection.fetch_optional(query);
-        };
-        let connection = self.connection;
-        Box::pin(async move { Ok(first_row(pinned(connection, &begin, query).await?)) })
-    }
-
-    fn prepare_with<'e, 'q: 'e>(
-        self,
-        sql: &'q str,
-        parameters: &'e [PgTypeInfo],
-    ) -> BoxFuture<'e, Result<PgStatement<'q>, sqlx::Error>>
-    where
-        'c: 'e,
-    {
-        self.connection.prepare_with(sql, parameters)
-    }
-
-    fn describe<'e, 'q: 'e>(
-        self,
-        sql: &'q str,
-    ) -> BoxFuture<'e, Result<sqlx::Describe<Postgres>, sqlx::Error>>
-    where
-        'c: 'e,
-    {
-        self.connection.describe(sql)
     }
 }
