@@ -9,4 +9,6 @@ mod mcp_key;
 mod mcp_replicas;
 mod mcp_rmcp;
 mod mcp_tools;
+mod mcp_upstream_tasks;
 mod mcp_upstreams;
+pub(crate) mod upstream_servers;

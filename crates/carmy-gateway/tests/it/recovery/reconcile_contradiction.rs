@@ -7,39 +7,32 @@
 //! past its deadline while A, frozen, still holds it within its own. The upstream then answers the held call; A is continued (SIGCONT)
 //! and records its real outcome, `completed` with the payment: it lands in
 //! `carmy.late_arrivals`, flagged `contradicts_decision`, counted by A's
-//! `carmy_late_arrivals_contradicting_total`; the record keeps the reconciler's decision.
+//! `carmy_late_arrivals_contradicting_total`; the record keeps the reconciler's decision. And
+//! which late arrivals the gateway's own statement flags: those that contradict a decision the
+//! reconciler took, never an operator's.
 
-use super::reconcile::{audit, WAIT};
-use crate::payments::Payments;
+use super::reconciling::{Reconciling, WAIT};
 use crate::recovery_replicas::signal;
 use crate::tools_file::write_tools_file;
-use carmy_test_support::{client, eventually, metric, spawn_post, Replica, TestDb};
+use carmy_test_support::{eventually, metric, spawn_post, TestDb};
 use serde_json::{json, Value};
+use sqlx::Row;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_frozen_owners_payment_after_the_reconcilers_release_is_flagged_as_contradicting() {
-    let db = TestDb::migrated().await;
-    let payments = Payments::start().await;
-    let base = payments.base();
-    let file = write_tools_file(&format!(
-        "[[tools]]\nname = \"lagging\"\nurl = \"{base}/pay/hidden-lag\"\n[tools.reconcile]\nurl = \"{base}/lookup?idempotency_key={{execution_id}}\"\nabsent_means = \"not_executed\"\n"
-    ));
-    let env = |name, tool_timeout_ms| {
-        Replica::start(
-            name,
-            &[
-                ("DATABASE_URL", db.url.as_str()),
-                ("CARMY_LEASE_TTL_MS", "1000"),
-                ("CARMY_TOOLS_FILE", file.to_str().unwrap()),
-                ("CARMY_RECONCILE_INTERVAL_MS", "100"),
-                ("CARMY_TOOL_TIMEOUT_MS", tool_timeout_ms),
-            ],
-        )
-    };
-    let a = env("contradiction-a", "30000");
-    let b = env("contradiction-b", "1000");
-    let http = client();
+    let fixture = Reconciling::start(
+        |base| {
+            write_tools_file(&format!(
+                "[[tools]]\nname = \"lagging\"\nurl = \"{base}/pay/hidden-lag\"\n[tools.reconcile]\nurl = \"{base}/lookup?idempotency_key={{execution_id}}\"\nabsent_means = \"not_executed\"\n"
+            ))
+        },
+        &[],
+    )
+    .await;
+    let (db, payments, http) = (&fixture.db, &fixture.payments, fixture.http.clone());
+    let a = fixture.replica("contradiction-a", &[("CARMY_TOOL_TIMEOUT_MS", "30000")]);
+    let b = fixture.replica("contradiction-b", &[("CARMY_TOOL_TIMEOUT_MS", "1000")]);
 
     let call = json!({"tool": "lagging", "arguments": {"amount": 7}, "request_id": "lag-1"});
     let first = spawn_post(&http, &a, &call);
@@ -57,13 +50,7 @@ async fn a_frozen_owners_payment_after_the_reconcilers_release_is_flagged_as_con
     signal(&a, "STOP");
 
     // A's lease lapses; B's reconciler reads absent and releases the execution.
-    eventually(WAIT, "the reconciler releases it", || async {
-        let trail = audit(&db, &id).await;
-        (trail == [("release".to_owned(), "reconciler".to_owned())])
-            .then_some(())
-            .ok_or(trail)
-    })
-    .await;
+    fixture.until_released(&id).await;
     assert!(payments.lookups_of(&id) >= 1);
     assert_eq!(payments.payment(&id), None);
 
@@ -110,8 +97,94 @@ async fn a_frozen_owners_payment_after_the_reconcilers_release_is_flagged_as_con
         0
     );
     // The record keeps the reconciler's decision; the late arrival is only evidence.
-    let trail = audit(&db, &id).await;
+    let trail = fixture.audit(&id).await;
     assert_eq!(trail.len(), 2, "{trail:?}");
     assert_eq!(trail[0], ("release".to_owned(), "reconciler".to_owned()));
     assert_eq!(trail[1].0, "late_arrival", "{trail:?}");
+}
+
+#[tokio::test]
+async fn late_arrivals_that_contradict_the_reconciler_are_flagged() {
+    let db = TestDb::migrated().await;
+    let mut connection = db.connect().await;
+    let cases = [
+        (
+            "exec_1",
+            "reconciler",
+            "release",
+            "released",
+            "completed",
+            Some(true),
+        ),
+        (
+            "exec_2",
+            "reconciler",
+            "resolve",
+            "completed",
+            "failed",
+            Some(true),
+        ),
+        (
+            "exec_3",
+            "reconciler",
+            "resolve",
+            "completed",
+            "cancelled",
+            Some(false),
+        ),
+        (
+            "exec_4",
+            "reconciler",
+            "release",
+            "released",
+            "failed",
+            Some(false),
+        ),
+        (
+            "exec_5",
+            "operator:ops",
+            "release",
+            "released",
+            "completed",
+            None,
+        ),
+    ];
+    for (id, actor, action, state, late, expected) in cases {
+        sqlx::query(
+            "INSERT INTO carmy.audit_log (actor, principal, execution_id, action, before, after, \
+                                         note) \
+             VALUES ($1, 'alice', $2, $3, '{}', jsonb_build_object('state', $4::text), 'decided')",
+        )
+        .bind(actor)
+        .bind(id)
+        .bind(action)
+        .bind(state)
+        .execute(&mut connection)
+        .await
+        .unwrap();
+        // The gateway's own statement keeps the late outcome and computes the flag.
+        sqlx::query(carmy_postgres::sql::LATE_ARRIVAL_SQL)
+            .bind("alice")
+            .bind("default")
+            .bind(format!("r-{id}"))
+            .bind("inst_owner")
+            .bind(id)
+            .bind(late)
+            .bind(format!(
+                "{{\"execution_id\":\"{id}\",\"status\":\"{late}\"}}"
+            ))
+            .bind("late")
+            .execute(&mut connection)
+            .await
+            .unwrap();
+        let flagged: Option<bool> = sqlx::query(
+            "SELECT contradicts_decision FROM carmy.late_arrivals WHERE execution_id = $1",
+        )
+        .bind(id)
+        .fetch_one(&mut connection)
+        .await
+        .unwrap()
+        .get(0);
+        assert_eq!(flagged, expected, "{id}: {action} by {actor}, then {late}");
+    }
 }

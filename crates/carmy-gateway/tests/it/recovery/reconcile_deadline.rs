@@ -10,13 +10,11 @@
 //! it is paid once. The reconciler probes again at the deadline, and then absent releases the
 //! execution as before.
 
-use super::reconcile::{audit, evidence, interrupt, WAIT};
-use crate::payments::Payments;
+use super::reconciling::{payment_call, Reconciling, WAIT};
 use crate::tools_file::write_tools_file;
-use carmy_test_support::{client, eventually, metric, post, request, Replica, TestDb};
+use carmy_test_support::{eventually, metric, post, request};
 use reqwest::Method;
-use serde_json::{json, Value};
-use std::path::Path;
+use serde_json::Value;
 use std::time::{Duration, Instant};
 
 /// The tools' deadline; the owner is killed well within it.
@@ -43,30 +41,13 @@ fn tools(base: &str) -> std::path::PathBuf {
     )
 }
 
-/// A replica whose reconciler looks for due executions every `interval_ms`.
-fn replica(name: &str, db: &TestDb, file: &Path, interval_ms: &str) -> Replica {
-    Replica::start(
-        name,
-        &[
-            ("DATABASE_URL", db.url.as_str()),
-            ("CARMY_LEASE_TTL_MS", "1000"),
-            ("CARMY_TOOLS_FILE", file.to_str().unwrap()),
-            ("CARMY_RECONCILE_INTERVAL_MS", interval_ms),
-        ],
-    )
-}
-
-fn payment_call(tool: &str, request_id: &str) -> Value {
-    json!({"tool": tool, "arguments": {"amount": 5}, "request_id": request_id})
-}
-
 /// Waits until a probe of `id` answered absent too early; its evidence. Fails at once when
 /// the execution was decided instead.
-async fn too_early(db: &TestDb, id: &str) -> Value {
+async fn too_early(fixture: &Reconciling, id: &str) -> Value {
     eventually(WAIT, "a probe asked before the deadline", || async {
-        let trail = audit(db, id).await;
+        let trail = fixture.audit(id).await;
         assert_eq!(trail, [], "decided before the attempt's deadline");
-        let (kept, _) = evidence(db, id).await;
+        let (kept, _) = fixture.evidence(id).await;
         (kept["answer"] == "absent" && kept["conclusive_at"].is_string())
             .then_some(kept.clone())
             .ok_or(kept)
@@ -76,27 +57,20 @@ async fn too_early(db: &TestDb, id: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_absent_answer_before_the_attempts_deadline_releases_nothing() {
-    let db = TestDb::migrated().await;
-    let payments = Payments::start().await;
-    let file = tools(&payments.base());
+    let fixture = Reconciling::start(tools, &[]).await;
+    let (payments, http) = (&fixture.payments, fixture.http.clone());
     // The background reconciler stays out of the way: the retry and the operator probe.
-    let mut a = replica("deadline-a", &db, &file, "60000");
-    let b = replica("deadline-b", &db, &file, "60000");
-    let http = client();
+    let quiet = [("CARMY_RECONCILE_INTERVAL_MS", "60000")];
+    let mut a = fixture.replica("deadline-a", &quiet);
+    let b = fixture.replica("deadline-b", &quiet);
     let window = Duration::from_millis(TIMEOUT_MS + MARGIN_MS);
 
     // The owner dies while the upstream still processes its payment.
     let call = payment_call("landing", "landing-1");
     let sent = Instant::now();
-    let id = interrupt(
-        &payments,
-        &mut a,
-        &b,
-        std::slice::from_ref(&call),
-        "/pay/hidden-landing",
-    )
-    .await
-    .remove(0);
+    let id = fixture
+        .interrupt_one(&mut a, &b, &call, "/pay/hidden-landing")
+        .await;
 
     // The retry's inline probe reads absent, which proves nothing yet: uncertain, being
     // reconciled, retry when the deadline has passed; the tool is not run again.
@@ -127,8 +101,8 @@ async fn an_absent_answer_before_the_attempts_deadline_releases_nothing() {
         "{body}"
     );
     assert_eq!(payments.posts_at("/pay/hidden-landing"), [Some(id.clone())]);
-    assert_eq!(audit(&db, &id).await, []);
-    let (kept, _) = evidence(&db, &id).await;
+    assert_eq!(fixture.audit(&id).await, []);
+    let (kept, _) = fixture.evidence(&id).await;
     assert_eq!(
         (kept["answer"].as_str(), kept["status"].as_u64()),
         (Some("absent"), Some(404)),
@@ -154,7 +128,7 @@ async fn an_absent_answer_before_the_attempts_deadline_releases_nothing() {
     );
     assert!(body["evidence"]["conclusive_at"].is_string(), "{body}");
     assert!(sent.elapsed() < window, "{:?}", sent.elapsed());
-    assert_eq!(audit(&db, &id).await, []);
+    assert_eq!(fixture.audit(&id).await, []);
     assert_eq!(
         metric(
             &http,
@@ -182,7 +156,7 @@ async fn an_absent_answer_before_the_attempts_deadline_releases_nothing() {
     assert_eq!(body["data"], payment, "{body}");
     assert_eq!(body["resolution"]["by"], "reconciler", "{body}");
     assert_eq!(
-        audit(&db, &id).await,
+        fixture.audit(&id).await,
         [("resolve".to_owned(), "reconciler".to_owned())]
     );
     assert_eq!(payments.posts_at("/pay/hidden-landing"), [Some(id.clone())]);
@@ -190,36 +164,22 @@ async fn an_absent_answer_before_the_attempts_deadline_releases_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_absent_answer_after_the_attempts_deadline_releases_it() {
-    let db = TestDb::migrated().await;
-    let payments = Payments::start().await;
-    let file = tools(&payments.base());
-    let mut a = replica("deadline-late-a", &db, &file, "100");
-    let b = replica("deadline-late-b", &db, &file, "100");
-    let http = client();
+    let fixture = Reconciling::start(tools, &[]).await;
+    let (payments, http) = (&fixture.payments, fixture.http.clone());
+    let mut a = fixture.replica("deadline-late-a", &[]);
+    let b = fixture.replica("deadline-late-b", &[]);
 
     let call = payment_call("lost", "lost-1");
-    let id = interrupt(
-        &payments,
-        &mut a,
-        &b,
-        std::slice::from_ref(&call),
-        "/pay/lost-deadline",
-    )
-    .await
-    .remove(0);
+    let id = fixture
+        .interrupt_one(&mut a, &b, &call, "/pay/lost-deadline")
+        .await;
     // Probed as soon as the lease lapsed: absent, too early, nothing decided; probed again at
     // the deadline: released.
-    let kept = too_early(&db, &id).await;
+    let kept = too_early(&fixture, &id).await;
     assert_eq!(kept["status"], 404, "{kept}");
-    eventually(WAIT, "the reconciler releases it", || async {
-        let trail = audit(&db, &id).await;
-        (trail == [("release".to_owned(), "reconciler".to_owned())])
-            .then_some(())
-            .ok_or(trail)
-    })
-    .await;
+    fixture.until_released(&id).await;
     // Not before the deadline: the release came at least the window after the attempt began.
-    let pool = db.pool().await;
+    let pool = fixture.db.pool().await;
     let after: f64 = sqlx::query_scalar(
         "SELECT extract(epoch FROM a.at - coalesce(r.started_at, r.created_at))::float8 \
          FROM carmy.audit_log a JOIN carmy.released_executions r USING (principal, execution_id) \

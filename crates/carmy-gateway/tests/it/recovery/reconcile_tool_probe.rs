@@ -8,19 +8,19 @@
 //! outcome, for HTTP and tool probes alike. `check-config` shows a tool probe and refuses one
 //! that names the tool itself, a tool that is not read-only or no tool at all.
 
-use super::reconcile::{audit, evidence, interrupt, WAIT};
+use super::reconciling::{payment_call, Reconciling, WAIT};
+use crate::mcp::upstream_servers::StdioServer;
 use crate::payments::Payments;
 use crate::tools_file::write_tools_file;
-use carmy_test_support::replica::gateway_binary;
-use carmy_test_support::{client, eventually, metric, post, request, Replica, TestDb};
+use carmy_test_support::{client, eventually, metric, post, request, Replica};
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::json;
 use sqlx::Row;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The read-only lookup tools and the paying tools whose probes call them (`tp_*`), and one
 /// HTTP probe that meets an upstream echoing its secret (`hp_echo`).
-fn tools(base: &str) -> PathBuf {
+pub(super) fn tools(base: &str) -> PathBuf {
     let lookup = |name: &str, path: &str| {
         format!(
             "[[tools]]\nname = \"{name}\"\nmethod = \"GET\"\nurl = \"{base}/{path}\"\nannotations = {{ readOnlyHint = true }}\ninput_schema = {{ type = \"object\", properties = {{ idempotency_key = {{ type = \"string\" }} }} }}\n[tools.headers]\nAuthorization = \"Bearer ${{CARMY_TEST_LOOKUP_TOKEN}}\"\n"
@@ -75,37 +75,18 @@ fn tools(base: &str) -> PathBuf {
     write_tools_file(&text)
 }
 
-const LOOKUP_TOKEN: &str = "tok_lookup_tool_secret";
-const PROBE_TOKEN: &str = "tok_http_probe_secret";
+pub(super) const LOOKUP_TOKEN: &str = "tok_lookup_tool_secret";
+pub(super) const PROBE_TOKEN: &str = "tok_http_probe_secret";
 
-fn replica(name: &str, db: &TestDb, file: &Path, interval_ms: &str) -> Replica {
-    Replica::start(
-        name,
+/// The fixture over `tools`, with the secrets its tools name.
+async fn reconciling(tools: impl FnOnce(&str) -> PathBuf) -> Reconciling {
+    Reconciling::start(
+        tools,
         &[
-            ("DATABASE_URL", db.url.as_str()),
-            ("CARMY_LEASE_TTL_MS", "1000"),
-            ("CARMY_TOOLS_FILE", file.to_str().unwrap()),
             ("CARMY_TEST_LOOKUP_TOKEN", LOOKUP_TOKEN),
             ("CARMY_TEST_PROBE_TOKEN", PROBE_TOKEN),
-            ("CARMY_RECONCILE_INTERVAL_MS", interval_ms),
         ],
     )
-}
-
-fn payment_call(tool: &str, request_id: &str) -> Value {
-    json!({"tool": tool, "arguments": {"amount": 5}, "request_id": request_id})
-}
-
-/// Waits until `id` reads `status` on `reader`; its body.
-async fn until_status(reader: &Replica, id: &str, status: &str) -> Value {
-    let http = client();
-    eventually(WAIT, "the reconciler decides", || async {
-        let path = format!("/v1/executions/{id}");
-        let (_, body) = request(&http, reader, Method::GET, &path, None, None).await;
-        (body["status"] == status)
-            .then_some(body.clone())
-            .ok_or(body)
-    })
     .await
 }
 
@@ -121,25 +102,17 @@ fn probe_keys(payments: &Payments, id: &str) -> Vec<Option<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tool_probe_decides_in_the_background_inline_and_on_demand() {
-    let db = TestDb::migrated().await;
-    let payments = Payments::start().await;
-    let file = tools(&payments.base());
-    let mut a = replica("tool-probe-a", &db, &file, "100");
-    let b = replica("tool-probe-b", &db, &file, "100");
-    let http = client();
+    let fixture = reconciling(tools).await;
+    let (payments, http) = (&fixture.payments, fixture.http.clone());
+    let mut a = fixture.replica("tool-probe-a", &[]);
+    let b = fixture.replica("tool-probe-b", &[]);
 
     // Found by the background reconciler through get_payment: resolved with the payment.
     let call = payment_call("tp_found", "tp-found-1");
-    let id = interrupt(
-        &payments,
-        &mut a,
-        &b,
-        std::slice::from_ref(&call),
-        "/pay/commit-tfound",
-    )
-    .await
-    .remove(0);
-    until_status(&b, &id, "completed").await;
+    let id = fixture
+        .interrupt_one(&mut a, &b, &call, "/pay/commit-tfound")
+        .await;
+    fixture.until_status(&b, &id, "completed").await;
     let (status, body) = post(&http, &b, &call).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
@@ -150,15 +123,15 @@ async fn a_tool_probe_decides_in_the_background_inline_and_on_demand() {
     assert_eq!(body["data"], payments.payment(&id).unwrap(), "{body}");
     assert_eq!(body["resolution"]["by"], "reconciler", "{body}");
     assert_eq!(
-        audit(&db, &id).await,
+        fixture.audit(&id).await,
         [("resolve".to_owned(), "reconciler".to_owned())]
     );
     // The probe's call reached the upstream under a key of its own, and left no record.
-    let keys = probe_keys(&payments, &id);
+    let keys = probe_keys(payments, &id);
     assert_eq!(keys.len(), 1, "{keys:?}");
     let key = keys[0].clone().unwrap();
     assert!(key.starts_with("probe_") && key != id, "{key}");
-    let mut connection = db.connect().await;
+    let mut connection = fixture.db.connect().await;
     let lookup_rows: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM carmy.reservations WHERE tool LIKE 'get_payment%'",
     )
@@ -179,22 +152,10 @@ async fn a_tool_probe_decides_in_the_background_inline_and_on_demand() {
     // Absent (get_payment failed with 404) and not_executed: released, the retry pays anew.
     a.restart();
     let call = payment_call("tp_released", "tp-released-1");
-    let id = interrupt(
-        &payments,
-        &mut a,
-        &b,
-        std::slice::from_ref(&call),
-        "/pay/lost-treleased",
-    )
-    .await
-    .remove(0);
-    eventually(WAIT, "the reconciler releases it", || async {
-        let trail = audit(&db, &id).await;
-        (trail == [("release".to_owned(), "reconciler".to_owned())])
-            .then_some(())
-            .ok_or(trail)
-    })
-    .await;
+    let id = fixture
+        .interrupt_one(&mut a, &b, &call, "/pay/lost-treleased")
+        .await;
+    fixture.until_released(&id).await;
     let (status, body) = post(&http, &b, &call).await;
     assert_eq!(
         (status, body["replayed"].as_bool()),
@@ -206,17 +167,11 @@ async fn a_tool_probe_decides_in_the_background_inline_and_on_demand() {
     // Absent and unknown: stays interrupted with the tool's 404 as evidence; on demand too.
     a.restart();
     let call = payment_call("tp_unknown", "tp-unknown-1");
-    let id = interrupt(
-        &payments,
-        &mut a,
-        &b,
-        std::slice::from_ref(&call),
-        "/pay/lost-tunknown",
-    )
-    .await
-    .remove(0);
+    let id = fixture
+        .interrupt_one(&mut a, &b, &call, "/pay/lost-tunknown")
+        .await;
     let kept = eventually(WAIT, "the reconciler's evidence", || async {
-        let (kept, attempts) = evidence(&db, &id).await;
+        let (kept, attempts) = fixture.evidence(&id).await;
         (attempts >= 1 && kept["answer"] == "absent")
             .then_some(kept.clone())
             .ok_or(kept)
@@ -245,33 +200,25 @@ async fn a_tool_probe_decides_in_the_background_inline_and_on_demand() {
         (409, Some("interrupted")),
         "{body}"
     );
-    assert_eq!(audit(&db, &id).await, []);
+    assert_eq!(fixture.audit(&id).await, []);
     assert!(!body.to_string().contains(LOOKUP_TOKEN), "{body}");
     assert!(!kept.to_string().contains(LOOKUP_TOKEN), "{kept}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_retry_fills_the_arguments_a_tool_probe_needs_and_secrets_stay_masked() {
-    let db = TestDb::migrated().await;
-    let payments = Payments::start().await;
-    let file = tools(&payments.base());
-    let mut a = replica("tool-probe-inline-a", &db, &file, "100");
-    let b = replica("tool-probe-inline-b", &db, &file, "100");
-    let http = client();
+    let fixture = reconciling(tools).await;
+    let (payments, http) = (&fixture.payments, fixture.http.clone());
+    let mut a = fixture.replica("tool-probe-inline-a", &[]);
+    let b = fixture.replica("tool-probe-inline-b", &[]);
 
     // The background reconciler has no arguments: {amount} cannot be filled, nothing decided.
     let call = payment_call("tp_argument", "tp-argument-1");
-    let id = interrupt(
-        &payments,
-        &mut a,
-        &b,
-        std::slice::from_ref(&call),
-        "/pay/commit-targument",
-    )
-    .await
-    .remove(0);
+    let id = fixture
+        .interrupt_one(&mut a, &b, &call, "/pay/commit-targument")
+        .await;
     let kept = eventually(WAIT, "the reconciler's evidence", || async {
-        let (kept, attempts) = evidence(&db, &id).await;
+        let (kept, attempts) = fixture.evidence(&id).await;
         (attempts >= 1 && kept["answer"] == "error")
             .then_some(kept.clone())
             .ok_or(kept)
@@ -284,7 +231,7 @@ async fn a_retry_fills_the_arguments_a_tool_probe_needs_and_secrets_stay_masked(
             .contains("{amount} has no value"),
         "{kept}"
     );
-    assert!(probe_keys(&payments, &id).is_empty());
+    assert!(probe_keys(payments, &id).is_empty());
     // The retry carries them: the inline probe asks with them and replays what it found.
     let (status, body) = post(&http, &b, &call).await;
     assert_eq!(status, 200, "{body}");
@@ -309,32 +256,20 @@ async fn a_retry_fills_the_arguments_a_tool_probe_needs_and_secrets_stay_masked(
     // An upstream that echoes the lookup tool's secret: masked in the resolved outcome.
     a.restart();
     let call = payment_call("tp_echo", "tp-echo-1");
-    let id = interrupt(
-        &payments,
-        &mut a,
-        &b,
-        std::slice::from_ref(&call),
-        "/pay/commit-techo",
-    )
-    .await
-    .remove(0);
-    let body = until_status(&b, &id, "completed").await;
+    let id = fixture
+        .interrupt_one(&mut a, &b, &call, "/pay/commit-techo")
+        .await;
+    let body = fixture.until_status(&b, &id, "completed").await;
     assert_eq!(body["data"]["seen_authorization"], "Bearer ***", "{body}");
     // The same for an HTTP probe's own header.
     a.restart();
     let call = payment_call("hp_echo", "hp-echo-1");
-    let id = interrupt(
-        &payments,
-        &mut a,
-        &b,
-        std::slice::from_ref(&call),
-        "/pay/commit-hecho",
-    )
-    .await
-    .remove(0);
-    let body = until_status(&b, &id, "completed").await;
+    let id = fixture
+        .interrupt_one(&mut a, &b, &call, "/pay/commit-hecho")
+        .await;
+    let body = fixture.until_status(&b, &id, "completed").await;
     assert_eq!(body["data"]["seen_authorization"], "Bearer ***", "{body}");
-    let mut connection = db.connect().await;
+    let mut connection = fixture.db.connect().await;
     let leaked: i64 = sqlx::query(
         "SELECT count(*) FROM carmy.reservations \
          WHERE outcome::text LIKE '%' || $1 || '%' OR outcome::text LIKE '%' || $2 || '%' \
@@ -390,47 +325,29 @@ async fn the_process_local_store_never_probes() {
     assert!(payments.lookup_requests().is_empty());
 }
 
-fn stdio_server() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/stdio_server.py")
-}
-
 /// A tools file with the stdio MCP server (prefix `py.`) and `pay`, probed by `probe`.
-fn mcp_tools(base: &str, probe: &str) -> (PathBuf, PathBuf) {
-    let file = write_tools_file("");
-    let state = file.with_file_name("state.jsonl");
-    std::fs::write(
-        &file,
-        format!(
-            "[[tools]]\nname = \"pay\"\nurl = \"{base}/pay/commit-mcp\"\n[tools.reconcile]\n{probe}\n\n[[mcp_servers]]\nname = \"py\"\ncommand = \"python3\"\nargs = [{:?}]\nprefix = \"py.\"\nenv = {{ STATE_FILE = {:?} }}\n",
-            stdio_server().display().to_string(),
-            state.display().to_string()
+pub(super) fn mcp_tools(base: &str, probe: &str) -> StdioServer {
+    StdioServer::tools_file(
+        &format!(
+            "[[tools]]\nname = \"pay\"\nurl = \"{base}/pay/commit-mcp\"\n[tools.reconcile]\n{probe}\n\n"
         ),
+        false,
     )
-    .unwrap();
-    (file, state)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tool_probe_calls_a_read_only_mcp_tool() {
-    let db = TestDb::migrated().await;
-    let payments = Payments::start().await;
-    let (file, state) = mcp_tools(
-        &payments.base(),
-        "tool = \"py.lookup\"\narguments = { key = \"{execution_id}\" }\nfound_pointer = \"/found\"",
-    );
-    let mut a = replica("mcp-probe-a", &db, &file, "100");
-    let b = replica("mcp-probe-b", &db, &file, "100");
+    let probe =
+        "tool = \"py.lookup\"\narguments = { key = \"{execution_id}\" }\nfound_pointer = \"/found\"";
+    let fixture = reconciling(|base| mcp_tools(base, probe).file).await;
+    let server = StdioServer::beside(fixture.file.clone());
+    let mut a = fixture.replica("mcp-probe-a", &[]);
+    let b = fixture.replica("mcp-probe-b", &[]);
     let call = payment_call("pay", "mcp-probe-1");
-    let id = interrupt(
-        &payments,
-        &mut a,
-        &b,
-        std::slice::from_ref(&call),
-        "/pay/commit-mcp",
-    )
-    .await
-    .remove(0);
-    let body = until_status(&b, &id, "completed").await;
+    let id = fixture
+        .interrupt_one(&mut a, &b, &call, "/pay/commit-mcp")
+        .await;
+    let body = fixture.until_status(&b, &id, "completed").await;
     assert_eq!(
         body["data"],
         json!({"key": id.as_str(), "found": true}),
@@ -438,138 +355,9 @@ async fn a_tool_probe_calls_a_read_only_mcp_tool() {
     );
     assert_eq!(body["resolution"]["by"], "reconciler", "{body}");
     // The MCP server saw the probe's own key in _meta, never the execution's.
-    let calls: Vec<Value> = std::fs::read_to_string(&state)
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).unwrap())
-        .filter(|event| event["event"] == "call" && event["tool"] == "lookup")
-        .collect();
+    let calls = server.calls_of("lookup");
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(calls[0]["arguments"], json!({"key": id.as_str()}));
     let key = calls[0]["key"].as_str().unwrap();
     assert!(key.starts_with("probe_"), "{key}");
-}
-
-/// Runs `check-config` on `file`: success, standard output, standard error.
-fn check_config(file: &Path) -> (bool, String, String) {
-    let output = std::process::Command::new(gateway_binary())
-        .arg("check-config")
-        .env_remove("DATABASE_URL")
-        .env("CARMY_TOOLS_FILE", file)
-        .env("CARMY_TEST_LOOKUP_TOKEN", LOOKUP_TOKEN)
-        .env("CARMY_TEST_PROBE_TOKEN", PROBE_TOKEN)
-        .output()
-        .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-#[test]
-fn check_config_shows_tool_probes_and_refuses_a_bad_one_in_one_line() {
-    let (ok, stdout, stderr) = check_config(&tools("http://127.0.0.1:9"));
-    assert!(ok, "{stderr}");
-    assert!(stdout.contains("reconcile tool get_payment arguments={\"idempotency_key\":\"{execution_id}\"}  found_pointer=/payment_id  absent=[404] absent_means=not_executed  timeout=2000ms"), "{stdout}");
-    assert!(
-        !stdout.contains(LOOKUP_TOKEN) && !stdout.contains(PROBE_TOKEN),
-        "{stdout}"
-    );
-
-    let pay = "[[tools]]\nname = \"pay\"\nurl = \"http://127.0.0.1:9/pay\"\n";
-    let read = "[[tools]]\nname = \"read\"\nmethod = \"GET\"\nurl = \"http://127.0.0.1:9/read\"\nannotations = { readOnlyHint = true }\n";
-    let write = "[[tools]]\nname = \"write\"\nurl = \"http://127.0.0.1:9/write\"\nannotations = { readOnlyHint = false }\n";
-    let cases = [
-        (
-            format!("{pay}[tools.reconcile]\ntool = \"pay\"\n"),
-            "reconcile.tool",
-            "names the tool itself",
-        ),
-        (
-            format!("{pay}[tools.reconcile]\ntool = \"write\"\nfound_pointer = \"/x\"\n{write}"),
-            "reconcile.tool",
-            "\"write\" is not annotated read-only",
-        ),
-        (
-            format!("{pay}[tools.reconcile]\ntool = \"nothing\"\nfound_pointer = \"/x\"\n{read}"),
-            "reconcile.tool",
-            "no [[tools]] entry is named \"nothing\"",
-        ),
-        (
-            format!("{pay}[tools.reconcile]\ntool = \"read\"\nfound_status = [200]\n{read}"),
-            "reconcile.found_status",
-            "found is a value at found_pointer",
-        ),
-        (
-            format!("{pay}[tools.reconcile]\ntool = \"read\"\n{read}"),
-            "reconcile.found_pointer",
-            "is required with tool",
-        ),
-        (
-            format!("{pay}[tools.reconcile]\ntool = \"read\"\nfound_pointer = \"payment_id\"\n{read}"),
-            "reconcile.found_pointer",
-            "is not a JSON Pointer",
-        ),
-        (
-            format!("{pay}[tools.reconcile]\nurl = \"http://127.0.0.1:9/l?k={{execution_id}}\"\nfound_pointer = \"/id\"\n"),
-            "reconcile.found_pointer",
-            "goes with tool",
-        ),
-        (
-            format!("{pay}[tools.reconcile]\ntool = \"read\"\narguments = {{ k = \"{{execution_id\" }}\n{read}"),
-            "reconcile.arguments",
-            "without its }",
-        ),
-        (
-            format!("{pay}[tools.reconcile]\nurl = \"http://127.0.0.1:9/l?k={{execution_id}}\"\narguments = {{ k = \"v\" }}\n"),
-            "reconcile.arguments",
-            "go with tool",
-        ),
-    ];
-    for (text, field, message) in cases {
-        let (ok, _, stderr) = check_config(&write_tools_file(&text));
-        assert!(!ok, "{text}: {stderr}");
-        assert!(
-            stderr.contains(field) && stderr.contains(message) && stderr.contains("tool \"pay\""),
-            "{text}: {stderr}"
-        );
-        let said: Vec<&str> = stderr
-            .lines()
-            .filter(|line| line.starts_with("carmy-gateway: "))
-            .collect();
-        assert_eq!(said.len(), 1, "{stderr}");
-        assert!(said[0].contains(message), "{stderr}");
-    }
-}
-
-#[test]
-fn check_config_checks_a_probe_that_calls_an_mcp_tool() {
-    let (file, _) = mcp_tools(
-        "http://127.0.0.1:9",
-        "tool = \"py.lookup\"\narguments = { key = \"{execution_id}\" }\nfound_pointer = \"/found\"",
-    );
-    let (ok, stdout, stderr) = check_config(&file);
-    assert!(ok, "{stderr}");
-    assert!(
-        stdout.contains(
-            "reconcile tool py.lookup arguments={\"key\":\"{execution_id}\"}  found_pointer=/found"
-        ),
-        "{stdout}"
-    );
-    for (probe, message) in [
-        (
-            "tool = \"py.write\"\nfound_pointer = \"/found\"",
-            "tool \"pay\": reconcile.tool names \"py.write\", which is not annotated read-only",
-        ),
-        (
-            "tool = \"py.missing\"\nfound_pointer = \"/found\"",
-            "tool \"pay\": reconcile.tool names \"py.missing\", which neither",
-        ),
-    ] {
-        let (file, _) = mcp_tools("http://127.0.0.1:9", probe);
-        let (ok, _, stderr) = check_config(&file);
-        assert!(!ok, "{probe}: {stderr}");
-        assert!(stderr.contains(message), "{probe}: {stderr}");
-    }
 }
