@@ -10,16 +10,21 @@
 //! ```
 //!
 //! Every check receives a fresh, empty store and panics with a message naming the broken rule.
-//! The checks of decisions (docs/semantics.md §12.1) are in `decisions`, those of retention (§12.9)
-//! in `retention`, those of who holds an identity (concurrent reserves, `release`) in `holding`.
+//! The checks of decisions (docs/semantics.md §12.1) are in `decisions`, of listing executions
+//! (§12.4) in `listing`, of waiting for an outcome (§12.6) in `waiting`, of retention (§12.9) in
+//! `retention`, of who holds an identity (concurrent reserves, `release`) in `holding`.
 
 mod decisions;
 mod holding;
+mod listing;
 mod retention;
+mod waiting;
 
 pub use decisions::*;
 pub use holding::*;
+pub use listing::*;
 pub use retention::*;
+pub use waiting::*;
 
 use crate::fingerprint::{fingerprint, Fingerprint};
 use crate::outcome::{
