@@ -1,38 +1,34 @@
 //! [`PostgresStore`]: the durable [`IdempotencyStore`](carmy::store::IdempotencyStore) shared by all gateway replicas
 //! (docs/semantics.md §8). The statements are in [`crate::sql`], the settings in
 //! [`crate::options`], the lease in `lease`, cancel delivery in `cancel`, error classes in
-//! `failure`, row decoding in `decode` and the hot-path connections in `hot`.
+//! `failure`, row decoding in `decode` and the hot-path connections in `hot`. Here: the store,
+//! its construction, lookups, readiness and shutdown; `reserve` and `complete` (batched or
+//! alone) in `store/hot_path.rs`, the trait's methods in `store/idempotency.rs`.
 
-use crate::batch::{Batcher, Limits, Unanswered};
-use crate::cancel::{announce_changed, listen_for_cancels, Heard, CANCEL_BACKLOG};
+use crate::batch::{Batcher, Limits};
+use crate::cancel::{listen_for_cancels, Heard, CANCEL_BACKLOG};
 use crate::combined::HotBatch;
 use crate::decide;
 use crate::decode::{decode_key, decode_record};
 use crate::diagnosis::{explain_connect, Diagnosis};
 use crate::failure::{settle, Failure};
-use crate::grouped::{CompleteAnswer, CompleteRequest, Hot, ReserveAnswer, ReserveRequest};
-use crate::hot::{hot_pool, run_error, HotManager};
+use crate::grouped::Hot;
+use crate::hot::{hot_pool, HotManager};
 use crate::lease::{lease_pool, renewal_interval, Lease};
 use crate::options::{pool_options, ConnectError, PostgresStoreOptions};
 use crate::pinned::Db;
 use crate::ready::check_ready;
-use crate::recheck::after_update;
 use crate::session::Job;
 use crate::sharding::reservations_distributed;
-use crate::sql::{COMPLETE_SQL, FIND_EXECUTION_SQL, LOOKUP_SQL, RESERVE_SQL};
-use crate::waiters::announce_recorded;
-use carmy::fingerprint::{Fingerprint, FingerprintParts};
-use carmy::outcome::{ExecutionId, RecordedResult};
-use carmy::store::{
-    Claim, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, Reservation, StoreError,
-    StoredRecord,
-};
+use crate::sql::{FIND_EXECUTION_SQL, LOOKUP_SQL};
+use carmy::outcome::ExecutionId;
+use carmy::store::{ExecutionLookup, IdempotencyKey, StoreError, StoredRecord};
 use sqlx::postgres::PgPool;
-use sqlx::Row;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
+mod hot_path;
 mod idempotency;
 
 /// Batches in flight at once (see `batch`; each carries `reserve` and `complete` calls alike,
@@ -276,218 +272,6 @@ impl PostgresStore {
         self.finish(ended).await
     }
 
-    async fn reserve_impl(
-        &self,
-        Claim { key, fingerprint }: Claim<'_>,
-        intent: &ExecutionIntent,
-    ) -> Result<Reservation, Failure> {
-        // Never reserve without a lease row: others would read the reservation as interrupted.
-        self.lease.ensure_held().await?;
-        if let Some(reserves) = &self.batches {
-            // Nothing queued and a slot free: this call's own statement, exactly as with
-            // batching off, holding the slot so that no batch overtakes it.
-            if let Some(_slot) = reserves.alone() {
-                return self.reserve_alone(key, fingerprint, intent).await;
-            }
-            let batched = self
-                .reserve_batched(reserves, key, fingerprint, intent)
-                .await?;
-            if let Some(reservation) = batched {
-                return Ok(reservation);
-            }
-        }
-        self.reserve_alone(key, fingerprint, intent).await
-    }
-
-    /// A reservation through the group commit ([`crate::batch`]): its answer, or `None` when
-    /// this call's own statement must decide: the batch was refused or did not run, the row it
-    /// met vanished, or that row looks past its retention (the statement replaces it, deciding
-    /// with the database's clock).
-    async fn reserve_batched(
-        &self,
-        reserves: &Batcher<HotBatch>,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        intent: &ExecutionIntent,
-    ) -> Result<Option<Reservation>, Failure> {
-        let request = ReserveRequest {
-            principal: key.principal.clone(),
-            session_id: key.session_id.clone(),
-            request_id: key.request_id.clone(),
-            tool: intent.tool.clone(),
-            digest: fingerprint.digest.clone(),
-            version: fingerprint.version.clone(),
-            execution_id: intent.execution_id.as_str().to_owned(),
-            parts: intent.parts.as_ref().map(FingerprintParts::encode),
-            retention: intent.retention.map(crate::prune::millis),
-        };
-        let record = match reserves.reserve(request).await {
-            Ok(ReserveAnswer::Inserted) => return Ok(Some(Reservation::Reserved)),
-            Ok(ReserveAnswer::Held(record)) => Some(record?),
-            Ok(ReserveAnswer::NotVisible) => self.lookup_impl(key).await?,
-            Ok(ReserveAnswer::Failed(error)) => return Err(error.into()),
-            Err(Unanswered::Lost) => return Err(lost_batch().into()),
-            // The batch statement was refused, or no batch ran: this call's own statement.
-            Ok(ReserveAnswer::Alone) | Err(Unanswered::NotSent) => None,
-        };
-        // A finished row past its retention is replaced by this call's own statement
-        // (docs/semantics.md §12.9), which decides expiry with the database's clock.
-        let expired = |record: &StoredRecord| match &record.state {
-            carmy::store::RecordState::Finished(result) => carmy::retention::is_expired(
-                result.finished_at,
-                intent.retention,
-                chrono::Utc::now(),
-            ),
-            carmy::store::RecordState::InFlight(_) => false,
-        };
-        Ok(record
-            .filter(|record| !expired(record))
-            .map(|record| Existing::for_record(record, fingerprint).into()))
-    }
-
-    /// A reservation by this call's own statement ([`RESERVE_SQL`]), again while a row it met
-    /// vanished or was replaced concurrently (at most [`RESERVE_ATTEMPTS`] times).
-    async fn reserve_alone(
-        &self,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        intent: &ExecutionIntent,
-    ) -> Result<Reservation, Failure> {
-        let retention = intent.retention.map(crate::prune::millis);
-        for _ in 0..RESERVE_ATTEMPTS {
-            let query = sqlx::query(RESERVE_SQL)
-                .bind(&key.principal)
-                .bind(&key.session_id)
-                .bind(&key.request_id)
-                .bind(&intent.tool)
-                .bind(&fingerprint.digest)
-                .bind(&fingerprint.version)
-                .bind(intent.execution_id.as_str())
-                .bind(&self.instance_id)
-                .bind(intent.parts.as_ref().map(FingerprintParts::encode))
-                .bind(retention);
-            let row = {
-                let mut hot = self.hot.get().await.map_err(run_error)?;
-                let row = query.fetch_optional(hot.through()).await;
-                hot.used(&row);
-                row?
-            };
-            let existing = match row {
-                Some(row) => {
-                    if row.try_get::<bool, _>("inserted")? {
-                        if row.try_get::<bool, _>("renewed")? {
-                            let key = (
-                                key.principal.as_str(),
-                                key.session_id.as_str(),
-                                key.request_id.as_str(),
-                            );
-                            announce_changed(&self.pool, key).await;
-                        }
-                        return Ok(Reservation::Reserved);
-                    }
-                    if row.try_get::<Option<bool>, _>("expired")? == Some(true) {
-                        // Expired, but a concurrent statement replaced or pruned it first: a
-                        // new statement sees what holds the identity now.
-                        tracing::debug!("an expired record was replaced concurrently; retrying");
-                        continue;
-                    }
-                    Some(decode_record(&row)?)
-                }
-                None => {
-                    // The conflicting row was committed after this statement's snapshot: a new
-                    // statement sees it.
-                    tracing::debug!("reservation lost a race; reading the winner's row");
-                    self.lookup_impl(key).await?
-                }
-            };
-            if let Some(record) = existing {
-                return Ok(Existing::for_record(record, fingerprint).into());
-            }
-            // The row existed when the insert conflicted but is gone now (deleted by an
-            // operator): try again from the insert.
-            tracing::warn!("conflicting reservation vanished before it could be read; retrying");
-        }
-        Err(StoreError::Unavailable(
-            "reservation conflicted with a row that kept vanishing".to_owned(),
-        )
-        .into())
-    }
-
-    async fn complete_impl(
-        &self,
-        Claim { key, fingerprint }: Claim<'_>,
-        recorded: &RecordedResult,
-    ) -> Result<(), Failure> {
-        if let Some(completes) = &self.batches {
-            // Nothing queued and a slot free: this call's own statement, as with batching off.
-            if let Some(_slot) = completes.alone() {
-                return self.complete_alone(key, fingerprint, recorded).await;
-            }
-            let outcome = recorded.record_json();
-            let result = recorded.result();
-            let error_code = result.error.as_ref().map(|error| error.code.as_str());
-            let request = CompleteRequest {
-                principal: key.principal.clone(),
-                session_id: key.session_id.clone(),
-                request_id: key.request_id.clone(),
-                execution_id: result.execution_id.as_str().to_owned(),
-                digest: fingerprint.digest.clone(),
-                version: fingerprint.version.clone(),
-                state: result.status.as_str().to_owned(),
-                outcome: outcome.to_owned(),
-                error_code: error_code.map(str::to_owned),
-                attempt: i32::try_from(recorded.attempt()).unwrap_or(i32::MAX),
-            };
-            let updated = match completes.complete(request).await {
-                Ok(CompleteAnswer::Updated) => Some(1),
-                Ok(CompleteAnswer::Unmatched) => Some(0),
-                Ok(CompleteAnswer::Failed(error)) => return Err(error.into()),
-                Err(Unanswered::Lost) => return Err(lost_batch().into()),
-                Ok(CompleteAnswer::Alone) | Err(Unanswered::NotSent) => None,
-            };
-            if let Some(updated) = updated {
-                return after_update(&self.pool, key, recorded, updated).await;
-            }
-        }
-        self.complete_alone(key, fingerprint, recorded).await
-    }
-
-    /// An outcome recorded by this call's own statement ([`COMPLETE_SQL`]), then read back
-    /// when it matched nothing (`after_update`).
-    async fn complete_alone(
-        &self,
-        key: &IdempotencyKey,
-        fingerprint: &Fingerprint,
-        recorded: &RecordedResult,
-    ) -> Result<(), Failure> {
-        let outcome = recorded.record_json();
-        let result = recorded.result();
-        let error_code = result.error.as_ref().map(|error| error.code.as_str());
-        let query = sqlx::query(COMPLETE_SQL)
-            .bind(&key.principal)
-            .bind(&key.session_id)
-            .bind(&key.request_id)
-            .bind(result.execution_id.as_str())
-            .bind(&fingerprint.digest)
-            .bind(&fingerprint.version)
-            .bind(result.status.as_str())
-            .bind(outcome)
-            .bind(error_code)
-            .bind(i32::try_from(recorded.attempt()).unwrap_or(i32::MAX));
-        let awaited = {
-            let mut hot = self.hot.get().await.map_err(run_error)?;
-            let done = query.fetch_optional(hot.through()).await;
-            hot.used(&done);
-            done?
-                .map(|row| row.try_get::<bool, _>("awaited"))
-                .transpose()?
-        };
-        if awaited == Some(true) {
-            announce_recorded(&self.pool, vec![result.execution_id.as_str().to_owned()]).await;
-        }
-        after_update(&self.pool, key, recorded, u64::from(awaited.is_some())).await
-    }
-
     async fn lookup_impl(&self, key: &IdempotencyKey) -> Result<Option<StoredRecord>, Failure> {
         let row = sqlx::query(LOOKUP_SQL)
             .bind(&key.principal)
@@ -561,12 +345,6 @@ impl PostgresStore {
     async fn finish<T>(&self, outcome: Result<T, Failure>) -> Result<T, StoreError> {
         settle(&self.diagnosis, outcome).await
     }
-}
-
-/// A batch whose worker ended without answering (its runtime shut down): its statement may have
-/// been applied.
-fn lost_batch() -> StoreError {
-    StoreError::Indeterminate("the batch of this call ended without an answer".to_owned())
 }
 
 impl Drop for PostgresStore {

@@ -1,18 +1,13 @@
 //! Reading and validating the tools file in full, before anything serves (docs/semantics.md
 //! §10): every mistake is a [`ConfigError`] naming the file, line, entry and field.
 
-use crate::config::{EntryNames, RawFile, RawMcpServer, RawTool};
+use crate::config::{EntryNames, RawFile, RawTool};
 use crate::error::{ConfigError, Reporter};
-use crate::fields::{
-    check_name, on_interrupted, parse_method, policy_named, positive, status_lists,
-};
+use crate::fields::{check_name, on_interrupted, parse_method, positive, status_lists};
 use crate::secret::{expand, Secret};
-use crate::spec::{
-    Header, HttpToolSpec, McpServerSpec, McpTransport, ToolsConfig, DEFAULT_IDEMPOTENCY_HEADER,
-};
+use crate::spec::{Header, HttpToolSpec, ToolsConfig, DEFAULT_IDEMPOTENCY_HEADER};
 use crate::template::UrlTemplate;
 use carmy::key_argument::KeySetting;
-use carmy::OnInterrupted;
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -21,6 +16,7 @@ use std::path::Path;
 use std::time::Duration;
 use toml::Spanned;
 
+mod mcp_server;
 mod probe;
 
 /// Headers a tools file may not set: the HTTP client owns them.
@@ -372,120 +368,13 @@ impl Checker<'_> {
         Ok(out)
     }
 
-    /// A stdio server's environment, expanded, and the values of its `${NAME}` references.
-    fn environment(
-        &self,
-        env: &BTreeMap<String, Spanned<String>>,
-        label: &str,
-    ) -> Result<(Environment, Vec<Secret>), ConfigError> {
-        let mut out = Vec::new();
-        let mut secrets = Vec::new();
-        for (key, value) in env {
-            let (expanded, names) = expand(value.get_ref(), self.lookup).map_err(|error| {
-                self.report.error(
-                    Some(value.span().start),
-                    Some(label),
-                    Some(&format!("env.{key}")),
-                    error.to_string(),
-                )
-            })?;
-            secrets.extend(self.values_of(&names));
-            out.push((key.clone(), expanded));
-        }
-        Ok((out, secrets))
-    }
-
     /// The values of the environment variables `names`, as secrets.
-    fn values_of(&self, names: &[String]) -> Vec<Secret> {
+    pub(super) fn values_of(&self, names: &[String]) -> Vec<Secret> {
         names
             .iter()
             .filter_map(|name| (self.lookup)(name))
             .map(Secret::new)
             .collect()
-    }
-
-    fn mcp_server(&self, entry: &Spanned<RawMcpServer>) -> Result<McpServerSpec, ConfigError> {
-        let server = entry.get_ref();
-        let name = server.name.get_ref().clone();
-        let label = format!("mcp server {name:?}");
-        let at = |span: std::ops::Range<usize>, field: &str, message: String| {
-            self.report
-                .error(Some(span.start), Some(&label), Some(field), message)
-        };
-        if name.is_empty() {
-            return Err(at(server.name.span(), "name", "must not be empty".into()));
-        }
-        if !server.prefix.is_empty() {
-            check_name(&server.prefix)
-                .map_err(|message| at(server.name.span(), "prefix", message))?;
-        }
-        let mut secrets = Vec::new();
-        let transport = match (&server.url, &server.command) {
-            (Some(url), None) => {
-                let parsed = url::Url::parse(url.get_ref())
-                    .ok()
-                    .filter(|parsed| {
-                        matches!(parsed.scheme(), "http" | "https") && parsed.has_host()
-                    })
-                    .ok_or_else(|| {
-                        at(
-                            url.span(),
-                            "url",
-                            format!("{:?} is not an http:// or https:// URL", url.get_ref()),
-                        )
-                    })?;
-                let headers = self.headers(&server.headers, &label)?;
-                secrets.extend(headers.iter().flat_map(|h| h.secrets.iter().cloned()));
-                McpTransport::Http {
-                    url: parsed,
-                    headers,
-                }
-            }
-            (None, Some(command)) => {
-                if !server.headers.is_empty() {
-                    return Err(at(
-                        command.span(),
-                        "headers",
-                        "headers apply to url (Streamable HTTP) servers only".into(),
-                    ));
-                }
-                let (env, names) = self.environment(&server.env, &label)?;
-                secrets.extend(names);
-                McpTransport::Stdio {
-                    command: command.get_ref().clone(),
-                    args: server.args.clone(),
-                    env,
-                }
-            }
-            _ => {
-                return Err(at(
-                    entry.span(),
-                    "url",
-                    "give exactly one of url (Streamable HTTP) or command (stdio)".into(),
-                ))
-            }
-        };
-        Ok(McpServerSpec {
-            name,
-            transport,
-            prefix: server.prefix.clone(),
-            timeout: positive(&server.timeout_ms)
-                .map_err(|span| at(span, "timeout_ms", "must be at least 1".into()))?
-                .map(Duration::from_millis),
-            idempotency_argument: server.idempotency_argument.clone(),
-            on_interrupted: match &server.on_interrupted {
-                None => OnInterrupted::default(),
-                Some(policy) => policy_named(policy.get_ref())
-                    .map_err(|message| at(policy.span(), "on_interrupted", message))?,
-            },
-            task_always: task_always(&server.task)
-                .map_err(|(span, message)| at(span, "task", message))?,
-            key: KeySetting {
-                argument: server.key_argument.clone(),
-                required: server.key_required,
-            },
-            secrets,
-        })
     }
 }
 

@@ -10,6 +10,7 @@ mod config;
 mod console;
 mod hostile_input;
 mod memory_cases;
+mod memory_requests;
 mod operator_keys;
 mod readme;
 mod security;

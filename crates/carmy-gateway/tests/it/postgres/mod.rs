@@ -1,9 +1,10 @@
 //! Real `carmy-gateway` processes on a real PostgreSQL: replicas, outages, partitions, a
 //! failover, PgBouncer in transaction mode, readiness under replication, the lease, the runtime
-//! role, round trips, shutdown and cancellation.
+//! role, round trips, shutdown and cancellation, and migrating.
 
 mod failover;
 mod lease_starvation;
+mod migrations;
 mod partition;
 mod pgbouncer;
 mod postgres_outages;
