@@ -35,7 +35,9 @@ pub(super) struct InFlightBody<'a> {
 
 /// A finished execution's record as the API shows it: the stored record followed by
 /// `expires_at` (docs/semantics.md §12.9). The body is made by
-/// [`carmy::outcome::ExecutionResult::to_body_json`]; this type only describes it.
+/// [`crate::outcome::ExecutionResult::to_body_json`]; this type only describes it.
+// (`crate::outcome` above is the core's `carmy::outcome`: the text is served in
+// /openapi.json as it was written when this lived in the core, so it is kept.)
 #[derive(Serialize, ToSchema)]
 #[allow(dead_code)] // describes the body only
 pub(crate) struct RecordBody {
