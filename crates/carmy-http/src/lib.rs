@@ -32,7 +32,7 @@
 //! - `openapi`: the document served at `/openapi.json`;
 //! - `console`: the operator console (maud pages, server-side sessions, CSRF with stateless
 //!   login forms);
-//! - [`app`]: the builder, serving and graceful shutdown.
+//! - [`mod@app`]: the builder, serving and graceful shutdown.
 
 pub mod app;
 mod bodies;

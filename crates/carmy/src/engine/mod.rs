@@ -216,8 +216,8 @@ impl Engine {
 
     /// Replaces the tools registered under `group` (e.g. one upstream MCP server's) with
     /// `tools`, in one step: a call sees either the old set or the new one. Calls already
-    /// running keep the tool they started with. Tools given to the [`crate::AppBuilder`] belong
-    /// to no group and stay.
+    /// running keep the tool they started with. Tools given to the builder
+    /// (`carmy_http::AppBuilder`) belong to no group and stay.
     ///
     /// # Errors
     /// [`ToolRegistryError`] when a name clashes with another tool or a schema is invalid; then

@@ -27,7 +27,7 @@ const ON_DEMAND_CLAIM_PAUSES: [Duration; 3] = [
 
 impl Engine {
     /// Starts the reconciler of this replica (docs/semantics.md §12.10): every
-    /// [`EngineConfig::reconcile_interval`](super::EngineConfig) it claims interrupted
+    /// [`EngineConfig::reconcile_interval`](crate::engine::EngineConfig) it claims interrupted
     /// executions of tools with a probe, probes and decides them. Stops with the engine's
     /// background work. Does nothing for a store that never has interrupted executions (it
     /// claims none).
@@ -195,7 +195,7 @@ impl Engine {
 
     /// A retry met `execution_id`, interrupted, of `tool`, which has a probe (docs/semantics.md
     /// §12.10): the probe runs now, within
-    /// [`EngineConfig::reconcile_inline`](super::EngineConfig), and the call is answered from
+    /// [`EngineConfig::reconcile_inline`](crate::engine::EngineConfig), and the call is answered from
     /// what it decided: the resolved outcome replayed, a new run after a release, a takeover
     /// for a `rerun` tool; else `EXECUTION_UNCERTAIN` (`interrupted`, being reconciled while
     /// the probe was inconclusive).
