@@ -141,7 +141,7 @@ async fn check_replication(
     pool: &carmy_postgres::Db,
     require_sync: bool,
 ) -> Result<(), GatewayError> {
-    let found = carmy_postgres::check_replication(pool)
+    let found = carmy_postgres::check_replication(pool.executor())
         .await
         .map_err(|error| {
             GatewayError::Database(format!("cannot read the replication settings: {error}"))

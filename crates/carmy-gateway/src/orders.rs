@@ -205,7 +205,7 @@ impl PostgresOrderBook {
         bind: impl FnOnce(OrderQuery<'q>) -> OrderQuery<'q>,
     ) -> Result<Vec<Order>, OrderError> {
         bind(sqlx::query_as::<_, OrderRow>(sql))
-            .fetch_all(&self.pool)
+            .fetch_all(self.pool.executor())
             .await
             .map(|rows| rows.into_iter().map(order_from_row).collect())
             .map_err(|error| OrderError::after_sending(&error))

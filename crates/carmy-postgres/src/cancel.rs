@@ -139,7 +139,7 @@ pub(crate) async fn request_cancel(pool: &Db, execution_id: &ExecutionId) -> Res
     sqlx::query(NOTIFY_SQL)
         .bind(CANCEL_CHANNEL)
         .bind(execution_id.as_str())
-        .execute(pool)
+        .execute(pool.executor())
         .await?;
     Ok(())
 }
@@ -161,7 +161,7 @@ pub(crate) async fn release_unused(
         .bind(&key.request_id)
         .bind(execution_id.as_str())
         .bind(instance_id)
-        .fetch_one(pool)
+        .fetch_one(pool.executor())
         .await?;
     if row.try_get::<i64, _>("deleted")? > 0 {
         tracing::info!(%execution_id, "freed a reservation whose tool never ran");

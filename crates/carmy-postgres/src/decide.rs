@@ -39,7 +39,7 @@ async fn decide(
     query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
     pool: &Db,
 ) -> Result<Decided<String>, Failure> {
-    match query.fetch_one(pool).await {
+    match query.fetch_one(pool.executor()).await {
         Ok(row) => Ok(Ok(row.try_get::<String, _>(0)?)),
         Err(error) => match refusal(&error) {
             Some(refused) => Ok(Err(refused)),
@@ -154,7 +154,7 @@ pub(crate) async fn late_arrival(
         .bind(result.status.as_str())
         .bind(recorded.record_json())
         .bind(carmy::decision::LATE_ARRIVAL_NOTE)
-        .fetch_one(pool)
+        .fetch_one(pool.executor())
         .await?;
     let current: Option<String> = row.try_get("current")?;
     Ok(current.map(ExecutionId::from_stored))
@@ -177,7 +177,7 @@ pub(crate) async fn take_over(
         .bind(&fingerprint.digest)
         .bind(&fingerprint.version)
         .bind(instance_id)
-        .fetch_optional(pool)
+        .fetch_optional(pool.executor())
         .await?;
     let Some(row) = row else {
         return Ok(None);
@@ -204,7 +204,7 @@ pub(crate) async fn list(
         .bind(query.tool.as_deref())
         .bind(query.failures_only)
         .bind(limit)
-        .fetch_all(pool)
+        .fetch_all(pool.executor())
         .await?;
     rows.iter()
         .map(|row| {
@@ -227,7 +227,7 @@ pub(crate) async fn find_released(
     let row = sqlx::query(FIND_RELEASED_SQL)
         .bind(execution_id.as_str())
         .bind(principal)
-        .fetch_optional(pool)
+        .fetch_optional(pool.executor())
         .await?;
     row.as_ref().map(decode_released).transpose()
 }
@@ -264,7 +264,7 @@ pub(crate) async fn audit_trail(
 ) -> Result<Vec<AuditEntry>, Failure> {
     let rows = sqlx::query(AUDIT_TRAIL_SQL)
         .bind(execution_id.as_str())
-        .fetch_all(pool)
+        .fetch_all(pool.executor())
         .await?;
     rows.iter()
         .map(audit_entry)

@@ -162,7 +162,7 @@ impl Operator {
         if let Some(state) = state {
             statement = statement.bind(state);
         }
-        let rows = statement.fetch_all(&self.pool).await?;
+        let rows = statement.fetch_all(self.pool.executor()).await?;
         let released = query.state == StateFilter::Released;
         rows.iter().map(|row| detail(row, released)).collect()
     }
@@ -273,7 +273,7 @@ pub(crate) async fn show_detail(
     ] {
         let row = sqlx::query(sql)
             .bind(execution_id.as_str())
-            .fetch_optional(pool)
+            .fetch_optional(pool.executor())
             .await?;
         if let Some(row) = row {
             return detail(&row, released).map(Some);

@@ -1,6 +1,6 @@
 //! The store's statements behind a transaction-mode pooler (docs/semantics.md §14.3): one sqlx
-//! executor, [`Pinned`], over a [`Source`] (the shared pool, `&Db`, or one connection,
-//! [`Through`]) runs each statement as sqlx would on a direct connection, or, when [`Pinning`]
+//! executor, [`Pinned`], over a [`Source`] (the shared pool, [`Db::executor`], or one
+//! connection, [`Through`]) runs each statement as sqlx would on a direct connection, or, when [`Pinning`]
 //! says a transaction-mode pooler (PgBouncer `pool_mode = transaction`) is in between, inside a
 //! transaction of its own with an unnamed statement.
 //!
@@ -22,9 +22,11 @@
 
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgArguments, PgConnection, PgPool, PgQueryResult, PgRow, PgStatement};
 use sqlx::postgres::{PgTypeInfo, Postgres};
 use sqlx::{Either, Execute, Executor};
+use std::ops::DerefMut;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,8 +63,8 @@ impl Pinning {
     }
 }
 
-/// The store's pool with its [`Pinning`]: an executor (`&Db`) for every statement that is not
-/// bound to a session.
+/// The store's pool with its [`Pinning`]: the executor ([`Db::executor`]) of every statement
+/// that is not bound to a session.
 #[derive(Clone, Debug)]
 pub struct Db {
     pool: PgPool,
@@ -90,8 +92,8 @@ impl Db {
         Through::new(connection, self.pinning.clone())
     }
 
-    /// The pool as an executor with this pinning (what `&Db` runs statements with).
-    pub fn on_pool(&self) -> Pinned<&PgPool> {
+    /// The pool as the executor of a statement, with this pinning.
+    pub fn executor(&self) -> Pinned<&PgPool> {
         Pinned {
             source: &self.pool,
             pinning: self.pinning.clone(),
@@ -191,55 +193,50 @@ fn first_row(items: Vec<Item>) -> Option<PgRow> {
     })
 }
 
-/// What a [`Pinned`] executor runs statements on: the pool (a connection taken for each pinned
-/// statement) or one connection. Both run an unpinned statement as sqlx does.
-pub trait Source<'c>: Executor<'c, Database = Postgres> {
-    /// Runs `query` pinned by `begin` (see the module) on a connection of this source: its
-    /// results, all read.
-    fn run_pinned<'e, 'q: 'e, E>(
-        self,
-        begin: Arc<str>,
-        query: E,
-    ) -> BoxFuture<'e, Result<Vec<Item>, sqlx::Error>>
-    where
-        'c: 'e,
-        E: 'q + Execute<'q, Postgres>;
+/// Runs `query` pinned by `begin` on a connection of `source` (see the module): its results,
+/// all read.
+async fn run_pinned<'c, 'q, S, E>(
+    source: S,
+    begin: Arc<str>,
+    query: E,
+) -> Result<Vec<Item>, sqlx::Error>
+where
+    S: Source<'c>,
+    E: 'q + Execute<'q, Postgres>,
+{
+    let mut connection = source.connection().await?;
+    pinned(&mut connection, &begin, query).await
+}
+
+/// What a [`Pinned`] executor runs statements on: the pool or one connection. An unpinned
+/// statement runs on it as sqlx runs it; a pinned one on [`Source::connection`].
+pub trait Source<'c>: Executor<'c, Database = Postgres> + 'c {
+    /// The connection a pinned statement runs on.
+    type Connection: DerefMut<Target = PgConnection> + Send + 'c;
+
+    /// A connection for one pinned statement: taken from the pool, or the one held.
+    fn connection(self) -> BoxFuture<'c, Result<Self::Connection, sqlx::Error>>;
 }
 
 impl<'p> Source<'p> for &'p PgPool {
-    fn run_pinned<'e, 'q: 'e, E>(
-        self,
-        begin: Arc<str>,
-        query: E,
-    ) -> BoxFuture<'e, Result<Vec<Item>, sqlx::Error>>
-    where
-        'p: 'e,
-        E: 'q + Execute<'q, Postgres>,
-    {
-        Box::pin(async move {
-            let mut connection = self.acquire().await?;
-            pinned(&mut connection, &begin, query).await
-        })
+    type Connection = PoolConnection<Postgres>;
+
+    fn connection(self) -> BoxFuture<'p, Result<Self::Connection, sqlx::Error>> {
+        Box::pin(self.acquire())
     }
 }
 
 impl<'c> Source<'c> for &'c mut PgConnection {
-    fn run_pinned<'e, 'q: 'e, E>(
-        self,
-        begin: Arc<str>,
-        query: E,
-    ) -> BoxFuture<'e, Result<Vec<Item>, sqlx::Error>>
-    where
-        'c: 'e,
-        E: 'q + Execute<'q, Postgres>,
-    {
-        Box::pin(async move { pinned(self, &begin, query).await })
+    type Connection = Self;
+
+    fn connection(self) -> BoxFuture<'c, Result<Self, sqlx::Error>> {
+        Box::pin(std::future::ready(Ok(self)))
     }
 }
 
 /// The store's executor: a [`Source`] (the pool or one connection) with a [`Pinning`]. On a
 /// direct path every method is the source's own; behind a transaction-mode pooler a statement
-/// with parameters runs pinned ([`Source::run_pinned`]).
+/// with parameters runs pinned, in a transaction of its own on [`Source::connection`].
 #[derive(Debug)]
 pub struct Pinned<S> {
     source: S,
@@ -257,7 +254,7 @@ impl<'c, S: Source<'c>> Executor<'c> for Pinned<S> {
         let Some(begin) = self.pinning.0 else {
             return self.source.fetch_many(query);
         };
-        stream::once(self.source.run_pinned(begin, query))
+        stream::once(run_pinned(self.source, begin, query))
             .map_ok(|items| stream::iter(items.into_iter().map(Ok)))
             .try_flatten()
             .boxed()
@@ -274,7 +271,7 @@ impl<'c, S: Source<'c>> Executor<'c> for Pinned<S> {
         let Some(begin) = self.pinning.0 else {
             return self.source.fetch_optional(query);
         };
-        let items = self.source.run_pinned(begin, query);
+        let items = run_pinned(self.source, begin, query);
         Box::pin(async move { Ok(first_row(items.await?)) })
     }
 
@@ -297,50 +294,5 @@ impl<'c, S: Source<'c>> Executor<'c> for Pinned<S> {
         'c: 'e,
     {
         self.source.describe(sql)
-    }
-}
-
-/// `&Db` is the pool's [`Pinned`] executor ([`Db::on_pool`]).
-impl<'p> Executor<'p> for &'p Db {
-    type Database = Postgres;
-
-    fn fetch_many<'e, 'q: 'e, E>(self, query: E) -> BoxStream<'e, Result<Item, sqlx::Error>>
-    where
-        'p: 'e,
-        E: 'q + Execute<'q, Postgres>,
-    {
-        self.on_pool().fetch_many(query)
-    }
-
-    fn fetch_optional<'e, 'q: 'e, E>(
-        self,
-        query: E,
-    ) -> BoxFuture<'e, Result<Option<PgRow>, sqlx::Error>>
-    where
-        'p: 'e,
-        E: 'q + Execute<'q, Postgres>,
-    {
-        self.on_pool().fetch_optional(query)
-    }
-
-    fn prepare_with<'e, 'q: 'e>(
-        self,
-        sql: &'q str,
-        parameters: &'e [PgTypeInfo],
-    ) -> BoxFuture<'e, Result<PgStatement<'q>, sqlx::Error>>
-    where
-        'p: 'e,
-    {
-        self.pool.prepare_with(sql, parameters)
-    }
-
-    fn describe<'e, 'q: 'e>(
-        self,
-        sql: &'q str,
-    ) -> BoxFuture<'e, Result<sqlx::Describe<Postgres>, sqlx::Error>>
-    where
-        'p: 'e,
-    {
-        self.pool.describe(sql)
     }
 }

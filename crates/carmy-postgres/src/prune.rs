@@ -30,7 +30,7 @@ pub(crate) async fn step(
     let row = sqlx::query(PRUNE_SQL)
         .bind(millis(retention))
         .bind(batch)
-        .fetch_one(pool)
+        .fetch_one(pool.executor())
         .await?;
     if !row.try_get::<bool, _>("locked")? {
         return Ok(PruneStep::Busy);

@@ -33,7 +33,10 @@ pub(crate) async fn check_ready(
 /// is at least [`latest_migration_version`]; errors as there.
 pub(crate) async fn check_schema(pool: &Db, diagnosis: &Diagnosis) -> Result<(), StoreError> {
     let needed = latest_migration_version();
-    let applied: Option<i32> = match sqlx::query_scalar(READY_SQL).fetch_one(pool).await {
+    let applied: Option<i32> = match sqlx::query_scalar(READY_SQL)
+        .fetch_one(pool.executor())
+        .await
+    {
         Ok(applied) => applied,
         Err(error) => return Err(history_unreadable(diagnosis, error, needed).await),
     };

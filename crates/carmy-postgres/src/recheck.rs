@@ -21,7 +21,7 @@ pub(crate) async fn already_recorded(
         .bind(&key.principal)
         .bind(&key.session_id)
         .bind(&key.request_id)
-        .fetch_optional(pool)
+        .fetch_optional(pool.executor())
         .await?;
     let Some(row) = row else {
         return Ok(false);

@@ -107,7 +107,7 @@ pub(crate) async fn claim(
         .bind(millis(claim.hold))
         .bind(claim.execution_id.as_ref().map(ExecutionId::as_str))
         .bind(claim.principal.as_deref())
-        .fetch_all(pool)
+        .fetch_all(pool.executor())
         .await?;
     rows.iter()
         .map(|row| {
@@ -136,7 +136,7 @@ pub(crate) async fn record(pool: &Db, record: &ProbeRecord) -> Result<(), Failur
             .bind(record.evidence.to_string())
             .bind(refund),
     };
-    query.execute(pool).await?;
+    query.execute(pool.executor()).await?;
     Ok(())
 }
 
@@ -147,7 +147,7 @@ pub(crate) async fn attempt_age(
 ) -> Result<Option<Duration>, Failure> {
     let age: Option<i64> = sqlx::query_scalar(ATTEMPT_AGE_SQL)
         .bind(execution_id.as_str())
-        .fetch_optional(pool)
+        .fetch_optional(pool.executor())
         .await?;
     Ok(age.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
 }
@@ -159,7 +159,7 @@ pub(crate) async fn evidence(
 ) -> Result<Option<Evidence>, Failure> {
     let row = sqlx::query(EVIDENCE_SQL)
         .bind(execution_id.as_str())
-        .fetch_optional(pool)
+        .fetch_optional(pool.executor())
         .await?;
     let Some(text) = row
         .map(|row| row.try_get::<Option<String>, _>("evidence"))
@@ -188,7 +188,7 @@ pub const RECONCILE_SOON_SQL: &str = "UPDATE carmy.reservations r \
 pub(crate) async fn reconcile_soon(pool: &Db, execution_id: &ExecutionId) -> Result<bool, Failure> {
     let done = sqlx::query(RECONCILE_SOON_SQL)
         .bind(execution_id.as_str())
-        .execute(pool)
+        .execute(pool.executor())
         .await?;
     Ok(done.rows_affected() == 1)
 }

@@ -49,7 +49,7 @@ impl Replication {
     }
 }
 
-/// Reads [`REPLICATION_SQL`] on `executor`'s server (a pool, a connection, a [`crate::Db`]): [`Replication::Synchronous`] when
+/// Reads [`REPLICATION_SQL`] on `executor`'s server (a pool, a connection, [`crate::Db::executor`]): [`Replication::Synchronous`] when
 /// `synchronous_standby_names` is set and `synchronous_commit` is `on`, `remote_write` or
 /// `remote_apply`.
 ///

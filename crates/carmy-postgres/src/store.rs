@@ -277,7 +277,7 @@ impl PostgresStore {
             .bind(&key.principal)
             .bind(&key.session_id)
             .bind(&key.request_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.pool.executor())
             .await?;
         Ok(row.as_ref().map(decode_record).transpose()?)
     }
@@ -291,7 +291,7 @@ impl PostgresStore {
         let row = sqlx::query(FIND_EXECUTION_SQL)
             .bind(execution_id.as_str())
             .bind(principal)
-            .fetch_optional(&self.pool)
+            .fetch_optional(self.pool.executor())
             .await?;
         let Some(row) = row else {
             return decide::find_released(&self.pool, principal, execution_id).await;
@@ -321,7 +321,7 @@ impl PostgresStore {
 
     /// The warning of [`crate::check_replication`] for this store's primary, if any.
     async fn replication_warning(&self) -> Result<Option<String>, StoreError> {
-        match crate::replication::check_replication(&self.pool).await {
+        match crate::replication::check_replication(self.pool.executor()).await {
             Ok(found) => Ok(found.warning()),
             Err(error) => Err(StoreError::Unavailable(format!(
                 "cannot read the replication settings: {}",

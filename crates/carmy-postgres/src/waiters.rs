@@ -28,7 +28,7 @@ pub(crate) async fn register(pool: &Db, execution_id: &ExecutionId) -> Result<St
     sqlx::query(REGISTER_WAITER_SQL)
         .bind(execution_id.as_str())
         .bind(&waiter)
-        .execute(pool)
+        .execute(pool.executor())
         .await?;
     Ok(waiter)
 }
@@ -39,7 +39,7 @@ pub(crate) async fn unregister(pool: &Db, execution_id: &ExecutionId, waiter: &s
     let removed = sqlx::query(UNREGISTER_WAITER_SQL)
         .bind(execution_id.as_str())
         .bind(waiter)
-        .execute(pool)
+        .execute(pool.executor())
         .await;
     if let Err(error) = removed {
         tracing::warn!(%execution_id, %error, "could not unregister an outcome waiter");

@@ -126,7 +126,7 @@ impl PostgresStore {
                                 key.session_id.as_str(),
                                 key.request_id.as_str(),
                             );
-                            announce_changed(&self.pool, key).await;
+                            announce_changed(self.pool.executor(), key).await;
                         }
                         return Ok(Reservation::Reserved);
                     }
@@ -228,7 +228,11 @@ impl PostgresStore {
                 .transpose()?
         };
         if awaited == Some(true) {
-            announce_recorded(&self.pool, vec![result.execution_id.as_str().to_owned()]).await;
+            announce_recorded(
+                self.pool.executor(),
+                vec![result.execution_id.as_str().to_owned()],
+            )
+            .await;
         }
         after_update(&self.pool, key, recorded, u64::from(awaited.is_some())).await
     }
