@@ -4,8 +4,8 @@
 langchain-mcp-adapters 0.3 runs on the MCP SDK 1.x (``mcp<2``): give it an environment of its
 own. The model reads the text blocks of every answer (a tool error as a ToolMessage with
 ``status="error"``); no setting to change for Carmy: the session waits 300 s for an answer, and
-Carmy answers within ``CARMY_MCP_ANSWER_WITHIN_MS`` (45 s). A slow call costs a few more steps;
-LangGraph's ``recursion_limit`` (25 steps) is the limit to raise for very slow tools.
+Carmy answers within ``CARMY_MCP_ANSWER_WITHIN_MS`` (45 s). A slow call costs a few more steps,
+well inside LangGraph's ``recursion_limit`` (10,007 steps by default in langgraph 1.2).
 
 Run with a real chat model (e.g. ``langchain-openai``'s ``ChatOpenAI``) against a gateway on
 127.0.0.1:8080:
