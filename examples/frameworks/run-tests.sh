@@ -59,18 +59,11 @@ if [[ -z "${CARMY_GATEWAY_BIN:-}" ]]; then
 fi
 
 port="$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-log="$(mktemp)"
-env -u DATABASE_URL -u CARMY_API_KEYS_FILE CARMY_LISTEN="127.0.0.1:$port" \
-  CARMY_API_KEYS="fw-key=frameworks" CARMY_MCP_ANSWER_WITHIN_MS=1000 RUST_LOG=warn \
-  "$CARMY_GATEWAY_BIN" >"$log" 2>&1 &
-gateway=$!
-trap 'kill "$gateway" 2>/dev/null || true; wait "$gateway" 2>/dev/null || true; rm -f "$log"' EXIT
-for _ in $(seq 1 300); do
-  if curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; then break; fi
-  if ! kill -0 "$gateway" 2>/dev/null; then cat "$log" >&2; exit 1; fi
-  sleep 0.1
-done
-curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || { cat "$log" >&2; exit 1; }
+# shellcheck source=scripts/test-gateway.sh
+source "$ROOT/scripts/test-gateway.sh"
+trap test_gateway_stop EXIT
+test_gateway_start "$CARMY_GATEWAY_BIN" "$port" CARMY_API_KEYS="fw-key=frameworks" \
+  CARMY_MCP_ANSWER_WITHIN_MS=1000
 export CARMY_FW_GATEWAY="http://127.0.0.1:$port" CARMY_FW_KEY="fw-key"
 
 cd "$HERE/tests"
@@ -81,6 +74,6 @@ status=0
 node --test ai_sdk.test.mjs sdk.test.mjs || status=1
 if [[ $status -ne 0 ]]; then
   echo "run-tests.sh: the gateway's log:" >&2
-  cat "$log" >&2
+  cat "$TEST_GATEWAY_LOG" >&2
 fi
 exit "$status"
