@@ -452,6 +452,14 @@ impl Metrics {
             .get()
     }
 
+    /// How many calls over MCP of `tool` ran unprotected
+    /// (`carmy_mcp_unprotected_calls_total{tool}`).
+    pub fn mcp_unprotected_calls(&self, tool: &str) -> u64 {
+        self.mcp_unprotected
+            .get_or_create(&ToolLabels { tool: tool.into() })
+            .get()
+    }
+
     /// The OpenMetrics text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut text = String::new();

@@ -547,3 +547,57 @@ async fn an_outcome_a_decision_recorded_is_said_to_be_one() {
     }
     assert_eq!(gateway.runs("sleep"), 2);
 }
+
+/// A write without any request id runs unprotected: its answer tells the model how to make a
+/// retry safe (as a text block and in the guidance member) and the call is counted; a read
+/// without one, or a write with one, gets no such line (docs/semantics.md §11).
+#[tokio::test]
+async fn an_unprotected_write_says_so_and_is_counted() {
+    let gateway = Served::start(&[]).await;
+    let client = connect(&gateway.mcp(), None).await;
+    let metrics = gateway.engine.metrics();
+    let line = "This call carried no `request_id`, so Carmy could not protect it: calling it again would do it again.";
+    let bare = client
+        .call_tool(call_with_meta(
+            "create_order",
+            json!({"sku": "U1"}),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(bare.is_error, Some(false));
+    assert_eq!(structured(&bare)["order_id"], 1);
+    let words: Vec<String> = bare
+        .content
+        .iter()
+        .map(|block| block.as_text().unwrap().text.clone())
+        .collect();
+    assert!(words[1].starts_with(line), "{words:?}");
+    assert!(guidance(&bare).as_str().unwrap().starts_with(line));
+    assert_eq!(metrics.mcp_unprotected_calls("create_order"), 1);
+    let read = client
+        .call_tool(call_with_meta(
+            "find_orders",
+            json!({"sku": "U1"}),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(read.content.len(), 1);
+    assert_eq!(guidance(&read), Value::Null);
+    assert_eq!(metrics.mcp_unprotected_calls("find_orders"), 0);
+    let protected = client
+        .call_tool(call_with_meta(
+            "create_order",
+            json!({"sku": "U2", "request_id": uuid::Uuid::new_v4().to_string()}),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert!(!text(&protected).contains("carried no"));
+    assert!(!guidance(&protected)
+        .as_str()
+        .unwrap()
+        .contains("carried no"));
+    assert_eq!(metrics.mcp_unprotected_calls("create_order"), 1);
+}
