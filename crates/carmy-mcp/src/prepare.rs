@@ -10,7 +10,8 @@ use crate::transport::RequestFacts;
 use crate::McpConfig;
 use carmy::call::{CallValues, ValidatedCall};
 use carmy::engine::Engine;
-use carmy::key_argument::{check_random, KeyArgument};
+use carmy::key_argument::KeyArgument;
+use carmy::random_id::{self, Vocabulary};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ErrorData};
 use serde_json::{Map, Value};
 
@@ -77,8 +78,9 @@ pub(crate) fn prepare(
     )
     .map_err(|message| ErrorData::invalid_params(message, None))?;
     if let (Some(key), Some(IdSource::Argument), Some(id)) = (&key, identity.source, &model) {
-        if let Err(problem) = check_random(id) {
-            let problem = format!("{} is not random enough: {problem}", shown(id));
+        let vocabulary = Vocabulary::of_call(&request.name, &arguments);
+        if let Err(problem) = random_id::check(id, &vocabulary) {
+            let problem = format!("{} is not random enough: it {problem}", shown(id));
             return Ok(Prepared::Answer(results::key_refused(
                 &key.name,
                 Some(&problem),
@@ -123,7 +125,7 @@ pub(crate) fn prepare(
 fn removed_tool_key(engine: &Engine, arguments: &Map<String, Value>) -> Option<KeyArgument> {
     let name = &engine.key_argument_config().name;
     let id = arguments.get(name).and_then(Value::as_str)?;
-    if name.is_empty() || check_random(id).is_err() {
+    if name.is_empty() || random_id::check(id, &Vocabulary::none()).is_err() {
         return None;
     }
     Some(KeyArgument {

@@ -364,7 +364,11 @@ fn key_hold<'a>(
     match (source, identity) {
         (Some(IdSource::Argument), _) => KeyHold::Held,
         (Some(IdSource::ClientMeta), Some(identity))
-            if carmy::key_argument::check_random(&identity.request_id).is_ok() =>
+            if carmy::random_id::check(
+                &identity.request_id,
+                &carmy::random_id::Vocabulary::none(),
+            )
+            .is_ok() =>
         {
             KeyHold::Given(&identity.request_id)
         }
