@@ -26,6 +26,11 @@ async function connect() {
 const toolUse = () => ({ "claudecode/toolUseId": `toolu_${randomUUID()}` });
 const execution = (result) => result._meta["io.carmy/execution"];
 const text = (result) => result.content[0].text;
+// structuredContent without Carmy's guidance member (docs/semantics.md §11): the tool's data.
+const data = (result) => {
+  const { "io.carmy/guidance": _guidance, ...fields } = result.structuredContent;
+  return fields;
+};
 
 const client = await connect();
 const listed = new Map((await client.listTools()).tools.map((tool) => [tool.name, tool]));
@@ -54,9 +59,10 @@ assert.equal(execution(again).replayed, true);
 assert.equal(execution(again).source, "argument");
 const found = await client.callTool({ name: "find_orders", arguments: { sku } });
 assert.equal(found.structuredContent.orders.length, 1, JSON.stringify(found.structuredContent));
-assert.deepEqual(again.structuredContent, { order_id: found.structuredContent.orders[0].order_id });
+assert.deepEqual(data(again), { order_id: found.structuredContent.orders[0].order_id });
+assert.match(again.structuredContent["io.carmy/guidance"], /it was not done again/);
 if (first !== null) {
-  assert.deepEqual(first.structuredContent, again.structuredContent);
+  assert.deepEqual(data(first), data(again));
 }
 
 const conflict = await client.callTool({

@@ -26,27 +26,19 @@ if [[ -z "${CARMY_GATEWAY_BIN:-}" ]]; then
 fi
 
 port="$(node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')"
-log="$(mktemp)"
-env -u DATABASE_URL -u CARMY_API_KEYS_FILE CARMY_LISTEN="127.0.0.1:$port" \
-  CARMY_API_KEYS="mcp-ts-key=typescript" RUST_LOG=warn "$CARMY_GATEWAY_BIN" >"$log" 2>&1 &
-gateway=$!
-trap 'kill "$gateway" 2>/dev/null || true; wait "$gateway" 2>/dev/null || true; rm -f "$log"' EXIT
-for _ in $(seq 1 300); do
-  if curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; then break; fi
-  if ! kill -0 "$gateway" 2>/dev/null; then cat "$log" >&2; exit 1; fi
-  sleep 0.1
-done
-curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null || { cat "$log" >&2; exit 1; }
+# shellcheck source=scripts/test-gateway.sh
+source "$ROOT/scripts/test-gateway.sh"
+trap test_gateway_stop EXIT
+test_gateway_start "$CARMY_GATEWAY_BIN" "$port" CARMY_API_KEYS="mcp-ts-key=typescript"
 node model-loop.mjs "http://127.0.0.1:$port" mcp-ts-key
 
-kill "$gateway" 2>/dev/null || true
-wait "$gateway" 2>/dev/null || true
+test_gateway_stop
 if [[ -z "${DATABASE_URL:-}" ]]; then
   echo "run-tests.sh: DATABASE_URL is not set: tasks.mjs needs a PostgreSQL server (run through scripts/test)" >&2
   exit 1
 fi
 database="carmy_mcp_ts_$(node -e 'console.log(require("crypto").randomBytes(6).toString("hex"))')"
 psql "$DATABASE_URL" -qc "CREATE DATABASE \"$database\"" >/dev/null
-trap 'kill "$gateway" 2>/dev/null || true; rm -f "$log"; psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS \"$database\" WITH (FORCE)" >/dev/null || true' EXIT
+trap 'psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS \"$database\" WITH (FORCE)" >/dev/null || true' EXIT
 tasks_url="$(node -e 'const u=new URL(process.argv[1]);u.pathname="/"+process.argv[2];console.log(u.toString())' "$DATABASE_URL" "$database")"
 node tasks.mjs "$CARMY_GATEWAY_BIN" "$tasks_url"

@@ -148,7 +148,9 @@ try {
     return task.status === "completed" && task;
   });
   assert.equal(done.result.isError, false);
-  assert.deepEqual(done.result.structuredContent, { slept_ms: 3000 });
+  const { "io.carmy/guidance": note, ...slept } = done.result.structuredContent;
+  assert.deepEqual(slept, { slept_ms: 3000 });
+  assert.match(note, /it was not done again/);
   assert.equal(done.result._meta["io.carmy/execution"].execution_id, taskId);
 
   // tasks/cancel on B cancels A's execution; the record says so.

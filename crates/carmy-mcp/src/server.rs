@@ -139,14 +139,23 @@ impl ServerHandler for CarmyMcp {
                     .and_then(|value| value.to_str().ok())
             })
             .map(str::to_owned);
-        match prepare(
+        let prepared = match prepare(
             &self.engine,
             &self.config,
             facts,
             &meta,
             traceparent.as_deref(),
             request,
-        )? {
+        ) {
+            Ok(prepared) => prepared,
+            // An input error (a malformed request id or session, a call the stateless checks
+            // refuse) is a tool result the model reads (docs/semantics.md §11, SEP-1303).
+            Err(error) if error.code == ErrorCode::INVALID_PARAMS => {
+                Prepared::Answer(results::input_error(&error.message, None))
+            }
+            Err(error) => return Err(error),
+        };
+        match prepared {
             Prepared::Answer(result) => Ok(with_source(result, None).into()),
             Prepared::Run(ready) => {
                 let source = ready.source;
@@ -255,6 +264,14 @@ impl CarmyMcp {
         let Ready { call, key, source } = ready;
         let tool = call.tool().to_owned();
         let identity = call.key();
+        // A write without any request id runs unprotected: counted, and its answer tells the
+        // model how to make a retry safe (docs/semantics.md §11).
+        let unprotected = if identity.is_none() && self.is_write(&tool) {
+            self.engine.metrics().mcp_unprotected_call(&tool);
+            key.clone()
+        } else {
+            None
+        };
         // A call without a request id has no record (docs/semantics.md §11): its answer names
         // no request id to repeat and no expiry.
         let key = key.filter(|_| identity.is_some());
@@ -304,7 +321,21 @@ impl CarmyMcp {
             }
             None => execution.await,
         };
-        self.answer(outcome, key).map(Into::into)
+        let ran = outcome.is_ok();
+        let result = self.answer(outcome, key)?;
+        Ok(match unprotected {
+            Some(key) if ran => results::unprotected(result, &key),
+            _ => result,
+        }
+        .into())
+    }
+
+    /// Whether `tool` is a registered tool whose annotations do not say read-only: a write.
+    fn is_write(&self, tool: &str) -> bool {
+        self.engine.tools().iter().any(|candidate| {
+            candidate.name() == tool
+                && candidate.annotations().and_then(|a| a.read_only_hint) != Some(true)
+        })
     }
 
     /// The execution holding `identity` while it runs, if the store could tell. An interrupted

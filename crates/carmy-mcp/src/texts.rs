@@ -10,8 +10,10 @@
 //! annotations say read-only, as ` (for example `a`, `b`)`, or nothing), `{code}` and `{message}`
 //! (the tool's or the record's), `{retry}` (` after N s` when a pause is known, or nothing),
 //! `{key}` (the tool's request id argument, `request_id` when it has none) and `{same_key}`
-//! ([`KeyText::same_key`]): every text that can be followed by a retry tells the model how to
-//! repeat this same action under its request id. A model that sent the id itself is told to keep
+//! ([`KeyText::same_key`]), `{call_again}` (for an answer that is not an outcome yet: call again
+//! now with the same arguments and request id; "retry the same call unchanged" when the model
+//! holds no id), `{held_open}` (that Carmy holds such a repeat open, or nothing): every text that can be followed by a
+//! retry tells the model how to repeat this same action under its request id. A model that sent the id itself is told to keep
 //! it; one whose id came from its client's `_meta` (a tool-use id, new for every tool call the
 //! model makes) is told the id to add, since repeating the call "unchanged" would be a new id.
 
@@ -66,6 +68,11 @@ pub enum Situation {
     RecordDamaged,
     /// `EXECUTION_SUPERSEDED`: the tool finished after its execution had been decided.
     Superseded,
+    /// `INVALID_REQUEST`: arguments failing the tool's schema, or a malformed request id or
+    /// session (docs/semantics.md §11: input errors are tool errors); nothing ran.
+    InvalidRequest,
+    /// `UNKNOWN_TOOL`: no tool of that name is served (any more); nothing ran.
+    UnknownTool,
 }
 
 /// One entry of the table.
@@ -102,7 +109,7 @@ pub const TABLE: &[Entry] = &[
         effect: Effect::MayHaveHappened,
         what: "This exact call is still running as execution {execution_id}, started by an earlier attempt.",
         effect_text: "Its effect may already have happened or be happening now.",
-        next: "Wait a few seconds, then retry the same call unchanged{same_key} to get its outcome; do not do the same thing another way meanwhile.",
+        next: "{call_again} to get its outcome{held_open}; this answer is not an error. Do not do the same thing another way meanwhile.",
     },
     Entry {
         situation: Situation::Interrupted,
@@ -118,7 +125,7 @@ pub const TABLE: &[Entry] = &[
         effect: Effect::MayHaveHappened,
         what: "This exact call was started earlier as execution {execution_id}, but the gateway running it stopped answering (it died, or lost its hold on the execution) before its outcome was recorded; Carmy is asking the upstream whether it took effect.",
         effect_text: "Its effect may or may not have happened; Carmy runs it again only if the upstream proves that nothing happened.",
-        next: "Wait a few seconds, then retry the same call unchanged to get the outcome the upstream reports; do not do the same thing another way meanwhile.",
+        next: "{call_again} to get the outcome the upstream reports{held_open}; this answer is not an error. Do not do the same thing another way meanwhile.",
     },
     Entry {
         situation: Situation::RecordingPending,
@@ -126,7 +133,7 @@ pub const TABLE: &[Entry] = &[
         effect: Effect::MayHaveHappened,
         what: "The tool ran as execution {execution_id}, but its outcome could not be recorded yet; Carmy keeps trying.",
         effect_text: "Its effect has probably happened.",
-        next: "Wait a few seconds, then retry the same call unchanged{same_key} to get the recorded outcome.",
+        next: "{call_again} to get the recorded outcome{held_open}; this answer is not an error.",
     },
     Entry {
         situation: Situation::Capacity,
@@ -174,7 +181,7 @@ pub const TABLE: &[Entry] = &[
         effect: Effect::MayHaveHappened,
         what: "This call is still running as execution {execution_id}; Carmy answers now so that the client does not give up on it, and the tool keeps running.",
         effect_text: "Its effect may be happening now.",
-        next: "Retry the same call unchanged{same_key}{retry} to get its outcome; do not do the same thing another way meanwhile.",
+        next: "{call_again} to get its outcome{held_open}; this answer is not an error. Do not do the same thing another way meanwhile.",
     },
     Entry {
         situation: Situation::KeyInvalid,
@@ -224,6 +231,22 @@ pub const TABLE: &[Entry] = &[
         effect_text: "Its effect may have happened, possibly twice if the call ran again after that decision.",
         next: "Check with a read-only tool{read_tools} what actually happened, and tell the user or the operator before acting again; do not retry this call to undo or repeat it.",
     },
+    Entry {
+        situation: Situation::InvalidRequest,
+        code: "INVALID_REQUEST",
+        effect: Effect::DidNotHappen,
+        what: "Carmy refused this call before running it: {message}.",
+        effect_text: "Nothing ran; the effect did not happen.",
+        next: "Correct what the message names and call the tool again (its input schema is in the tool list); if the message names something you did not write (params.idempotencyKey, _meta), tell the user that the MCP client sent it malformed.",
+    },
+    Entry {
+        situation: Situation::UnknownTool,
+        code: "UNKNOWN_TOOL",
+        effect: Effect::DidNotHappen,
+        what: "Carmy refused this call: {message}.",
+        effect_text: "Nothing ran; the effect did not happen.",
+        next: "Call one of the tools this server lists now (list them again if your list may be out of date); if this call repeated an earlier action, check with a read-only tool{read_tools} whether that action took effect before doing it another way.",
+    },
 ];
 
 /// What a success tells the model for a tool with a request id argument (a second text after
@@ -237,6 +260,11 @@ action{again}.";
 /// What a replayed success tells the model: the earlier attempt's outcome, not done again.
 pub const DONE_EARLIER: &str = "This is the recorded outcome of an earlier attempt with this \
 `{key}` (execution {execution_id}); it was not done again. Nothing more is needed for this action.";
+
+/// What `{held_open}` says where the model repeats a call under its own id: Carmy holds that
+/// repeat open (up to nine tenths of `CARMY_MCP_ANSWER_WITHIN_MS`, docs/semantics.md §11).
+const HELD_OPEN: &str =
+    " (Carmy holds that call open and answers as soon as the outcome is recorded)";
 
 /// The facts a text is filled with.
 #[derive(Clone, Copy, Debug, Default)]
@@ -264,6 +292,19 @@ pub struct Facts<'a> {
 /// is not the tool's report. Placeholders `{by}`, `{at}`, `{note}`.
 pub const DECIDED: &str = "This outcome was not reported by the tool: {by} recorded it by a \
 decision at {at} (\"{note}\").";
+
+/// What the answer of a write (a tool not annotated read-only) called without any request id
+/// adds (docs/semantics.md §11): Carmy could not protect it, and how to make a retry safe.
+/// Placeholder `{key}`.
+pub const UNPROTECTED: &str = "This call carried no `{key}`, so Carmy could not protect it: \
+calling it again would do it again. For every new action, set `{key}` to a random id you \
+generate (a UUID), and repeat that same id whenever you are not sure whether an earlier attempt \
+took effect.";
+
+/// The member of `structuredContent` that carries the texts a model must read
+/// (docs/semantics.md §11): every text block of the result beyond the tool's data, joined by a
+/// blank line, for frameworks that show the model `structuredContent` instead of the text.
+pub const GUIDANCE_MEMBER: &str = "io.carmy/guidance";
 
 /// The tool's request id argument as the texts name it (docs/semantics.md §11).
 #[derive(Clone, Copy, Debug)]
@@ -344,8 +385,32 @@ impl Entry {
         let same_key = facts
             .key_argument
             .map_or_else(String::new, |key| key.same_key());
+        // How the model repeats a call whose outcome is not recorded yet, and whether Carmy
+        // holds that repeat open (only for an id the model sends in the argument).
+        let (call_again, held_open) = match facts.key_argument {
+            Some(KeyText {
+                name,
+                hold: KeyHold::Held,
+            }) => (
+                format!("Call the tool again now with the same arguments and the same `{name}`"),
+                HELD_OPEN,
+            ),
+            Some(KeyText {
+                name,
+                hold: KeyHold::Given(value),
+            }) => (
+                format!(
+                    "Call the tool again now with the same arguments and `{name}` set to {}",
+                    quoted(value)
+                ),
+                HELD_OPEN,
+            ),
+            _ => ("Retry the same call unchanged".to_owned(), ""),
+        };
         [self.what, self.effect_text, self.next]
             .join(" ")
+            .replace("{call_again}", &call_again)
+            .replace("{held_open}", held_open)
             .replace("{same_key}", &same_key)
             .replace(
                 "{key}",
@@ -378,183 +443,4 @@ impl Entry {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const ALL: [Situation; 17] = [
-        Situation::Conflict,
-        Situation::Running,
-        Situation::Interrupted,
-        Situation::Reconciling,
-        Situation::RecordingPending,
-        Situation::Capacity,
-        Situation::StoreUnavailable,
-        Situation::NotExecuted,
-        Situation::HandedBack,
-        Situation::RequestIdRequired,
-        Situation::StillRunning,
-        Situation::KeyInvalid,
-        Situation::KeyMissing,
-        Situation::Failed,
-        Situation::EffectUnknown,
-        Situation::RecordDamaged,
-        Situation::Superseded,
-    ];
-
-    /// Phrases that would send the model to run the call again under another identity.
-    const NEW_ID: [&str; 8] = [
-        "new id",
-        "new request id",
-        "new request_id",
-        "new key",
-        "different id",
-        "another id",
-        "fresh id",
-        "new idempotency",
-    ];
-
-    /// Verbs a next step starts its advice with.
-    const STEPS: [&str; 6] = ["retry", "wait", "check", "ask", "tell", "repeat"];
-
-    #[test]
-    fn every_situation_has_exactly_one_entry() {
-        assert_eq!(TABLE.len(), ALL.len());
-        for situation in ALL {
-            assert_eq!(
-                TABLE.iter().filter(|e| e.situation == situation).count(),
-                1,
-                "{situation:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn every_text_names_a_next_step_and_never_a_new_id() {
-        let tools = ["find_orders".to_owned()];
-        let facts = Facts {
-            execution_id: Some("exec_1"),
-            read_tools: &tools,
-            code: "UPSTREAM_UNAVAILABLE",
-            message: "connection refused",
-            retry_after_seconds: Some(2),
-            differs: Some(&["arguments"]),
-            key_argument: Some(KeyText::held("request_id")),
-            decided_by: None,
-        };
-        for entry in TABLE {
-            let next = entry.next.to_lowercase();
-            assert!(
-                STEPS.iter().any(|step| next.contains(step)),
-                "{:?} names no next step: {next}",
-                entry.situation
-            );
-            let text = entry.render(&facts).to_lowercase();
-            // A failure the tool reported (no effect): only a corrected call gets a new id.
-            let corrected = entry.situation == Situation::Failed
-                && text.contains("the corrected call is a different action");
-            for phrase in NEW_ID {
-                assert!(
-                    corrected || !text.contains(phrase),
-                    "{:?} says {phrase:?}",
-                    entry.situation
-                );
-            }
-            assert!(
-                !text.contains('{'),
-                "{:?} left a placeholder: {text}",
-                entry.situation
-            );
-            if entry.effect == Effect::MayHaveHappened {
-                assert!(text.contains("may") || text.contains("probably"), "{text}");
-                assert!(!text.contains("did not happen"), "{text}");
-            }
-            if entry.effect == Effect::DidNotHappen {
-                assert!(text.contains("did not"), "{text}");
-            }
-        }
-    }
-
-    #[test]
-    fn placeholders_are_filled() {
-        let tools = ["find_orders".to_owned(), "get_order".to_owned()];
-        let text = entry(Situation::Interrupted).render(&Facts {
-            execution_id: Some("exec_9"),
-            read_tools: &tools,
-            ..Facts::default()
-        });
-        assert!(text.contains("execution exec_9"), "{text}");
-        assert!(
-            text.contains("(for example `find_orders`, `get_order`)"),
-            "{text}"
-        );
-        let text = entry(Situation::NotExecuted).render(&Facts {
-            code: "UPSTREAM_UNAVAILABLE",
-            message: "refused",
-            retry_after_seconds: Some(3),
-            ..Facts::default()
-        });
-        assert_eq!(
-            text,
-            "The tool could not act (UPSTREAM_UNAVAILABLE: refused). Its effect did not happen and nothing was recorded. Retry the same call unchanged after 3 s; if it keeps failing, tell the user."
-        );
-    }
-
-    #[test]
-    fn a_failure_a_decision_recorded_is_never_called_the_tools_report() {
-        let render = |decided_by| {
-            entry(Situation::Failed).render(&Facts {
-                execution_id: Some("exec_1"),
-                code: "CARD_DECLINED",
-                message: "declined",
-                decided_by,
-                ..Facts::default()
-            })
-        };
-        assert!(render(None).contains("The tool reported the failure itself"));
-        let decided = render(Some("operator:ops"));
-        assert!(
-            decided.contains("This failure was recorded by a decision of operator:ops, not reported by the tool.")
-                && !decided.contains("reported the failure itself"),
-            "{decided}"
-        );
-        // Only a failure the tool reported itself sends a corrected call to a new id.
-        let with_key = |decided_by| {
-            entry(Situation::Failed).render(&Facts {
-                key_argument: Some(KeyText::held("request_id")),
-                decided_by,
-                ..Facts::default()
-            })
-        };
-        assert!(with_key(None).ends_with(
-            "The corrected call is a different action: give it a new random `request_id`, or it is refused as a conflict with this one."
-        ));
-        assert!(!with_key(Some("operator:ops")).contains("new random"));
-    }
-
-    #[test]
-    fn a_retry_names_the_id_the_model_must_send_when_its_client_chose_it() {
-        let render = |hold| {
-            entry(Situation::Running).render(&Facts {
-                execution_id: Some("exec_1"),
-                key_argument: Some(KeyText {
-                    name: "request_id",
-                    hold,
-                }),
-                ..Facts::default()
-            })
-        };
-        assert!(render(KeyHold::Held)
-            .contains("retry the same call unchanged with the same `request_id` to get"));
-        assert!(render(KeyHold::Given("toolu_01D7FLrfh4GYq7yT1ULFeyMV")).contains(
-            "retry the same call unchanged with `request_id` set to \"toolu_01D7FLrfh4GYq7yT1ULFeyMV\" to get"
-        ));
-        assert!(render(KeyHold::Unseen).contains("retry the same call unchanged to get"));
-        // A value is a JSON string: quotes and backslashes are escaped.
-        assert!(KeyText {
-            name: "k",
-            hold: KeyHold::Given("a\"b"),
-        }
-        .same_key()
-        .ends_with("set to \"a\\\"b\""));
-    }
-}
+mod tests;

@@ -17,6 +17,7 @@
 //! | `carmy_late_arrivals_total` | counter | | outcomes that arrived after their execution was resolved, released or taken over (§12.1) |
 //! | `carmy_takeovers_total` | counter | `tool` | interrupted executions this process took over and ran again (`on_interrupted = "rerun"`, §12.7) |
 //! | `carmy_late_arrivals_contradicting_total` | counter | | late arrivals that contradict the reconciler's decision: its probe was wrong (§12.10) |
+//! | `carmy_mcp_unprotected_calls_total` | counter | `tool` | calls over MCP of a tool not annotated read-only that carried no request id: run unprotected (§11) |
 //! | `carmy_reconciliations_total` | counter | `tool`, `result` | reconciliation probes run by this process, by what came of them (§12.10) |
 //!
 //! The last three count the recovery features of docs/semantics.md §12:
@@ -204,6 +205,7 @@ pub struct Metrics {
     records_damaged: Counter,
     reconciliations: Family<ReconcileLabels, Counter>,
     contradicting: Counter,
+    mcp_unprotected: Family<ToolLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -224,6 +226,7 @@ impl Default for Metrics {
             records_damaged: Counter::default(),
             reconciliations: Family::default(),
             contradicting: Counter::default(),
+            mcp_unprotected: Family::default(),
         };
         for action in [Resolution::Resolve, Resolution::Release] {
             // Created up front so that both read 0 before anything is resolved.
@@ -325,6 +328,19 @@ impl Metrics {
             "Late arrivals that contradict the reconciler's decision (its probe was wrong)",
             m.contradicting,
         );
+        registry.register(
+            "carmy_mcp_unprotected_calls",
+            "Calls over MCP of a tool not annotated read-only that carried no request id",
+            m.mcp_unprotected,
+        );
+    }
+
+    /// Counts one call over MCP of `tool` (a registered tool not annotated read-only) that
+    /// carried no request id and so ran unprotected (docs/semantics.md §11).
+    pub fn mcp_unprotected_call(&self, tool: &str) {
+        self.mcp_unprotected
+            .get_or_create(&ToolLabels { tool: tool.into() })
+            .inc();
     }
 
     /// Counts one late arrival that contradicts the reconciler's decision.
@@ -432,6 +448,14 @@ impl Metrics {
     /// How many times this process started `tool`'s body.
     pub fn tool_runs(&self, tool: &str) -> u64 {
         self.tool_runs
+            .get_or_create(&ToolLabels { tool: tool.into() })
+            .get()
+    }
+
+    /// How many calls over MCP of `tool` ran unprotected
+    /// (`carmy_mcp_unprotected_calls_total{tool}`).
+    pub fn mcp_unprotected_calls(&self, tool: &str) -> u64 {
+        self.mcp_unprotected
             .get_or_create(&ToolLabels { tool: tool.into() })
             .get()
     }

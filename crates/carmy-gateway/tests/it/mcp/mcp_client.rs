@@ -79,8 +79,33 @@ pub fn text(result: &CallToolResult) -> String {
 }
 
 /// `structuredContent` of a result (`null` when absent).
+/// `structuredContent` without Carmy's guidance member (`io.carmy/guidance`, the texts a model
+/// reads, docs/semantics.md §11): the tool's data, or Carmy's machine fields.
 pub fn structured(result: &CallToolResult) -> Value {
-    result.structured_content.clone().unwrap_or(Value::Null)
+    let mut fields = result.structured_content.clone().unwrap_or(Value::Null);
+    if let Some(fields) = fields.as_object_mut() {
+        fields.remove(GUIDANCE);
+    }
+    fields
+}
+
+/// The guidance member of `structuredContent`, `Null` when there is none.
+pub fn guidance(result: &CallToolResult) -> Value {
+    result
+        .structured_content
+        .as_ref()
+        .and_then(|fields| fields.get(GUIDANCE))
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// The member of `structuredContent` that carries Carmy's guidance.
+pub const GUIDANCE: &str = "io.carmy/guidance";
+
+/// Whether `result` is a recorded `completed` outcome (an answer that is not an outcome yet is
+/// no error result either: `_meta["io.carmy/execution"].status` tells them apart).
+pub fn completed(result: &CallToolResult) -> bool {
+    result.is_error == Some(false) && execution(result)["status"] == "completed"
 }
 
 /// The JSON-RPC error code of a failed request.

@@ -4,8 +4,8 @@
 //! execution seen through both fronts.
 
 use super::mcp_client::{
-    call, call_raw, call_with_meta, connect, execution, rpc_code, structured, text, try_connect,
-    Served,
+    call, call_raw, call_with_meta, completed, connect, execution, guidance, rpc_code, structured,
+    text, try_connect, Served,
 };
 use carmy_test_support::{eventually, eventually_eq};
 use rmcp::model::{ClientRequest, CustomRequest};
@@ -172,13 +172,15 @@ async fn the_same_call_while_it_runs_is_uncertain_running() {
         .call_tool(call("sleep", json!({"ms": 1500}), "run-1"))
         .await
         .unwrap();
-    assert_eq!(retry.is_error, Some(true));
+    // Not an outcome yet: no error result (frameworks count those against a retry budget).
+    assert_eq!(retry.is_error, Some(false));
     let fields = structured(&retry);
     assert_eq!(fields["code"], "EXECUTION_UNCERTAIN");
     assert_eq!(fields["state"], "running");
     assert_eq!(fields["effect_may_have_happened"], true);
     assert_eq!(execution(&retry)["status"], "running");
-    assert!(text(&retry).contains("retry the same call unchanged"));
+    assert!(text(&retry)
+        .contains("Retry the same call unchanged to get its outcome; this answer is not an error"));
     let done = first.await.unwrap();
     assert_eq!(fields["execution_id"], execution(&done)["execution_id"]);
     let replay = client
@@ -190,31 +192,44 @@ async fn the_same_call_while_it_runs_is_uncertain_running() {
 }
 
 #[tokio::test]
-async fn protocol_mistakes_are_json_rpc_errors() {
+async fn input_errors_are_tool_results_and_protocol_mistakes_json_rpc_errors() {
     let gateway = Served::start(&[]).await;
     let client = connect(&gateway.mcp(), None).await;
+    // Input errors (SEP-1303): tool results with the reason and what to send instead.
     let unknown = client
         .call_tool(call("no_such_tool", json!({}), "pm-1"))
         .await
-        .unwrap_err();
-    assert_eq!(rpc_code(&unknown), -32602);
+        .unwrap();
+    assert_eq!(unknown.is_error, Some(true));
+    assert_eq!(structured(&unknown)["code"], "UNKNOWN_TOOL");
     let schema = client
         .call_tool(call("sleep", json!({"ms": "soon"}), "pm-2"))
         .await
-        .unwrap_err();
-    assert_eq!(rpc_code(&schema), -32602);
+        .unwrap();
+    assert_eq!(schema.is_error, Some(true));
+    assert_eq!(structured(&schema)["code"], "INVALID_REQUEST");
+    assert!(
+        text(&schema).starts_with("Carmy refused this call before running it: arguments do not match the tool's schema: /ms: \"soon\" is not of type \"integer\". Nothing ran; the effect did not happen. Correct what the message names"),
+        "{}",
+        text(&schema)
+    );
+    assert_eq!(guidance(&schema), text(&schema));
     let key = call_raw(
         &client,
         json!({"name": "echo", "arguments": {}, "idempotencyKey": 7}),
     )
     .await
-    .unwrap_err();
-    assert_eq!(rpc_code(&key), -32602);
-    let empty = client
-        .call_tool(call("echo", json!({}), ""))
-        .await
-        .unwrap_err();
-    assert_eq!(rpc_code(&empty), -32602);
+    .unwrap();
+    assert_eq!(structured(&key)["code"], "INVALID_REQUEST", "{key:?}");
+    assert!(
+        structured(&key)["message"]
+            .as_str()
+            .unwrap()
+            .contains("params.idempotencyKey must be a string"),
+        "{key:?}"
+    );
+    let empty = client.call_tool(call("echo", json!({}), "")).await.unwrap();
+    assert_eq!(structured(&empty)["code"], "INVALID_REQUEST");
     // Params the SDK cannot read for a method Carmy serves: invalid params that name the
     // expected shape; a method Carmy does not serve: not found.
     for (method, params, code, says) in [
@@ -313,7 +328,7 @@ async fn sleep_outcome(gateway: &Served, ms: u64, request_id: &str) -> rmcp::mod
             .call_tool(call("sleep", json!({"ms": ms}), request_id))
             .await
             .unwrap();
-        if result.is_error == Some(false) {
+        if completed(&result) {
             Ok(result)
         } else {
             Err(structured(&result))
@@ -531,4 +546,58 @@ async fn an_outcome_a_decision_recorded_is_said_to_be_one() {
         running.abort();
     }
     assert_eq!(gateway.runs("sleep"), 2);
+}
+
+/// A write without any request id runs unprotected: its answer tells the model how to make a
+/// retry safe (as a text block and in the guidance member) and the call is counted; a read
+/// without one, or a write with one, gets no such line (docs/semantics.md §11).
+#[tokio::test]
+async fn an_unprotected_write_says_so_and_is_counted() {
+    let gateway = Served::start(&[]).await;
+    let client = connect(&gateway.mcp(), None).await;
+    let metrics = gateway.engine.metrics();
+    let line = "This call carried no `request_id`, so Carmy could not protect it: calling it again would do it again.";
+    let bare = client
+        .call_tool(call_with_meta(
+            "create_order",
+            json!({"sku": "U1"}),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(bare.is_error, Some(false));
+    assert_eq!(structured(&bare)["order_id"], 1);
+    let words: Vec<String> = bare
+        .content
+        .iter()
+        .map(|block| block.as_text().unwrap().text.clone())
+        .collect();
+    assert!(words[1].starts_with(line), "{words:?}");
+    assert!(guidance(&bare).as_str().unwrap().starts_with(line));
+    assert_eq!(metrics.mcp_unprotected_calls("create_order"), 1);
+    let read = client
+        .call_tool(call_with_meta(
+            "find_orders",
+            json!({"sku": "U1"}),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(read.content.len(), 1);
+    assert_eq!(guidance(&read), Value::Null);
+    assert_eq!(metrics.mcp_unprotected_calls("find_orders"), 0);
+    let protected = client
+        .call_tool(call_with_meta(
+            "create_order",
+            json!({"sku": "U2", "request_id": uuid::Uuid::new_v4().to_string()}),
+            json!({}),
+        ))
+        .await
+        .unwrap();
+    assert!(!text(&protected).contains("carried no"));
+    assert!(!guidance(&protected)
+        .as_str()
+        .unwrap()
+        .contains("carried no"));
+    assert_eq!(metrics.mcp_unprotected_calls("create_order"), 1);
 }

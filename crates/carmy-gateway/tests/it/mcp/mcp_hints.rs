@@ -2,8 +2,7 @@
 //! answered with the closest registered tool's name in the same words over HTTP (the detail of
 //! 404 `UNKNOWN_TOOL`) and over MCP (the message of the JSON-RPC error), and nothing runs.
 
-use super::mcp_client::{call, connect, Served};
-use rmcp::service::ServiceError;
+use super::mcp_client::{call, connect, structured, text, Served};
 use serde_json::{json, Value};
 
 /// The engine's text for the unknown tool `ecoh`, which every front quotes.
@@ -31,11 +30,13 @@ async fn a_misspelled_tool_gets_the_same_hint_over_http_and_mcp() {
     let refused = client
         .call_tool(call("ecoh", json!({"x": 1}), "hint-mcp"))
         .await
-        .unwrap_err();
-    let ServiceError::McpError(error) = refused else {
-        panic!("not a JSON-RPC error: {refused}");
-    };
-    assert_eq!(error.code.0, -32602);
-    assert_eq!(error.message, format!("{HINT}; tools/list lists the tools"));
+        .unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    assert_eq!(structured(&refused)["code"], "UNKNOWN_TOOL");
+    assert!(
+        text(&refused).starts_with(&format!("Carmy refused this call: {HINT}. Nothing ran")),
+        "{}",
+        text(&refused)
+    );
     assert_eq!(gateway.runs("echo"), 0);
 }

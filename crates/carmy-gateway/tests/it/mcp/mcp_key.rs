@@ -4,7 +4,9 @@
 //! gateway naming the ways out; the precedence of the id's sources and `source`; a required
 //! argument; a call still running answered before the client gives up; `GET /v1/tools`.
 
-use super::mcp_client::{call_raw, call_with_meta, connect, execution, structured, text, Served};
+use super::mcp_client::{
+    call_raw, call_with_meta, completed, connect, execution, structured, text, Served,
+};
 use crate::tools_file::write_tools_file;
 use crate::upstream::Upstream;
 use rmcp::model::CallToolResult;
@@ -320,7 +322,7 @@ async fn a_call_still_running_is_answered_before_the_client_gives_up() {
         took < Duration::from_millis(2000),
         "answered after {took:?}"
     );
-    assert_eq!(first.is_error, Some(true));
+    assert_eq!(first.is_error, Some(false));
     let fields = structured(&first);
     assert_eq!(fields["code"], "EXECUTION_UNCERTAIN");
     assert_eq!(fields["state"], "running");
@@ -330,7 +332,7 @@ async fn a_call_still_running_is_answered_before_the_client_gives_up() {
         "{words}"
     );
     assert!(
-        words.contains("Retry the same call unchanged with the same `request_id` after"),
+        words.contains("Call the tool again now with the same arguments and the same `request_id` to get its outcome (Carmy holds that call open"),
         "{words}"
     );
     let execution_id = fields["execution_id"].clone();
@@ -341,7 +343,7 @@ async fn a_call_still_running_is_answered_before_the_client_gives_up() {
             .call_tool(call_with_meta("sleep", arguments.clone(), json!({})))
             .await
             .unwrap();
-        if again.is_error == Some(false) {
+        if completed(&again) {
             break again;
         }
         assert_eq!(structured(&again)["code"], "EXECUTION_UNCERTAIN");
@@ -394,7 +396,7 @@ async fn a_client_chosen_id_is_named_so_that_the_models_retry_repeats_it() {
     assert_eq!(execution(&running)["source"], "client_meta");
     assert_eq!(structured(&running)["state"], "running");
     let words = text(&running);
-    let named = format!("with `request_id` set to \"{tool_use}\"");
+    let named = format!("and `request_id` set to \"{tool_use}\"");
     assert!(words.contains(&named), "{words}");
     assert!(!words.contains("the same `request_id`"), "{words}");
 
@@ -410,7 +412,7 @@ async fn a_client_chosen_id_is_named_so_that_the_models_retry_repeats_it() {
             .await
             .unwrap();
         assert_eq!(execution(&retry)["source"], "argument");
-        if retry.is_error == Some(false) {
+        if completed(&retry) {
             outcome = Some(retry);
             break;
         }
@@ -501,7 +503,7 @@ async fn a_retry_after_the_tool_was_removed_replays_its_record() {
             json!({}),
         ))
         .await
-        .unwrap_err();
-    assert_eq!(super::mcp_client::rpc_code(&unknown), -32602);
+        .unwrap();
+    assert_eq!(structured(&unknown)["code"], "UNKNOWN_TOOL");
     assert_eq!(gateway.runs("echo"), 0);
 }

@@ -2,7 +2,7 @@
 //! (docs/semantics.md §11): a call whose replica dies reads as uncertain (running, then
 //! interrupted) on the other, and 50 identical calls spread over two replicas run the tool once.
 
-use super::mcp_client::{call, connect, execution, structured, text, Client};
+use super::mcp_client::{call, completed, connect, execution, structured, text, Client};
 use carmy_test_support::{client, eventually, eventually_eq, tool_runs, Replica, TestDb};
 use serde_json::{json, Value};
 use sqlx::Row;
@@ -34,7 +34,7 @@ async fn a_call_whose_replica_dies_is_interrupted_on_the_other() {
 
     let on_b = connect(&mcp(&b), None).await;
     let at_once = on_b.call_tool(sleep()).await.unwrap();
-    assert_eq!(at_once.is_error, Some(true));
+    assert_eq!(at_once.is_error, Some(false));
     assert_eq!(structured(&at_once)["code"], "EXECUTION_UNCERTAIN");
     assert_eq!(
         structured(&at_once)["state"],
@@ -67,7 +67,7 @@ async fn a_call_whose_replica_dies_is_interrupted_on_the_other() {
 /// The outcome of one of the racing calls: `Some(replayed)` for a result, `None` for
 /// `EXECUTION_UNCERTAIN` (the winner still running).
 fn settled(result: &rmcp::model::CallToolResult) -> Option<(bool, Value)> {
-    if result.is_error == Some(false) {
+    if completed(result) {
         let meta = execution(result);
         return Some((meta["replayed"] == true, meta["execution_id"].clone()));
     }

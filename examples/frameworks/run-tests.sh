@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Runs the framework recipes of docs/mcp.md against one real carmy-gateway, each framework
+# with a scripted model and the real packages from their registries:
+# - Pydantic AI, the OpenAI Agents SDK and the official MCP Python SDK 2.x: one venv,
+#   CARMY_FW_PY_VENV (default ${TMPDIR:-/tmp}/carmy-fw-py-venv), from requirements-py.txt;
+# - LangChain / LangGraph through langchain-mcp-adapters 0.3 on the MCP SDK 1.x: its own venv,
+#   CARMY_FW_LC_VENV (default ${TMPDIR:-/tmp}/carmy-fw-lc-venv), from requirements-langchain.txt;
+# - the Vercel AI SDK (`ai`, `@ai-sdk/mcp`), the official TypeScript SDK and Claude Code's JSON:
+#   node_modules cached in CARMY_FW_NODE_CACHE (default ${TMPDIR:-/tmp}/carmy-fw-node) and linked
+#   here (node_modules/ is ignored by git).
+# A venv or cache whose requirements did not change is reused as it is (no registry traffic).
+# The gateway is CARMY_GATEWAY_BIN if set, else target/debug/carmy-gateway built by cargo; it runs
+# on the in-memory store with CARMY_MCP_ANSWER_WITHIN_MS=1000 so that the tests' 4 s `sleep` is a
+# call slower than Carmy's answer time. Exits non-zero on any failure.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+PY_VENV="${CARMY_FW_PY_VENV:-${TMPDIR:-/tmp}/carmy-fw-py-venv}"
+LC_VENV="${CARMY_FW_LC_VENV:-${TMPDIR:-/tmp}/carmy-fw-lc-venv}"
+NODE_CACHE="${CARMY_FW_NODE_CACHE:-${TMPDIR:-/tmp}/carmy-fw-node}"
+
+# Creates the venv $1 (once) with the requirements file $2, reinstalling only when it changed.
+venv() {
+  local dir="$1" requirements="$2" stamp
+  stamp="$(sha256sum "$requirements" | cut -d' ' -f1)"
+  if [[ ! -x "$dir/bin/python" ]]; then
+    echo "run-tests.sh: creating $dir" >&2
+    "$PYTHON" -m venv "$dir" >&2
+  fi
+  if [[ "$(cat "$dir/.carmy-requirements" 2>/dev/null)" != "$stamp" ]]; then
+    echo "run-tests.sh: installing $(basename "$requirements") into $dir" >&2
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements" >&2
+    echo "$stamp" >"$dir/.carmy-requirements"
+  fi
+}
+venv "$PY_VENV" "$HERE/requirements-py.txt"
+venv "$LC_VENV" "$HERE/requirements-langchain.txt"
+
+stamp="$(sha256sum "$HERE/package.json" | cut -d' ' -f1)"
+if [[ "$(cat "$NODE_CACHE/.carmy-package" 2>/dev/null)" != "$stamp" ]]; then
+  echo "run-tests.sh: npm install into $NODE_CACHE" >&2
+  mkdir -p "$NODE_CACHE"
+  cp "$HERE/package.json" "$NODE_CACHE/package.json"
+  (cd "$NODE_CACHE" && npm install --no-audit --no-fund --silent)
+  echo "$stamp" >"$NODE_CACHE/.carmy-package"
+fi
+if [[ ! -L "$HERE/node_modules" ]]; then
+  rm -rf "$HERE/node_modules"
+fi
+ln -sfn "$NODE_CACHE/node_modules" "$HERE/node_modules"
+
+if [[ -z "${CARMY_GATEWAY_BIN:-}" ]]; then
+  (cd "$ROOT" && cargo build --quiet -p carmy-gateway)
+  target_dir="${CARGO_TARGET_DIR:-target}"
+  [[ "$target_dir" = /* ]] || target_dir="$ROOT/$target_dir"
+  CARMY_GATEWAY_BIN="$target_dir/debug/carmy-gateway"
+fi
+
+port="$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+# shellcheck source=scripts/test-gateway.sh
+source "$ROOT/scripts/test-gateway.sh"
+trap test_gateway_stop EXIT
+test_gateway_start "$CARMY_GATEWAY_BIN" "$port" CARMY_API_KEYS="fw-key=frameworks" \
+  CARMY_MCP_ANSWER_WITHIN_MS=1000
+export CARMY_FW_GATEWAY="http://127.0.0.1:$port" CARMY_FW_KEY="fw-key"
+
+cd "$HERE/tests"
+status=0
+"$PY_VENV/bin/python" -m pytest -q -p no:cacheprovider test_pydantic_ai.py test_openai_agents.py \
+  test_mcp_sdk_model.py || status=1
+"$LC_VENV/bin/python" -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning test_langgraph.py || status=1
+node --test ai_sdk.test.mjs sdk.test.mjs || status=1
+if [[ $status -ne 0 ]]; then
+  echo "run-tests.sh: the gateway's log:" >&2
+  cat "$TEST_GATEWAY_LOG" >&2
+fi
+exit "$status"
