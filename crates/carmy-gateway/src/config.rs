@@ -218,6 +218,26 @@ pub struct Config {
     )]
     pub mcp_request_id_meta: Vec<String>,
 
+    /// `_meta` keys of a `tools/call` that name the client's conversation, read in order
+    /// (`key`, or `key[member]` for a member of an object): the conversation scopes the ids of
+    /// the model and of the client's `_meta` when `_meta["io.carmy/session_id"]` does not
+    /// (docs/semantics.md §11; comma-separated, empty for none).
+    #[arg(
+        long,
+        env = "CARMY_MCP_CONVERSATION_META",
+        value_delimiter = ',',
+        default_value = "vscode.conversationId,x-codex-turn-metadata[session_id]"
+    )]
+    pub mcp_conversation_meta: Vec<String>,
+
+    /// How long after its outcome was recorded a request id the model chose, with no session
+    /// or conversation scoping it, still replays it (docs/semantics.md §11): e.g. `10min`,
+    /// `1h`; `0` replays for as long as the record is kept. A later repeat is refused with
+    /// `REQUEST_ID_REUSED`, a text sending the model to check before acting again.
+    #[arg(long, env = "CARMY_MCP_ARGUMENT_REPLAY_WINDOW", default_value = "10min",
+          value_parser = WindowParser)]
+    pub mcp_argument_replay_window: Retention,
+
     /// Refuse MCP calls that carry no request id instead of running them unprotected.
     #[arg(long, env = "CARMY_MCP_REQUIRE_REQUEST_ID")]
     pub mcp_require_request_id: bool,
@@ -320,7 +340,8 @@ pub enum LogFormat {
     Json,
 }
 
-/// `CARMY_RETENTION`: how long finished records are kept; `None` is forever (`0`).
+/// `CARMY_RETENTION`: how long finished records are kept; `None` is forever (`0`). Also
+/// `CARMY_MCP_ARGUMENT_REPLAY_WINDOW`, where `None` (`0`) is no window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retention(pub Option<Duration>);
 
@@ -340,23 +361,56 @@ impl TypedValueParser for RetentionParser {
         arg: Option<&clap::Arg>,
         value: &OsStr,
     ) -> Result<Retention, clap::Error> {
-        let text = value.to_string_lossy();
-        let text = text.trim();
-        if text == "0" {
-            return Ok(Retention(None));
-        }
-        match humantime::parse_duration(text) {
-            Ok(duration) if duration.is_zero() => Ok(Retention(None)),
-            Ok(duration) => Ok(Retention(Some(duration))),
-            Err(error) => Err(cmd.clone().error(
-                ErrorKind::ValueValidation,
-                format!(
-                    "{} must be a duration such as 7d, 36h, 90min or 30s, or 0 to keep records \
-                     forever, got {text:?} ({error})",
-                    argument_name(arg)
-                ),
-            )),
-        }
+        duration_or_zero(
+            cmd,
+            arg,
+            value,
+            "7d, 36h, 90min or 30s, or 0 to keep records forever",
+        )
+    }
+}
+
+/// Reads `CARMY_MCP_ARGUMENT_REPLAY_WINDOW` as [`RetentionParser`] reads `CARMY_RETENTION`:
+/// `0` is no window (a model's id replays while its record is kept).
+#[derive(Clone, Copy)]
+pub struct WindowParser;
+
+impl TypedValueParser for WindowParser {
+    type Value = Retention;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<Retention, clap::Error> {
+        duration_or_zero(cmd, arg, value, "10min, 1h or 90s, or 0 for no window")
+    }
+}
+
+/// `0` (`None`) or a duration as humantime reads it; a refusal names the argument and
+/// `examples` (`… must be a duration such as <examples>, got "soon"`).
+fn duration_or_zero(
+    cmd: &clap::Command,
+    arg: Option<&clap::Arg>,
+    value: &OsStr,
+    examples: &str,
+) -> Result<Retention, clap::Error> {
+    let text = value.to_string_lossy();
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Retention(None));
+    }
+    match humantime::parse_duration(text) {
+        Ok(duration) if duration.is_zero() => Ok(Retention(None)),
+        Ok(duration) => Ok(Retention(Some(duration))),
+        Err(error) => Err(cmd.clone().error(
+            ErrorKind::ValueValidation,
+            format!(
+                "{} must be a duration such as {examples}, got {text:?} ({error})",
+                argument_name(arg)
+            ),
+        )),
     }
 }
 
