@@ -76,7 +76,7 @@ pub const COPIED: &[&str] = &[
     // Tool-use ids of Anthropic's documentation.
     "toolu_01A09q90qw90lq917835lq9",
     "toolu_01D7FLrfh4GYq7yT1ULFeyMV",
-    // This project's own documentation before 0.2 printed this one as a working example.
+    // This project's own README and docs/mcp.md printed this one as a working example.
     "3f2b8c1e-9d4a-4e7b-a6c5-0e1f2d3c4b5a",
 ];
 
