@@ -58,5 +58,9 @@ fn without_a_selection_every_test_runs_with_the_crash_target() {
         ],
         "{commands}"
     );
-    assert_eq!(commands.lines().count(), 6, "{commands}");
+    assert_eq!(commands.lines().count(), 7, "{commands}");
+    assert!(
+        commands.contains("examples/frameworks/run-tests.sh"),
+        "the agent framework recipes run: {commands}"
+    );
 }
