@@ -345,14 +345,25 @@ pub enum LogFormat {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retention(pub Option<Duration>);
 
-/// Reads `CARMY_RETENTION`: `0` (forever) or a duration as humantime reads it (`7d`, `12h 30m`,
-/// `45s`, `500ms`). A refusal names the variable and the flag, e.g. `CARMY_RETENTION
-/// (--retention) must be a duration such as 7d, 36h, 90min or 30s, or 0 to keep records
-/// forever, got "soon"`.
+/// Reads a duration that may be `0`: `0` (`None`) or a duration as humantime reads it (`7d`,
+/// `12h 30m`, `45s`, `500ms`). A refusal names the variable, the flag and the examples it
+/// holds, e.g. `CARMY_RETENTION (--retention) must be a duration such as 7d, 36h, 90min or 30s,
+/// or 0 to keep records forever, got "soon"`.
 #[derive(Clone, Copy)]
-pub struct RetentionParser;
+pub struct DurationOrZeroParser(&'static str);
 
-impl TypedValueParser for RetentionParser {
+/// `CARMY_RETENTION`: `0` keeps records forever.
+#[allow(non_upper_case_globals)]
+pub const RetentionParser: DurationOrZeroParser =
+    DurationOrZeroParser("7d, 36h, 90min or 30s, or 0 to keep records forever");
+
+/// `CARMY_MCP_ARGUMENT_REPLAY_WINDOW`: `0` is no window (a model's id replays while its record
+/// is kept).
+#[allow(non_upper_case_globals)]
+pub const WindowParser: DurationOrZeroParser =
+    DurationOrZeroParser("10min, 1h or 90s, or 0 for no window");
+
+impl TypedValueParser for DurationOrZeroParser {
     type Value = Retention;
 
     fn parse_ref(
@@ -361,30 +372,7 @@ impl TypedValueParser for RetentionParser {
         arg: Option<&clap::Arg>,
         value: &OsStr,
     ) -> Result<Retention, clap::Error> {
-        duration_or_zero(
-            cmd,
-            arg,
-            value,
-            "7d, 36h, 90min or 30s, or 0 to keep records forever",
-        )
-    }
-}
-
-/// Reads `CARMY_MCP_ARGUMENT_REPLAY_WINDOW` as [`RetentionParser`] reads `CARMY_RETENTION`:
-/// `0` is no window (a model's id replays while its record is kept).
-#[derive(Clone, Copy)]
-pub struct WindowParser;
-
-impl TypedValueParser for WindowParser {
-    type Value = Retention;
-
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        arg: Option<&clap::Arg>,
-        value: &OsStr,
-    ) -> Result<Retention, clap::Error> {
-        duration_or_zero(cmd, arg, value, "10min, 1h or 90s, or 0 for no window")
+        duration_or_zero(cmd, arg, value, self.0)
     }
 }
 

@@ -172,6 +172,13 @@ fn random_looking_ids_of_common_shapes_pass() {
     }
 }
 
+/// A UUIDv4 from `rng`'s bytes.
+fn uuid4(rng: &mut TestRng) -> uuid::Uuid {
+    let mut bytes = [0; 16];
+    rng.fill_bytes(&mut bytes);
+    uuid::Builder::from_random_bytes(bytes).into_uuid()
+}
+
 /// The rule's false-positive rate on ids from real generators is zero: ten thousand each of
 /// UUIDv4 (hyphenated, upper-case, simple), ULIDs (the `ulid` crate), nanoids (21 characters
 /// of its 64-character alphabet) and Anthropic-style tool-use ids, from a fixed seed, every
@@ -189,33 +196,14 @@ fn random_ids_are_never_refused() {
     };
     type Generator = Box<dyn Fn(&mut TestRng) -> String>;
     let kinds: Vec<(&str, Generator)> = vec![
-        (
-            "uuid4",
-            Box::new(|rng| {
-                let mut bytes = [0; 16];
-                rng.fill_bytes(&mut bytes);
-                uuid::Builder::from_random_bytes(bytes)
-                    .into_uuid()
-                    .to_string()
-            }),
-        ),
+        ("uuid4", Box::new(|rng| uuid4(rng).to_string())),
         (
             "uuid4 upper-case",
-            Box::new(|rng| {
-                let mut bytes = [0; 16];
-                rng.fill_bytes(&mut bytes);
-                let id = uuid::Builder::from_random_bytes(bytes).into_uuid();
-                id.to_string().to_uppercase()
-            }),
+            Box::new(|rng| uuid4(rng).to_string().to_uppercase()),
         ),
         (
             "uuid4 simple",
-            Box::new(|rng| {
-                let mut bytes = [0; 16];
-                rng.fill_bytes(&mut bytes);
-                let id = uuid::Builder::from_random_bytes(bytes).into_uuid();
-                id.simple().to_string()
-            }),
+            Box::new(|rng| uuid4(rng).simple().to_string()),
         ),
         (
             "ulid",
