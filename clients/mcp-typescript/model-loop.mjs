@@ -81,7 +81,7 @@ const refused = await client.callTool({
 });
 assert.equal(refused.isError, true);
 assert.equal(refused.structuredContent.code, "REQUEST_ID_INVALID");
-assert.match(text(refused), /random id that you generate, at least 16 letters and digits/);
+assert.match(text(refused), /set to a new random UUID that you generate now/);
 
 await client.close();
 console.log("model-loop.mjs: ok (one order, replayed to the retry; conflict; r1 refused)");

@@ -106,7 +106,7 @@ def model_loop(first: Gateway, second: Gateway, protocol: str) -> None:
     assert refused.is_error is True
     assert refused.structured_content["code"] == "REQUEST_ID_INVALID"
     assert '"r1" is not random enough' in text(refused)
-    assert "random id that you generate, at least 16 letters and digits" in text(refused)
+    assert "set to a new random UUID that you generate now" in text(refused)
     assert execution(refused)["source"] is None
 
 

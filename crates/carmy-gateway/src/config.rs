@@ -8,7 +8,9 @@
 
 mod values;
 
-pub use values::{Bounded, InRange, Retention, RetentionParser};
+pub use values::{
+    Bounded, DurationOrZeroParser, InRange, Retention, RetentionParser, WindowParser,
+};
 
 use carmy::engine::EngineConfig;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -217,6 +219,26 @@ pub struct Config {
         default_value = "claudecode/toolUseId"
     )]
     pub mcp_request_id_meta: Vec<String>,
+
+    /// `_meta` keys of a `tools/call` that name the client's conversation, read in order
+    /// (`key`, or `key[member]` for a member of an object): the conversation scopes the ids of
+    /// the model and of the client's `_meta` when `_meta["io.carmy/session_id"]` does not
+    /// (docs/semantics.md §11; comma-separated, empty for none).
+    #[arg(
+        long,
+        env = "CARMY_MCP_CONVERSATION_META",
+        value_delimiter = ',',
+        default_value = "vscode.conversationId,x-codex-turn-metadata[session_id]"
+    )]
+    pub mcp_conversation_meta: Vec<String>,
+
+    /// How long after its outcome was recorded a request id the model chose, with no session
+    /// or conversation scoping it, still replays it (docs/semantics.md §11): e.g. `10min`,
+    /// `1h`; `0` replays for as long as the record is kept. A later repeat is refused with
+    /// `REQUEST_ID_REUSED`, a text sending the model to check before acting again.
+    #[arg(long, env = "CARMY_MCP_ARGUMENT_REPLAY_WINDOW", default_value = "10min",
+          value_parser = WindowParser)]
+    pub mcp_argument_replay_window: Retention,
 
     /// Refuse MCP calls that carry no request id instead of running them unprotected.
     #[arg(long, env = "CARMY_MCP_REQUIRE_REQUEST_ID")]

@@ -253,6 +253,8 @@ pub fn mcp_config(config: &Config) -> McpConfig {
         allowed_hosts,
         allowed_origins,
         request_id_meta_keys: listed(&config.mcp_request_id_meta),
+        conversation_meta_keys: listed(&config.mcp_conversation_meta),
+        argument_replay_window: config.mcp_argument_replay_window.0,
         require_request_id: config.mcp_require_request_id,
         answer_within: Duration::from_millis(config.mcp_answer_within_ms),
         task_after: Duration::from_millis(config.mcp_task_after_ms),

@@ -54,6 +54,16 @@ pub const DEFAULT_ALLOWED_ORIGINS: &[&str] = &[
 /// clients already send with every tool call.
 pub const DEFAULT_REQUEST_ID_META_KEYS: &[&str] = &["claudecode/toolUseId"];
 
+/// The `_meta` keys whose value names the client's conversation, scoping the ids of the model
+/// and of the client's `_meta` by default (`CARMY_MCP_CONVERSATION_META`, docs/semantics.md
+/// §11): VS Code's (GitHub Copilot's) conversation id, and the session id in the turn metadata
+/// that Codex sends with every tool call (`key[member]` reads a member of an object).
+pub const DEFAULT_CONVERSATION_META_KEYS: &[&str] =
+    &["vscode.conversationId", "x-codex-turn-metadata[session_id]"];
+
+/// The default of [`McpConfig::argument_replay_window`]: ten minutes.
+pub const DEFAULT_ARGUMENT_REPLAY_WINDOW: Duration = Duration::from_secs(600);
+
 /// The `_meta` key of Carmy's own request id.
 pub const REQUEST_ID_META: &str = "io.carmy/request_id";
 
@@ -84,6 +94,16 @@ pub struct McpConfig {
     /// `_meta` keys read, in order, for a request id when neither `params.idempotencyKey` nor
     /// `_meta["io.carmy/request_id"]` is sent.
     pub request_id_meta_keys: Vec<String>,
+    /// `_meta` keys read, in order, for the client's conversation (`key`, or `key[member]` for
+    /// a member of an object; `CARMY_MCP_CONVERSATION_META`, default
+    /// [`DEFAULT_CONVERSATION_META_KEYS`]): it scopes the model's and the client's ids when no
+    /// `_meta["io.carmy/session_id"]` does (docs/semantics.md §11).
+    pub conversation_meta_keys: Vec<String>,
+    /// How long after its outcome was recorded a model's id that no session or conversation
+    /// scopes still replays it (`CARMY_MCP_ARGUMENT_REPLAY_WINDOW`, default
+    /// [`DEFAULT_ARGUMENT_REPLAY_WINDOW`]; `None`: as long as the record holds its identity).
+    /// Later repeats are refused with `REQUEST_ID_REUSED` (docs/semantics.md §11).
+    pub argument_replay_window: Option<Duration>,
     /// Refuse calls without a request id (`CARMY_MCP_REQUIRE_REQUEST_ID`) instead of running
     /// them unprotected.
     pub require_request_id: bool,
@@ -111,6 +131,11 @@ impl Default for McpConfig {
                 .iter()
                 .map(|key| (*key).to_owned())
                 .collect(),
+            conversation_meta_keys: DEFAULT_CONVERSATION_META_KEYS
+                .iter()
+                .map(|key| (*key).to_owned())
+                .collect(),
+            argument_replay_window: Some(DEFAULT_ARGUMENT_REPLAY_WINDOW),
             require_request_id: false,
             answer_within: DEFAULT_ANSWER_WITHIN,
             task_after: DEFAULT_TASK_AFTER,

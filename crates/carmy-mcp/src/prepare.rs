@@ -1,18 +1,21 @@
 //! A `tools/call` made ready for the engine (docs/semantics.md §11): the tool's request id
 //! argument taken out of `arguments` (or read from them when adopted), the identity found in
-//! its order of precedence, and the model's id checked for randomness. What the model sent
+//! its order of precedence (scoped by the client's conversation where one is named), the model's
+//! id checked for randomness, and its replay window set. What the model sent
 //! wrongly is answered with a tool result it can act on; protocol mistakes are JSON-RPC
 //! errors.
 
-use crate::identity::{call_identity, IdSource};
+use crate::identity::{call_identity, IdSource, Scope};
 use crate::results;
 use crate::transport::RequestFacts;
 use crate::McpConfig;
 use carmy::call::{CallValues, ValidatedCall};
 use carmy::engine::Engine;
-use carmy::key_argument::{check_random, KeyArgument};
+use carmy::key_argument::KeyArgument;
+use carmy::random_id::{self, Vocabulary};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ErrorData};
 use serde_json::{Map, Value};
+use std::time::Duration;
 
 /// A call the engine may run.
 pub(crate) struct Ready {
@@ -22,6 +25,9 @@ pub(crate) struct Ready {
     pub(crate) key: Option<String>,
     /// Where the request id came from; `None` without one.
     pub(crate) source: Option<IdSource>,
+    /// For a model's id that no session or conversation scopes: how long after its outcome
+    /// was recorded a repeat still replays it (docs/semantics.md §11).
+    pub(crate) replay_window: Option<Duration>,
 }
 
 /// What the handler does with a call.
@@ -73,12 +79,17 @@ pub(crate) fn prepare(
         facts.idempotency_key.as_ref(),
         meta,
         &config.request_id_meta_keys,
+        &config.conversation_meta_keys,
         model.as_deref(),
     )
     .map_err(|message| ErrorData::invalid_params(message, None))?;
     if let (Some(key), Some(IdSource::Argument), Some(id)) = (&key, identity.source, &model) {
-        if let Err(problem) = check_random(id) {
-            let problem = format!("{} is not random enough: {problem}", shown(id));
+        // The call's words, without the id itself (an adopted argument stays in `arguments`).
+        let mut words = arguments.clone();
+        words.remove(&key.name);
+        let vocabulary = Vocabulary::of_call(&request.name, &words);
+        if let Err(problem) = random_id::check(id, &vocabulary) {
+            let problem = format!("{} is not random enough: it {problem}", shown(id));
             return Ok(Prepared::Answer(results::key_refused(
                 &key.name,
                 Some(&problem),
@@ -109,10 +120,15 @@ pub(crate) fn prepare(
         // (as `Prefer: wait` does), within the time the answer is due.
         call = call.with_wait(config.answer_within * 9 / 10);
     }
+    let replay_window = match (identity.source, identity.scope) {
+        (Some(IdSource::Argument), Scope::Unscoped) => config.argument_replay_window,
+        _ => None,
+    };
     Ok(Prepared::Run(Ready {
         call,
         key: key.map(|key| key.name),
         source: identity.source,
+        replay_window,
     }))
 }
 
@@ -123,7 +139,7 @@ pub(crate) fn prepare(
 fn removed_tool_key(engine: &Engine, arguments: &Map<String, Value>) -> Option<KeyArgument> {
     let name = &engine.key_argument_config().name;
     let id = arguments.get(name).and_then(Value::as_str)?;
-    if name.is_empty() || check_random(id).is_err() {
+    if name.is_empty() || random_id::check(id, &Vocabulary::none()).is_err() {
         return None;
     }
     Some(KeyArgument {

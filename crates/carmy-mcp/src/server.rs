@@ -236,7 +236,8 @@ fn request_facts(context: &RequestContext<RoleServer>) -> Result<&RequestFacts, 
 /// What `initialize` and `server/discover` tell the model about request ids (`request_id`
 /// stands for the configured argument name).
 pub(crate) const INSTRUCTIONS: &str = "Carmy runs these tools with retry safety: a tool that \
-changes something takes a `request_id`, a random id you choose for each new action (a UUID). If \
+changes something takes a `request_id`, a new random UUID you generate for each new action \
+(never one from an example). If \
 you are not sure whether an action took effect (a timeout, an error, a lost answer), call the \
 tool again with the same arguments and the same `request_id`: you get the first attempt's \
 outcome and the action is never done twice.";
@@ -261,7 +262,12 @@ impl CarmyMcp {
     /// [`McpConfig::task_after`] (at once for a tool whose calls are always tasks) is answered
     /// with a task whose id is its execution id (docs/semantics.md §11, "Tasks").
     async fn run(&self, ready: Ready, tasks: bool) -> Result<CallToolResponse, ErrorData> {
-        let Ready { call, key, source } = ready;
+        let Ready {
+            call,
+            key,
+            source,
+            replay_window,
+        } = ready;
         let tool = call.tool().to_owned();
         let identity = call.key();
         // A write without any request id runs unprotected: counted, and its answer tells the
@@ -292,6 +298,10 @@ impl CarmyMcp {
                 }
                 .min(answer_within);
                 match tokio::time::timeout(first, &mut execution).await {
+                    // A model's unscoped id past its replay window: refused, never replayed.
+                    Ok(Ok(answer)) if reused(&answer, replay_window).is_some() && key.is_some() => {
+                        Ok(answer)
+                    }
                     // A tool whose calls are always tasks: its recorded outcome is a task too.
                     Ok(Ok(answer)) if always => {
                         let id = &answer.result.result().execution_id;
@@ -321,6 +331,13 @@ impl CarmyMcp {
             }
             None => execution.await,
         };
+        if let (Ok(answer), Some(key)) = (&outcome, key) {
+            if let (Some(age), Some(window)) = (reused(answer, replay_window), replay_window) {
+                let id = &answer.result.result().execution_id;
+                let refused = results::key_reused(key.name, id, age, window, &self.read_tools());
+                return Ok(refused.into());
+            }
+        }
         let ran = outcome.is_ok();
         let result = self.answer(outcome, key)?;
         Ok(match unprotected {
@@ -395,12 +412,30 @@ fn key_hold<'a>(
     match (source, identity) {
         (Some(IdSource::Argument), _) => KeyHold::Held,
         (Some(IdSource::ClientMeta), Some(identity))
-            if carmy::key_argument::check_random(&identity.request_id).is_ok() =>
+            if carmy::random_id::check(
+                &identity.request_id,
+                &carmy::random_id::Vocabulary::none(),
+            )
+            .is_ok() =>
         {
             KeyHold::Given(&identity.request_id)
         }
         _ => KeyHold::Unseen,
     }
+}
+
+/// How long ago `answer`'s outcome was recorded when it replays a record older than `window`
+/// (docs/semantics.md §11: a model's unscoped id replays only within its window); `None` for
+/// an answer that is not such a replay.
+fn reused(answer: &carmy::engine::Answer, window: Option<Duration>) -> Option<Duration> {
+    let window = window?;
+    if !answer.replayed {
+        return None;
+    }
+    let age = (chrono::Utc::now() - answer.result.result().finished_at)
+        .to_std()
+        .unwrap_or_default();
+    (age > window).then_some(age)
 }
 
 /// How long a call of a tool whose calls are always tasks may take to be reserved (or to end)

@@ -2,9 +2,11 @@
 //! table, reviewed as product copy. Each entry says what happened, whether the call's effect may
 //! have happened, and the next step. No entry ever tells the model to retry under another
 //! request id: where the effect may have happened that would run it twice, and elsewhere the
-//! same call is the safe retry. The one exception is a failure the tool reported itself (no
+//! same call is the safe retry. Two exceptions: a failure the tool reported itself (no
 //! effect): the same call replays that failure, so a corrected call, a different action, needs
-//! its own id (never said of a failure a decision recorded).
+//! its own id (never said of a failure a decision recorded); and a model's id whose record is
+//! older than its replay window ([`Situation::KeyReused`]): the text sends the model to check
+//! first, and only a new action to a new id.
 //!
 //! Placeholders, filled by [`Entry::render`]: `{execution_id}`, `{read_tools}` (the tools whose
 //! annotations say read-only, as ` (for example `a`, `b`)`, or nothing), `{code}` and `{message}`
@@ -60,6 +62,9 @@ pub enum Situation {
     KeyInvalid,
     /// `REQUEST_ID_ARGUMENT_REQUIRED`: the tool requires the request id argument.
     KeyMissing,
+    /// `REQUEST_ID_REUSED`: the model's id (no session or conversation scoping it) names an
+    /// action recorded longer ago than its replay window; nothing ran (docs/semantics.md §11).
+    KeyReused,
     /// A recorded `failed` outcome whose effect the tool did not mark unknown.
     Failed,
     /// A recorded `failed` (effect unknown), `timed_out` or `cancelled` outcome.
@@ -189,7 +194,15 @@ pub const TABLE: &[Entry] = &[
         effect: Effect::DidNotHappen,
         what: "Carmy refused this call: its `{key}` {message}.",
         effect_text: "Nothing ran; the effect did not happen.",
-        next: "Retry this call with `{key}` set to a random id that you generate, at least 16 letters and digits (a UUID is right), and keep that id for every repeat of this same action.",
+        next: "Retry this call with `{key}` set to a new random UUID that you generate now (not one from an example, not built from words, dates or counts), and keep that id for every repeat of this same action.",
+    },
+    Entry {
+        situation: Situation::KeyReused,
+        code: "REQUEST_ID_REUSED",
+        effect: Effect::DidNotHappen,
+        what: "Carmy did not run this call: its `{key}` already names an action whose outcome was recorded {age} ago (execution {execution_id}), longer ago than Carmy replays an id a model chose ({window}), because another conversation may have written the same id.",
+        effect_text: "This call did not run, and Carmy does not show that earlier outcome: it may belong to another conversation.",
+        next: "If you sent that same call earlier in this conversation and never saw its outcome, check with a read-only tool{read_tools} whether it took effect; if it did, nothing more is needed, and if you cannot tell, ask the user. Only if this is a new action, call again with a new random UUID that you generate now as `{key}`.",
     },
     Entry {
         situation: Situation::KeyMissing,
@@ -197,7 +210,7 @@ pub const TABLE: &[Entry] = &[
         effect: Effect::DidNotHappen,
         what: "This tool requires the `{key}` argument, and this call had none.",
         effect_text: "Nothing ran; the effect did not happen.",
-        next: "Retry this call with `{key}` set to a random id that you generate, at least 16 letters and digits (a UUID is right), and keep that id for every repeat of this same action.",
+        next: "Retry this call with `{key}` set to a new random UUID that you generate now, and keep that id for every repeat of this same action.",
     },
     Entry {
         situation: Situation::Failed,
@@ -257,9 +270,22 @@ pub const TABLE: &[Entry] = &[
 pub const DONE: &str = "Done (execution {execution_id}). Nothing more is needed for this \
 action{again}.";
 
-/// What a replayed success tells the model: the earlier attempt's outcome, not done again.
+/// What a replayed success tells the model: the earlier attempt's outcome, not done again, and
+/// how long ago it was recorded (`{age}`, [`age`]).
 pub const DONE_EARLIER: &str = "This is the recorded outcome of an earlier attempt with this \
-`{key}` (execution {execution_id}); it was not done again. Nothing more is needed for this action.";
+`{key}` (execution {execution_id}, recorded {age} ago); it was not done again. Nothing more is \
+needed for this action.";
+
+/// `elapsed` as the texts say it: `12 s`, `4 min`, `3 h`, `2 days` (rounded down).
+pub fn age(elapsed: std::time::Duration) -> String {
+    let seconds = elapsed.as_secs();
+    match seconds {
+        0..=119 => format!("{seconds} s"),
+        120..=7_199 => format!("{} min", seconds / 60),
+        7_200..=172_799 => format!("{} h", seconds / 3_600),
+        _ => format!("{} days", seconds / 86_400),
+    }
+}
 
 /// What `{held_open}` says where the model repeats a call under its own id: Carmy holds that
 /// repeat open (up to nine tenths of `CARMY_MCP_ANSWER_WITHIN_MS`, docs/semantics.md §11).
@@ -286,6 +312,9 @@ pub struct Facts<'a> {
     /// Who recorded the outcome by a decision (`resolution.by`, docs/semantics.md §12.1), when
     /// the tool did not report it itself.
     pub decided_by: Option<&'a str>,
+    /// How long ago the record was made, and the replay window it is past ([`age`]), for
+    /// [`Situation::KeyReused`].
+    pub reused: Option<(&'a str, &'a str)>,
 }
 
 /// What a recorded outcome that a decision made says after its data (a second text block): it
@@ -437,6 +466,8 @@ impl Entry {
                 ),
             )
             .replace("{differs}", &differs)
+            .replace("{age}", facts.reused.map_or("some time", |(age, _)| age))
+            .replace("{window}", facts.reused.map_or("its window", |(_, window)| window))
             .replace("{code}", facts.code)
             .replace("{message}", facts.message)
     }

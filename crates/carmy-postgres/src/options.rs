@@ -12,8 +12,10 @@ pub const PING_IF_IDLE_FOR: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 /// Default of [`PostgresStoreOptions::acquire_timeout`]: 5 seconds.
 pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default of [`PostgresStoreOptions::lease_ttl`]: 30 seconds.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+/// Default of [`PostgresStoreOptions::lease_ttl`]: 9 seconds, renewed every 3 s, so that a
+/// dead replica's executions read `interrupted` at most 9 s after it died (docs/semantics.md
+/// §12.2; about a third of a lease write per second per replica, docs/operations.md).
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(9);
 pub use crate::session::DEFAULT_STATEMENT_TIMEOUT;
 /// Default of [`PostgresStoreOptions::batch_max_rows`]: 64 calls per statement.
 pub const DEFAULT_BATCH_MAX_ROWS: usize = 64;
@@ -152,7 +154,7 @@ pub struct PostgresStoreOptions {
     /// How long this process's lease lasts without renewal (docs/semantics.md §4): the store renews
     /// it every `lease_ttl / 3`; once it lapses, the running reservations this process owns read as
     /// interrupted. Between [`MIN_LEASE_TTL`] (1 ms) and [`MAX_LEASE_TTL`] (24 h); default
-    /// [`DEFAULT_LEASE_TTL`] (30 s).
+    /// [`DEFAULT_LEASE_TTL`] (9 s).
     pub lease_ttl: Duration,
     /// This process's id in `carmy.instances` and `carmy.reservations.owner_instance`; non-empty.
     /// Default: a fresh `inst_` followed by 32 lowercase hex digits (a random UUID).
@@ -214,7 +216,7 @@ impl From<&String> for PostgresStoreOptions {
 
 impl PostgresStoreOptions {
     /// Options for `database_url` with every default: 10 connections, 5 s acquire timeout,
-    /// 30 s lease, a fresh random instance id, batches of up to 64 calls, 30 s statement
+    /// 9 s lease, a fresh random instance id, batches of up to 64 calls, 30 s statement
     /// timeout.
     pub fn new(database_url: impl Into<String>) -> Self {
         Self {
@@ -333,7 +335,7 @@ mod tests {
         assert_eq!(options.database_url, "postgres://h/db");
         assert_eq!(options.max_connections, 10);
         assert_eq!(options.acquire_timeout, Duration::from_secs(5));
-        assert_eq!(options.lease_ttl, Duration::from_secs(30));
+        assert_eq!(options.lease_ttl, Duration::from_secs(9));
         assert_eq!(options.batch_max_rows, 64);
         let hex = options.instance_id.strip_prefix("inst_").unwrap();
         assert_eq!(hex.len(), 32);
@@ -415,11 +417,11 @@ mod tests {
         options.lease_ttl = DEFAULT_LEASE_TTL;
         assert_eq!(
             crate::lease::renewal_interval(options.lease_ttl),
-            Duration::from_secs(10)
+            Duration::from_secs(3)
         );
         assert_eq!(
             crate::lease::lease_acquire_timeout(options.lease_ttl),
-            Duration::from_secs(5)
+            Duration::from_millis(1500)
         );
     }
 

@@ -5,7 +5,7 @@
 //! A tool is offered the argument unless its annotations say read-only; the tools file may
 //! name it differently, turn it off, turn it on for a read-only tool, or adopt one of the
 //! tool's own properties ([`KeySetting`]). [`resolve`] decides what a tool takes,
-//! [`listed_schema`] adds the property to the schema a front lists, and [`check_random`] is
+//! [`listed_schema`] adds the property to the schema a front lists; [`crate::random_id`] is
 //! the rule an id must pass to be accepted from a model.
 
 use crate::tool::Tool;
@@ -14,18 +14,12 @@ use serde_json::{json, Map, Value};
 /// The argument's name when nothing else is configured (`CARMY_MCP_KEY_ARGUMENT`).
 pub const DEFAULT_KEY_ARGUMENT: &str = "request_id";
 
-/// Fewest ASCII letters and digits an id from a model must have (docs/semantics.md §11).
-pub const MIN_ID_CHARS: usize = 16;
-
-/// Fewest distinct ASCII letters and digits an id from a model must have.
-pub const MIN_DISTINCT_CHARS: usize = 6;
-
 /// What the argument's description tells a model (docs/semantics.md §11).
-pub const DESCRIPTION: &str = "A unique id you choose for this action: a random string of at \
-least 16 letters and digits, such as a UUID. If you are not sure whether an earlier attempt of \
-this same action took effect (a timeout, an error, a lost answer), call again with the same \
-arguments and the same id: you get the first attempt's outcome instead of doing it twice. Use a \
-new id for a new action.";
+pub const DESCRIPTION: &str = "A unique id you generate for this action: a new random UUID \
+(never one copied from an example, never built from words, dates or counters). If you are not \
+sure whether an earlier attempt of this same action took effect (a timeout, an error, a lost \
+answer), call again with the same arguments and the same id: you get the first attempt's \
+outcome instead of doing it twice. Use a new id for a new action.";
 
 /// A tool's own choice about the argument (tools file: `key_argument`, `key_required`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -169,75 +163,6 @@ pub fn listed_schema(schema: &Value, key: &KeyArgument) -> Value {
     Value::Object(listed)
 }
 
-/// UUIDs printed in specifications and tutorials, which models copy as they are.
-const EXAMPLE_UUIDS: [&str; 6] = [
-    "550e8400-e29b-41d4-a716-446655440000",
-    "123e4567-e89b-12d3-a456-426614174000",
-    "123e4567-e89b-12d3-a456-426655440000",
-    "f47ac10b-58cc-4372-a567-0e02b2c3d479",
-    "6ba7b810-9dad-11d1-80b4-00c04fd430c8",
-    "6ba7b811-9dad-11d1-80b4-00c04fd430c8",
-];
-
-/// Checks that `id`, sent by a model, is random enough not to collide by accident with another
-/// conversation's (docs/semantics.md §11): no white space, not two or more words (runs of three
-/// or more letters between other characters: a description such as `create-order-for-sku-A1`
-/// is what two conversations would both write), not a UUID printed in documentation, at least
-/// [`MIN_ID_CHARS`] ASCII letters and digits, at least [`MIN_DISTINCT_CHARS`] of them
-/// distinct, and at most half of the neighbouring pairs of them repeating or counting (`aa`,
-/// `ab`, `ba`, `12`).
-///
-/// # Errors
-/// What is wrong, in words for the model.
-pub fn check_random(id: &str) -> Result<(), String> {
-    if id.chars().any(char::is_whitespace) {
-        return Err("it contains spaces: it reads like a description, not a random id".to_owned());
-    }
-    let words: Vec<&str> = id
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|part| part.len() >= 3 && part.bytes().all(|b| b.is_ascii_alphabetic()))
-        .collect();
-    if words.len() >= 2 {
-        return Err(format!(
-            "it is made of words ({}), which another conversation may write too, not a random id",
-            words.join(", ")
-        ));
-    }
-    if EXAMPLE_UUIDS
-        .iter()
-        .any(|example| example.eq_ignore_ascii_case(id.trim()))
-    {
-        return Err(
-            "it is an example UUID printed in documentation, which others copy too".to_owned(),
-        );
-    }
-    let chars: Vec<u8> = id.bytes().filter(u8::is_ascii_alphanumeric).collect();
-    if chars.len() < MIN_ID_CHARS {
-        return Err(format!(
-            "it has {} letters and digits; at least {MIN_ID_CHARS} are needed",
-            chars.len()
-        ));
-    }
-    let mut distinct = chars.clone();
-    distinct.sort_unstable();
-    distinct.dedup();
-    if distinct.len() < MIN_DISTINCT_CHARS {
-        return Err(format!(
-            "it uses only {} different letters and digits; at least {MIN_DISTINCT_CHARS} are \
-             needed",
-            distinct.len()
-        ));
-    }
-    let steps = chars
-        .windows(2)
-        .filter(|pair| pair[0].abs_diff(pair[1]) <= 1)
-        .count();
-    if steps * 2 > chars.len() - 1 {
-        return Err("it is a sequence or repetition, not random".to_owned());
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,42 +263,5 @@ mod tests {
             description: DESCRIPTION,
         };
         assert_eq!(listed_schema(&schema, &adopted), schema);
-    }
-
-    #[test]
-    fn ids_that_are_not_random_are_refused() {
-        for good in [
-            "3f2b8c1e-9d4a-4e7b-a6c5-0e1f2d3c4b5a",
-            "k7Qz2mXv9LpR4tYw",
-            "toolu_01A9xkq2Zr7PmN3b",
-            "call_k7Qz2mXv9LpR4tYw",
-            "pay-7c9e6679-7425-40de-944b-e07fc1f90ae7",
-        ] {
-            assert_eq!(check_random(good), Ok(()), "{good}");
-        }
-        for bad in [
-            "r1",
-            "order-1",
-            "aaaaaaaaaaaaaaaaaaaa",
-            "abababababababab1212",
-            "abcdefghijklmnopqrst",
-            "order000000000000001",
-            // Descriptions and copied examples: two conversations write the same.
-            "order for BOOK-7 quantity 2",
-            "create-order-for-sku-A1",
-            "request id for my first order",
-            "550e8400-e29b-41d4-a716-446655440000",
-            "123E4567-E89B-12D3-A456-426614174000",
-        ] {
-            assert!(check_random(bad).is_err(), "{bad}");
-        }
-        assert_eq!(
-            check_random("create-order-for-sku-A1").unwrap_err(),
-            "it is made of words (create, order, for, sku), which another conversation may write too, not a random id"
-        );
-        assert_eq!(
-            check_random("r1").unwrap_err(),
-            "it has 2 letters and digits; at least 16 are needed"
-        );
     }
 }

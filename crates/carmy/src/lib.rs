@@ -23,7 +23,8 @@
 //! - [`store`] (the store trait, its types and lifecycle), [`memory`] (the bounded in-memory
 //!   store), [`cache`] (finished records served from memory), [`outcome`] (recorded outcomes);
 //! - [`fingerprint`] and [`strict_json`] (docs/semantics.md §2), [`identity`] (identifier rules),
-//!   [`tool`], [`key_argument`] (the request id a model holds, docs/semantics.md §11);
+//!   [`tool`], [`key_argument`] (the request id a model holds, docs/semantics.md §11) and
+//!   [`random_id`] (what counts as a model's random id);
 //! - [`http`]: the request limits both fronts served over HTTP share;
 //! - [`retention`] (when finished records expire, and the pruner);
 //! - [`reconcile`] (probes that ask a tool's upstream whether an interrupted execution's effect
@@ -51,6 +52,7 @@ pub mod key_argument;
 pub mod memory;
 pub mod metrics;
 pub mod outcome;
+pub mod random_id;
 pub mod reconcile;
 mod registry;
 pub mod retention;

@@ -1,6 +1,6 @@
 //! The value parsers of the gateway's settings whose refusals name the environment variable and
-//! the flag: a retention ([`RetentionParser`]) and an unsigned integer within a range
-//! ([`InRange`]). Nothing is clamped.
+//! the flag: a duration that may be `0` ([`DurationOrZeroParser`]: a retention, a window) and
+//! an unsigned integer within a range ([`InRange`]). Nothing is clamped.
 
 use clap::builder::{RangedU64ValueParser, TypedValueParser};
 use clap::error::ErrorKind;
@@ -8,18 +8,30 @@ use std::ffi::OsStr;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-/// `CARMY_RETENTION`: how long finished records are kept; `None` is forever (`0`).
+/// `CARMY_RETENTION`: how long finished records are kept; `None` is forever (`0`). Also
+/// `CARMY_MCP_ARGUMENT_REPLAY_WINDOW`, where `None` (`0`) is no window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Retention(pub Option<Duration>);
 
-/// Reads `CARMY_RETENTION`: `0` (forever) or a duration as humantime reads it (`7d`, `12h 30m`,
-/// `45s`, `500ms`). A refusal names the variable and the flag, e.g. `CARMY_RETENTION
-/// (--retention) must be a duration such as 7d, 36h, 90min or 30s, or 0 to keep records
-/// forever, got "soon"`.
+/// Reads a duration that may be `0`: `0` (`None`) or a duration as humantime reads it (`7d`,
+/// `12h 30m`, `45s`, `500ms`). A refusal names the variable, the flag and the examples it
+/// holds, e.g. `CARMY_RETENTION (--retention) must be a duration such as 7d, 36h, 90min or 30s,
+/// or 0 to keep records forever, got "soon"`.
 #[derive(Clone, Copy)]
-pub struct RetentionParser;
+pub struct DurationOrZeroParser(&'static str);
 
-impl TypedValueParser for RetentionParser {
+/// `CARMY_RETENTION`: `0` keeps records forever.
+#[allow(non_upper_case_globals)]
+pub const RetentionParser: DurationOrZeroParser =
+    DurationOrZeroParser("7d, 36h, 90min or 30s, or 0 to keep records forever");
+
+/// `CARMY_MCP_ARGUMENT_REPLAY_WINDOW`: `0` is no window (a model's id replays while its record
+/// is kept).
+#[allow(non_upper_case_globals)]
+pub const WindowParser: DurationOrZeroParser =
+    DurationOrZeroParser("10min, 1h or 90s, or 0 for no window");
+
+impl TypedValueParser for DurationOrZeroParser {
     type Value = Retention;
 
     fn parse_ref(
@@ -28,23 +40,33 @@ impl TypedValueParser for RetentionParser {
         arg: Option<&clap::Arg>,
         value: &OsStr,
     ) -> Result<Retention, clap::Error> {
-        let text = value.to_string_lossy();
-        let text = text.trim();
-        if text == "0" {
-            return Ok(Retention(None));
-        }
-        match humantime::parse_duration(text) {
-            Ok(duration) if duration.is_zero() => Ok(Retention(None)),
-            Ok(duration) => Ok(Retention(Some(duration))),
-            Err(error) => Err(cmd.clone().error(
-                ErrorKind::ValueValidation,
-                format!(
-                    "{} must be a duration such as 7d, 36h, 90min or 30s, or 0 to keep records \
-                     forever, got {text:?} ({error})",
-                    argument_name(arg)
-                ),
-            )),
-        }
+        duration_or_zero(cmd, arg, value, self.0)
+    }
+}
+
+/// `0` (`None`) or a duration as humantime reads it; a refusal names the argument and
+/// `examples` (`… must be a duration such as <examples>, got "soon"`).
+fn duration_or_zero(
+    cmd: &clap::Command,
+    arg: Option<&clap::Arg>,
+    value: &OsStr,
+    examples: &str,
+) -> Result<Retention, clap::Error> {
+    let text = value.to_string_lossy();
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Retention(None));
+    }
+    match humantime::parse_duration(text) {
+        Ok(duration) if duration.is_zero() => Ok(Retention(None)),
+        Ok(duration) => Ok(Retention(Some(duration))),
+        Err(error) => Err(cmd.clone().error(
+            ErrorKind::ValueValidation,
+            format!(
+                "{} must be a duration such as {examples}, got {text:?} ({error})",
+                argument_name(arg)
+            ),
+        )),
     }
 }
 

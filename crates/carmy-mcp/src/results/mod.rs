@@ -27,7 +27,7 @@ mod tests;
 
 pub(crate) use recorded::{from_answer, from_result};
 pub(crate) use refusals::{
-    from_refusal, input_error, key_refused, request_id_required, still_running,
+    from_refusal, input_error, key_refused, key_reused, request_id_required, still_running,
 };
 
 use crate::texts::{GUIDANCE_MEMBER, UNPROTECTED};

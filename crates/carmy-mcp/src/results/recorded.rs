@@ -96,7 +96,12 @@ fn completed(
                 key.same_key()
             ),
         };
+        // How long ago the replayed outcome was recorded (docs/semantics.md §11).
+        let age = (chrono::Utc::now() - result.finished_at)
+            .to_std()
+            .unwrap_or_default();
         let note = note
+            .replace("{age}", &crate::texts::age(age))
             .replace("{execution_id}", result.execution_id.as_str())
             .replace("{again}", &again)
             .replace("{key}", key.name);
@@ -145,6 +150,7 @@ fn recorded_failure(
             .resolution
             .as_ref()
             .map(|resolution| resolution.by.as_str()),
+        reused: None,
     });
     let mut structured = json!({
         "code": code,

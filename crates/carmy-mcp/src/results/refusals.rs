@@ -284,6 +284,39 @@ pub(crate) fn key_refused(key: &str, problem: Option<&str>) -> CallToolResult {
     result
 }
 
+/// A model's unscoped id whose record was made `age` ago, past the replay window `window`
+/// (docs/semantics.md §11): nothing ran, and the earlier outcome is not shown (it may be
+/// another conversation's); the model is sent to check with a read-only tool (`read_tools`),
+/// and only a new action to a new id.
+pub(crate) fn key_reused(
+    key: &str,
+    execution_id: &carmy::ExecutionId,
+    age: std::time::Duration,
+    window: std::time::Duration,
+    read_tools: &[String],
+) -> CallToolResult {
+    let copy = entry(Situation::KeyReused);
+    let (age_text, window_text) = (crate::texts::age(age), crate::texts::age(window));
+    let text = copy.render(&Facts {
+        execution_id: Some(execution_id.as_str()),
+        read_tools,
+        key_argument: Some(KeyText::held(key)),
+        reused: Some((&age_text, &window_text)),
+        ..Facts::default()
+    });
+    let structured = json!({
+        "code": copy.code,
+        "argument": key,
+        "execution_id": execution_id.as_str(),
+        "age_seconds": age.as_secs(),
+        "replay_window_seconds": window.as_secs(),
+        "effect_may_have_happened": false,
+    });
+    let mut result = error_result(&text, structured);
+    result.meta = Some(execution_meta(Some(execution_id.as_str()), None, false));
+    result
+}
+
 /// A call refused because the operator requires a request id and it had none.
 pub(crate) fn request_id_required() -> CallToolResult {
     let copy = entry(Situation::RequestIdRequired);

@@ -3,7 +3,7 @@
 
 use super::*;
 
-const ALL: [Situation; 19] = [
+const ALL: [Situation; 20] = [
     Situation::Conflict,
     Situation::Running,
     Situation::Interrupted,
@@ -17,6 +17,7 @@ const ALL: [Situation; 19] = [
     Situation::StillRunning,
     Situation::KeyInvalid,
     Situation::KeyMissing,
+    Situation::KeyReused,
     Situation::Failed,
     Situation::EffectUnknown,
     Situation::RecordDamaged,
@@ -26,8 +27,9 @@ const ALL: [Situation; 19] = [
 ];
 
 /// Phrases that would send the model to run the call again under another identity.
-const NEW_ID: [&str; 8] = [
+const NEW_ID: [&str; 9] = [
     "new id",
+    "new random",
     "new request id",
     "new request_id",
     "new key",
@@ -64,6 +66,7 @@ fn every_text_names_a_next_step_and_never_a_new_id() {
         differs: Some(&["arguments"]),
         key_argument: Some(KeyText::held("request_id")),
         decided_by: None,
+        reused: Some(("42 min", "10 min")),
     };
     for entry in TABLE {
         let next = entry.next.to_lowercase();
@@ -76,9 +79,17 @@ fn every_text_names_a_next_step_and_never_a_new_id() {
         // A failure the tool reported (no effect): only a corrected call gets a new id.
         let corrected = entry.situation == Situation::Failed
             && text.contains("the corrected call is a different action");
+        // A model's id past its replay window: check first; only a new action gets a new id.
+        let reused = entry.situation == Situation::KeyReused
+            && text.find("check with a read-only tool") < text.find("only if this is a new action");
+        // A refused id: nothing ran and no record holds it, so the same call needs another.
+        let refused = matches!(
+            entry.situation,
+            Situation::KeyInvalid | Situation::KeyMissing
+        );
         for phrase in NEW_ID {
             assert!(
-                corrected || !text.contains(phrase),
+                corrected || reused || refused || !text.contains(phrase),
                 "{:?} says {phrase:?}",
                 entry.situation
             );
@@ -182,4 +193,25 @@ fn a_retry_names_the_id_the_model_must_send_when_its_client_chose_it() {
     }
     .same_key()
     .ends_with("set to \"a\\\"b\""));
+}
+
+#[test]
+fn a_reused_id_is_refused_with_its_age_and_window_and_sent_to_check_first() {
+    let tools = ["find_orders".to_owned()];
+    let text = entry(Situation::KeyReused).render(&Facts {
+        execution_id: Some("exec_7"),
+        read_tools: &tools,
+        key_argument: Some(KeyText::held("request_id")),
+        reused: Some(("42 min", "10 min")),
+        ..Facts::default()
+    });
+    assert_eq!(
+        text,
+        "Carmy did not run this call: its `request_id` already names an action whose outcome was recorded 42 min ago (execution exec_7), longer ago than Carmy replays an id a model chose (10 min), because another conversation may have written the same id. This call did not run, and Carmy does not show that earlier outcome: it may belong to another conversation. If you sent that same call earlier in this conversation and never saw its outcome, check with a read-only tool (for example `find_orders`) whether it took effect; if it did, nothing more is needed, and if you cannot tell, ask the user. Only if this is a new action, call again with a new random UUID that you generate now as `request_id`."
+    );
+    assert_eq!(age(std::time::Duration::from_millis(12_900)), "12 s");
+    assert_eq!(age(std::time::Duration::from_secs(119)), "119 s");
+    assert_eq!(age(std::time::Duration::from_secs(600)), "10 min");
+    assert_eq!(age(std::time::Duration::from_secs(7_200)), "2 h");
+    assert_eq!(age(std::time::Duration::from_secs(3 * 86_400)), "3 days");
 }

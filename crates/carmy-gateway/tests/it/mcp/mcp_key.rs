@@ -300,7 +300,7 @@ async fn a_required_argument_is_listed_required_and_its_absence_refused() {
     assert_eq!(refused.is_error, Some(true));
     assert_eq!(structured(&refused)["code"], "REQUEST_ID_ARGUMENT_REQUIRED");
     assert!(
-        text(&refused).contains("Retry this call with `op_key` set to a random id"),
+        text(&refused).contains("Retry this call with `op_key` set to a new random UUID"),
         "{}",
         text(&refused)
     );

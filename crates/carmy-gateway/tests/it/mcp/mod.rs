@@ -5,6 +5,7 @@ pub(crate) mod mcp_client;
 mod mcp_front;
 mod mcp_hints;
 mod mcp_http;
+mod mcp_ids;
 mod mcp_key;
 mod mcp_replicas;
 mod mcp_rmcp;

@@ -2,6 +2,7 @@
 //! failover, PgBouncer in transaction mode, readiness under replication, the lease, the runtime
 //! role, round trips, shutdown and cancellation, and migrating.
 
+mod default_lease;
 mod failover;
 mod lease_starvation;
 mod migrations;
