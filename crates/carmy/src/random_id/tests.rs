@@ -1,10 +1,11 @@
 //! The classifier of model ids: what it refuses, with which reason, and that ids from real
 //! random generators always pass.
 
+use super::words::MAX_VOCABULARY_WORDS;
 use super::*;
 use proptest::prelude::Rng;
 use proptest::test_runner::{RngAlgorithm, TestRng};
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn vocabulary() -> Vocabulary {
     let arguments = json!({"sku": "KB-03", "quantity": 2, "ship": {"name": "John Smith"}});
