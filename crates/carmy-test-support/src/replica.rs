@@ -101,9 +101,20 @@ impl Replica {
                 }
             }
         });
-        let address = address_rx
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("replica {} did not start serving", self.name));
+        let address = match address_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(address) => address,
+            Err(why) => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                panic!(
+                    "replica {} did not start serving ({why}; exit status {status:?}); \
+                     the last lines of {}:\n{}",
+                    self.name,
+                    self.log_path().display(),
+                    self.log_tail(20)
+                )
+            }
+        };
         self.base = format!("http://{address}");
         self.child = Some(child);
     }
@@ -142,6 +153,13 @@ impl Replica {
         std::env::temp_dir()
             .join("carmy-test-logs")
             .join(format!("{}.log", self.name))
+    }
+
+    /// The last `lines` lines of this replica's log (for a failure's message).
+    fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 
     /// The URL of `path` on this replica.
