@@ -146,9 +146,9 @@ impl Default for McpConfig {
 }
 
 /// The router that serves [`MCP_PATH`] over `engine`, authenticating with `credentials` (the
-/// application's, [`carmy::App::credentials`]: an API key acts as its principal, an operator key
+/// application's, `carmy_http::App::credentials`: an API key acts as its principal, an operator key
 /// is refused, docs/semantics.md §6). Merge it into the application's router
-/// ([`carmy::App::merge_routes`]).
+/// (`carmy_http::App::merge_routes`; carmy-mcp does not depend on carmy-http).
 pub fn router(engine: Arc<Engine>, credentials: Credentials, config: McpConfig) -> Router {
     let mut sdk = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)

@@ -1,5 +1,5 @@
 //! The one mapping of the engine's answers to MCP results (docs/semantics.md §11), as
-//! `carmy::http::error` is for HTTP. Every answer to a `tools/call` Carmy handles is a
+//! `carmy_http::error` is for HTTP. Every answer to a `tools/call` Carmy handles is a
 //! `CallToolResult`, input errors included (SEP-1303); only a request the SDK cannot read at all
 //! is a JSON-RPC error.
 //!
