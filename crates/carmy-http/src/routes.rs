@@ -440,7 +440,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         )],
-        state.engine.metrics().encode(),
+        state.engine.metrics_text().await,
     )
         .into_response()
 }

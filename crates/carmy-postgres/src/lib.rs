@@ -76,6 +76,7 @@ mod options;
 mod pinned;
 mod pooler;
 mod prune;
+mod readings;
 mod ready;
 mod recheck;
 mod reconcile;

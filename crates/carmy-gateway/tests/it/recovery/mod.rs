@@ -1,6 +1,7 @@
 //! Recovery (docs/semantics.md §12): decisions over HTTP, SQL and the operator CLI,
 //! reconciliation, takeover, late arrivals and damaged records.
 
+mod alert_gauges;
 mod decision_limits;
 pub(crate) mod executions_cli;
 mod executions_cli_failures;
