@@ -7,6 +7,7 @@ pub(crate) mod executions_cli;
 mod executions_cli_failures;
 mod frozen_orders;
 mod reconcile;
+mod reconcile_claims;
 mod reconcile_config;
 mod reconcile_contradiction;
 mod reconcile_deadline;
