@@ -40,6 +40,8 @@ pub(crate) struct AppState {
     pub(crate) body_timeout: std::time::Duration,
     /// The operator console's sessions (`/console`).
     pub(crate) console: Arc<console::Sessions>,
+    /// The limits on console logins, per client address and key prefix.
+    pub(crate) console_logins: Arc<console::LoginLimits>,
 }
 
 /// Every route with its OpenAPI description: each handler is registered through `routes!`, which
