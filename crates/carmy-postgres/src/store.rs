@@ -300,6 +300,7 @@ impl PostgresStore {
             key: decode_key(&row)?,
             record: decode_record(&row)?,
             released: None,
+            reserved_at: None,
         }))
     }
 
