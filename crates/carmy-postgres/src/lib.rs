@@ -106,5 +106,5 @@ pub use options::{
 pub use pinned::{Db, Pinned, Pinning, Source, Through};
 pub use pooler::{check_path, PathError};
 pub use replication::{check_replication, Replication, REPLICATION_SQL};
-pub use sharding::{DISTRIBUTED_TABLES, DISTRIBUTION_COLUMN, REFERENCE_TABLES};
+pub use sharding::{distribution, DISTRIBUTED_TABLES, DISTRIBUTION_COLUMN, REFERENCE_TABLES};
 pub use store::PostgresStore;

@@ -275,3 +275,32 @@ mod conformance_through_a_transaction_pooler {
 
     carmy::store_conformance_tests!(fresh_pooled_store);
 }
+
+/// The store's check at start for a distributed `carmy.reservations` (Citus) runs pinned like
+/// every statement: through a transaction-mode pooler whose one server process every client
+/// shares, two stores' checks both answer (unpinned, sqlx's named statement of the first meets
+/// the second's: `prepared statement "sqlx_s_1" already exists`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_distribution_check_at_start_is_pinned_behind_a_transaction_pooler() {
+    let db = TestDb::migrated().await;
+    let bouncer = Bouncer::start_with("transaction", 1).await;
+    let url = bouncer.url(&db.name);
+    let pool = || {
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy(&url)
+            .unwrap()
+    };
+    let pinning = Pinning::transaction_pooler(Duration::from_secs(5));
+    for _ in 0..2 {
+        let db = carmy_postgres::Db::new(pool(), pinning.clone());
+        assert!(!carmy_postgres::distribution(&db).await.unwrap());
+    }
+    // The same two checks unpinned: the second client meets the first one's statement.
+    let first = carmy_postgres::Db::new(pool(), Pinning::direct());
+    assert!(!carmy_postgres::distribution(&first).await.unwrap());
+    let second = carmy_postgres::Db::new(pool(), Pinning::direct());
+    let refused = carmy_postgres::distribution(&second).await.unwrap_err();
+    assert!(refused.to_string().contains("already exists"), "{refused}");
+    drop((first, second));
+}
