@@ -76,6 +76,12 @@ pub struct Config {
     #[arg(long, env = "CARMY_CONSOLE_SECURE_COOKIE")]
     pub console_secure_cookie: bool,
 
+    /// Addresses of the reverse proxies in front of the gateway, comma separated: from them,
+    /// `X-Forwarded-For` names the client whose console logins are counted (docs/operations.md,
+    /// "The operator console"). Unset: every client is the connection's peer.
+    #[arg(long, env = "CARMY_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<std::net::IpAddr>,
+
     /// Serve without API keys on a non-loopback address (every caller is `anonymous`).
     #[arg(long, env = "CARMY_ALLOW_ANONYMOUS_NETWORK")]
     pub allow_anonymous_network: bool,

@@ -106,8 +106,16 @@ async fn check_database_path(
             }
             (true, None)
         }
+        // A pooler that refuses a startup parameter: say which setting lets it through.
         // Unreachable, refused, …: the migration that follows reports it as before.
-        Err(carmy_postgres::PathError::Probe(_)) => (false, None),
+        Err(carmy_postgres::PathError::Probe(error)) => {
+            if let Some(advice) = carmy_postgres::startup_parameter_advice(&error.to_string()) {
+                return Err(GatewayError::Database(format!(
+                    "cannot connect through DATABASE_URL: {advice}"
+                )));
+            }
+            (false, None)
+        }
     };
     if let Some(session_url) = &options.session_url {
         let session: sqlx::postgres::PgConnectOptions =

@@ -155,6 +155,7 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         .listen(config.listen)
         .allow_anonymous_network(config.allow_anonymous_network)
         .console_secure_cookie(config.console_secure_cookie)
+        .trusted_proxies(config.trusted_proxies.clone())
         .max_body_bytes(config.max_body_bytes)
         .body_timeout(Duration::from_millis(config.body_timeout_ms))
         .engine_config(engine_config(config));

@@ -68,6 +68,7 @@ pub struct AppBuilder {
     max_body_bytes: usize,
     body_timeout: Duration,
     console_secure_cookie: bool,
+    trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 impl Default for AppBuilder {
@@ -83,6 +84,7 @@ impl Default for AppBuilder {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             console_secure_cookie: false,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -160,6 +162,15 @@ impl AppBuilder {
         self
     }
 
+    /// The reverse proxies in front of this process whose `X-Forwarded-For` names the client
+    /// (default none): the console's login limits count by that client's address instead of
+    /// the proxy's (docs/operations.md, "The operator console").
+    #[must_use]
+    pub fn trusted_proxies(mut self, proxies: Vec<std::net::IpAddr>) -> Self {
+        self.trusted_proxies = proxies;
+        self
+    }
+
     /// Marks the operator console's session cookie `Secure` (default off): set it when the
     /// console is reached over TLS (docs/operations.md, "The operator console").
     #[must_use]
@@ -194,6 +205,7 @@ impl AppBuilder {
             max_body_bytes: self.max_body_bytes,
             body_timeout: self.body_timeout,
             console: Arc::new(crate::console::Sessions::new(self.console_secure_cookie)),
+            console_logins: Arc::new(crate::console::LoginLimits::new(self.trusted_proxies)),
         });
         Ok(App {
             engine,
@@ -311,7 +323,11 @@ impl App {
         if let Err(reason) = self.engine.readiness().await {
             tracing::warn!(%reason, "the idempotency store is not ready: calls answer 503 and /readyz says why until it is");
         }
-        let server = axum::serve(listener, self.router).with_graceful_shutdown({
+        // With each connection's peer address: the console's login limits count by it.
+        let service = self
+            .router
+            .into_make_service_with_connect_info::<SocketAddr>();
+        let server = axum::serve(listener, service).with_graceful_shutdown({
             let stopping = stopping.clone();
             async move {
                 shutdown.await;

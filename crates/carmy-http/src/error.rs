@@ -46,7 +46,7 @@ pub enum ApiError {
     NoApiKeys,
     /// 401 `UNAUTHORIZED`: an operator key (`CARMY_OPERATOR_KEYS`) on a route that acts as a
     /// principal (docs/semantics.md §6): operators list, show and decide; they are no principal.
-    #[error("this is an operator key: it lists executions (GET /v1/executions) and decides them (POST /v1/executions/{{id}}/resolve or /release), but it is not a principal and cannot call tools, read, or cancel an execution as one; send an API key (CARMY_API_KEYS) for that")]
+    #[error("this is an operator key: it lists and reads executions (GET /v1/executions, GET /v1/executions/{{id}}) and decides them (POST /v1/executions/{{id}}/resolve or /release), but it is not a principal and cannot call tools, cancel an execution or look one up by its request_id as one; send an API key (CARMY_API_KEYS) for that")]
     OperatorKey,
     /// 404 `NOT_FOUND`: no such route, or no such execution for this principal.
     #[error("{0}")]

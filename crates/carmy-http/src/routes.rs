@@ -8,7 +8,7 @@ use crate::bodies::{
     ToolList, NO_SUCH_EXECUTION,
 };
 use crate::error::ApiError;
-use crate::extractors::Principal;
+use crate::extractors::{AuthenticatedCaller, Principal};
 use crate::{console, openapi, reconcile_route, recovery};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
@@ -40,6 +40,8 @@ pub(crate) struct AppState {
     pub(crate) body_timeout: std::time::Duration,
     /// The operator console's sessions (`/console`).
     pub(crate) console: Arc<console::Sessions>,
+    /// The limits on console logins, per client address and key prefix.
+    pub(crate) console_logins: Arc<console::LoginLimits>,
 }
 
 /// Every route with its OpenAPI description: each handler is registered through `routes!`, which
@@ -288,7 +290,8 @@ pub(crate) fn execution_id_from_path(
         .ok_or_else(|| ApiError::NotFound("no such execution".into()))
 }
 
-/// Reads one of the caller's executions (docs/semantics.md §7).
+/// Reads one of the caller's executions, or, with an operator key, any principal's
+/// (docs/semantics.md §7, §12).
 #[utoipa::path(
     get,
     path = "/v1/executions/{execution_id}",
@@ -296,7 +299,7 @@ pub(crate) fn execution_id_from_path(
     security(("bearer" = [])),
     params(ExecutionPath),
     responses(
-        (status = 200, description = "The record, or `running` / `interrupted` before it finishes", body = ExecutionState),
+        (status = 200, description = "The record, or `running` / `interrupted` before it finishes (an operator key reads any principal's)", body = ExecutionState),
         (status = 401, response = openapi::Unauthorized),
         (status = 404, description = NO_SUCH_EXECUTION, body = openapi::Problem, content_type = "application/problem+json"),
         (status = 503, response = openapi::Unavailable),
@@ -304,11 +307,11 @@ pub(crate) fn execution_id_from_path(
 )]
 async fn get_execution(
     State(state): State<AppState>,
-    Principal(principal): Principal,
+    AuthenticatedCaller(caller): AuthenticatedCaller,
     execution_id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let execution_id = execution_id_from_path(execution_id)?;
-    let found = state.engine.find(&principal, &execution_id).await?;
+    let found = state.engine.find_as(&caller, &execution_id).await?;
     let body = recovery::record_body(&state.engine, &found);
     Ok(json_response(StatusCode::OK, body))
 }
@@ -440,7 +443,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         )],
-        state.engine.metrics().encode(),
+        state.engine.metrics_text().await,
     )
         .into_response()
 }

@@ -93,6 +93,11 @@ async fn an_operator_lists_and_decides_on_the_in_memory_store() {
             json!({"type": "object"}),
             |_c, a| async move { Ok(a) },
         ))
+        .tool(FnTool::new(
+            "hold",
+            json!({"type": "object"}),
+            |_c, _a| async move { std::future::pending().await },
+        ))
         .api_keys(ApiKeys::parse("ka=alice,kb=bob").unwrap())
         .operator_keys(ApiKeys::parse("ko=ops").unwrap())
         .build()
@@ -132,6 +137,16 @@ async fn an_operator_lists_and_decides_on_the_in_memory_store() {
         "{}",
         all.body
     );
+    // An age column: each row says how long ago it was reserved (seconds here), the instant
+    // in its title.
+    assert!(
+        all.body.contains("<th class=\"age\">Age</th>"),
+        "{}",
+        all.body
+    );
+    let ages = all.body.matches("<td class=\"age\" title=\"").count();
+    assert_eq!(ages, 2, "{}", all.body);
+    assert!(all.body.contains(" s</td>"), "{}", all.body);
     let interrupted = send(&router, get("/console/executions", &session)).await;
     assert!(interrupted.body.contains("No execution matches."));
 
@@ -141,6 +156,11 @@ async fn an_operator_lists_and_decides_on_the_in_memory_store() {
     let shown = send(&router, get(&path, &session)).await;
     assert_eq!(shown.status, StatusCode::OK);
     assert!(shown.body.contains("This store keeps no lease"));
+    // The audit table keeps its Action and Actor columns on one line.
+    let style = send(&router, get("/console/style.css", "")).await;
+    assert!(style
+        .body
+        .contains("td.age,td.action,td.actor,td.at{white-space:nowrap"));
     let token = csrf(&shown.body);
     let release = send(
         &router,
@@ -157,6 +177,25 @@ async fn an_operator_lists_and_decides_on_the_in_memory_store() {
         "{}",
         release.body
     );
+    // A running execution's page offers the decisions; the resolve form's data placeholder
+    // names no tool's fields.
+    // The engine runs the call in a task of its own: it stays running when this caller leaves.
+    let running = tokio::select! {
+        _ = call_tool(&router, "ka", "hold", "h-1") => unreachable!("hold never answers"),
+        id = eventually_running(&router, &session) => id,
+    };
+    let page = send(
+        &router,
+        get(&format!("/console/executions/{running}"), &session),
+    )
+    .await;
+    assert!(
+        page.body
+            .contains("placeholder=\"the tool's result as JSON, as the target system shows it\""),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("order_id"), "{}", page.body);
     let forged = send(
         &router,
         form(
@@ -461,4 +500,16 @@ async fn an_oversized_form_is_413_and_changes_nothing() {
     assert_eq!(released.status, StatusCode::SEE_OTHER, "{}", released.body);
     let after = send(&router, get(&path, &session)).await;
     assert!(!after.body.contains("No audit row yet."));
+}
+
+/// The id of the first execution the console lists as running, once there is one.
+async fn eventually_running(router: &Router, session: &str) -> String {
+    for _ in 0..200 {
+        let page = send(router, get("/console/executions?state=running", session)).await;
+        if let Some(id) = listed(&page.body).into_iter().next() {
+            return id;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("no running execution within 4 s");
 }

@@ -212,6 +212,7 @@ pub(crate) async fn list(
                 key: decode_key(row)?,
                 record: decode_record(row)?,
                 released: None,
+                reserved_at: row.try_get("reserved_at").map_err(unavailable)?,
             })
         })
         .collect::<Result<_, StoreError>>()
@@ -254,6 +255,7 @@ pub(crate) fn decode_released(row: &PgRow) -> Result<ExecutionLookup, Failure> {
             at: row.try_get("released_at")?,
             note: row.try_get("note")?,
         }),
+        reserved_at: None,
     })
 }
 

@@ -72,12 +72,13 @@ pub(crate) async fn explain_connect(
     connect: &PgConnectOptions,
     acquire_timeout: Duration,
 ) -> String {
-    match error {
+    let text = match error {
         error @ sqlx::Error::PoolTimedOut => probe(connect, probe_timeout(acquire_timeout))
             .await
             .unwrap_or_else(|| error.to_string()),
         error => error.to_string(),
-    }
+    };
+    crate::pooler::startup_parameter_advice(&text).unwrap_or(text)
 }
 
 /// How long a probe may wait: the acquire timeout, at most [`MAX_PROBE_TIMEOUT`].

@@ -16,7 +16,7 @@ use crate::session::lease_lock_timeout;
 use crate::sql::{END_LEASE_SQL, LEASE_SQL};
 use carmy::store::{LeaseState, StoreError};
 use sqlx::postgres::{PgConnectOptions, PgPool};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -38,6 +38,8 @@ pub(crate) struct Lease {
     held_until: std::sync::Mutex<Option<Instant>>,
     /// [`LeaseState::Held`] after a renewal, [`LeaseState::Lapsed`] once `held_until` passed.
     state: watch::Sender<LeaseState>,
+    /// Renewals of the background task that failed (`carmy_lease_renewal_failures_total`).
+    failures: AtomicU64,
 }
 
 impl Lease {
@@ -59,7 +61,13 @@ impl Lease {
             registered: AtomicBool::new(false),
             held_until: std::sync::Mutex::new(None),
             state: watch::Sender::new(LeaseState::Lapsed),
+            failures: AtomicU64::new(0),
         }
+    }
+
+    /// How many renewals of the background task ([`Lease::run`]) failed since the start.
+    pub(crate) fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
     }
 
     /// Whether the instance row has been written at least once.
@@ -241,6 +249,7 @@ impl Lease {
             }
             wait = interval;
             if let Err(error) = self.renew().await {
+                self.failures.fetch_add(1, Ordering::Relaxed);
                 if waited_for_a_lock(&error) {
                     wait = (lease_lock_timeout(interval) / 2).max(Duration::from_millis(1));
                     tracing::warn!(

@@ -76,6 +76,7 @@ mod options;
 mod pinned;
 mod pooler;
 mod prune;
+mod readings;
 mod ready;
 mod recheck;
 mod reconcile;
@@ -103,7 +104,7 @@ pub use options::{
     MAX_BATCH_MAX_ROWS, MAX_LEASE_TTL, MIN_LEASE_TTL, MIN_RENEWABLE_LEASE_TTL, PING_IF_IDLE_FOR,
 };
 pub use pinned::{Db, Pinned, Pinning, Source, Through};
-pub use pooler::{check_path, PathError};
+pub use pooler::{check_path, startup_parameter_advice, PathError};
 pub use replication::{check_replication, Replication, REPLICATION_SQL};
-pub use sharding::{DISTRIBUTED_TABLES, DISTRIBUTION_COLUMN, REFERENCE_TABLES};
+pub use sharding::{distribution, DISTRIBUTED_TABLES, DISTRIBUTION_COLUMN, REFERENCE_TABLES};
 pub use store::PostgresStore;

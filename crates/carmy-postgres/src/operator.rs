@@ -309,6 +309,7 @@ fn detail(row: &PgRow, released: bool) -> Result<ExecutionDetail, Failure> {
             key: decode_key(row)?,
             record: decode_record(row)?,
             released: None,
+            reserved_at: None,
         }
     };
     let lease: Option<DateTime<Utc>> = row.try_get("owner_lease_expires_at")?;

@@ -45,3 +45,34 @@ pub async fn check_path(connect: &PgConnectOptions) -> Result<String, PathError>
     }
     Ok(statement_timeout)
 }
+
+/// What PgBouncer says when it refuses a startup parameter a client sends (sqlx sends
+/// `extra_float_digits`, and `options` for the session settings of docs/semantics.md §14.1).
+const REFUSED_STARTUP_PARAMETER: &str = "unsupported startup parameter";
+
+/// The advice for a connection error that is a pooler refusing a startup parameter (PgBouncer
+/// without `ignore_startup_parameters`): `None` for any other error.
+pub fn startup_parameter_advice(error: &str) -> Option<String> {
+    error.contains(REFUSED_STARTUP_PARAMETER).then(|| {
+        format!(
+            "{error}: a pooler (PgBouncer) refuses a startup parameter Carmy's driver sends; add `ignore_startup_parameters = extra_float_digits, options` to the [pgbouncer] section of pgbouncer.ini and reload it (deploy/pgbouncer.ini; docs/operations.md, Connection poolers)"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_startup_parameter_names_the_pgbouncer_setting() {
+        let advice = startup_parameter_advice(
+            "error returned from database: unsupported startup parameter: options",
+        )
+        .unwrap();
+        assert!(advice.contains("ignore_startup_parameters = extra_float_digits, options"));
+        assert!(advice
+            .starts_with("error returned from database: unsupported startup parameter: options: "));
+        assert_eq!(startup_parameter_advice("connection refused"), None);
+    }
+}

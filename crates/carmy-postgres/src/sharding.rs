@@ -6,7 +6,7 @@
 //! identity's statement goes to one shard in one round trip. Plain PostgreSQL keeps its
 //! batching as it is.
 
-use sqlx::PgPool;
+use crate::pinned::Db;
 
 /// The per-identity tables, distributed by [`DISTRIBUTION_COLUMN`] on Citus and colocated with
 /// `carmy.reservations` (docs/scale.md): every unique key of each includes the column, and none
@@ -34,23 +34,31 @@ pub const CITUS_CATALOG_SQL: &str =
 pub const RESERVATIONS_DISTRIBUTED_SQL: &str = "SELECT EXISTS (SELECT 1 FROM pg_dist_partition \
      WHERE logicalrelid = to_regclass('carmy.reservations')) AS distributed";
 
+/// Whether `carmy.reservations` is a distributed table of the database behind `db`
+/// ([`CITUS_CATALOG_SQL`], then [`RESERVATIONS_DISTRIBUTED_SQL`]), each statement through
+/// `db`'s executor (pinned behind a transaction-mode pooler, docs/semantics.md §14.3).
+///
+/// # Errors
+/// The statements' error.
+pub async fn distribution(db: &Db) -> Result<bool, sqlx::Error> {
+    let citus: bool = sqlx::query_scalar(CITUS_CATALOG_SQL)
+        .fetch_one(db.executor())
+        .await?;
+    if !citus {
+        return Ok(false);
+    }
+    sqlx::query_scalar::<_, bool>(RESERVATIONS_DISTRIBUTED_SQL)
+        .fetch_one(db.executor())
+        .await
+}
+
 /// Whether `carmy.reservations` is a distributed table of this database, read once when the
 /// store starts (distribute before the gateways start, docs/scale.md). A database that cannot
 /// be read within 2 s (not migrated, not reachable) counts as not distributed, and says so in
-/// the log.
-pub(crate) async fn reservations_distributed(pool: &PgPool) -> bool {
-    let read = async {
-        let citus: bool = sqlx::query_scalar(CITUS_CATALOG_SQL)
-            .fetch_one(pool)
-            .await?;
-        if !citus {
-            return Ok(false);
-        }
-        sqlx::query_scalar::<_, bool>(RESERVATIONS_DISTRIBUTED_SQL)
-            .fetch_one(pool)
-            .await
-    };
-    match tokio::time::timeout(std::time::Duration::from_secs(2), read).await {
+/// the log. Through the store's one executor, so that behind a transaction-mode pooler each
+/// statement is pinned to one server (docs/semantics.md §14.3) like every other.
+pub(crate) async fn reservations_distributed(pool: &Db) -> bool {
+    match tokio::time::timeout(std::time::Duration::from_secs(2), distribution(pool)).await {
         Ok(Ok(distributed)) => distributed,
         Err(_) => {
             tracing::warn!(

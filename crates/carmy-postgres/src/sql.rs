@@ -238,7 +238,7 @@ pub const RELEASE_EXECUTION_SQL: &str =
 macro_rules! list_executions {
     ($order:literal) => {
         concat!(
-            "SELECT r.principal, r.session_id, r.request_id, ",
+            "SELECT r.principal, r.session_id, r.request_id, r.created_at AS reserved_at, ",
             record_columns!(),
             " FROM carmy.reservations r \
              WHERE ($1::text IS NULL OR r.principal = $1) \

@@ -181,7 +181,8 @@ impl PostgresStore {
             pool.options().get_acquire_timeout(),
         );
         // On Citus every call runs its own statement: a batch would span shards (`sharding`).
-        let distributed = options.batch_max_rows > 1 && reservations_distributed(&pool).await;
+        let distributed = options.batch_max_rows > 1
+            && reservations_distributed(&Db::new(pool.clone(), pinning.clone())).await;
         if distributed {
             tracing::info!(
                 "carmy.reservations is distributed (Citus): group commit is off, every call \
@@ -300,6 +301,7 @@ impl PostgresStore {
             key: decode_key(&row)?,
             record: decode_record(&row)?,
             released: None,
+            reserved_at: None,
         }))
     }
 

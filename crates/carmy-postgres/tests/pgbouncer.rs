@@ -275,3 +275,113 @@ mod conformance_through_a_transaction_pooler {
 
     carmy::store_conformance_tests!(fresh_pooled_store);
 }
+
+/// The store's check at start for a distributed `carmy.reservations` (Citus) runs pinned like
+/// every statement: through a transaction-mode pooler whose one server process every client
+/// shares, two stores' checks both answer (unpinned, sqlx's named statement of the first meets
+/// the second's: `prepared statement "sqlx_s_1" already exists`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_distribution_check_at_start_is_pinned_behind_a_transaction_pooler() {
+    let db = TestDb::migrated().await;
+    let bouncer = Bouncer::start_with("transaction", 1).await;
+    let url = bouncer.url(&db.name);
+    let pool = || {
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy(&url)
+            .unwrap()
+    };
+    let pinning = Pinning::transaction_pooler(Duration::from_secs(5));
+    for _ in 0..2 {
+        let db = carmy_postgres::Db::new(pool(), pinning.clone());
+        assert!(!carmy_postgres::distribution(&db).await.unwrap());
+    }
+    // The same two checks unpinned: the second client meets the first one's statement.
+    let first = carmy_postgres::Db::new(pool(), Pinning::direct());
+    assert!(!carmy_postgres::distribution(&first).await.unwrap());
+    let second = carmy_postgres::Db::new(pool(), Pinning::direct());
+    let refused = carmy_postgres::distribution(&second).await.unwrap_err();
+    assert!(refused.to_string().contains("already exists"), "{refused}");
+    drop((first, second));
+}
+
+/// `deploy/pgbouncer.ini`, the file docs/operations.md gives.
+fn deploy_file() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/pgbouncer.ini")
+}
+
+/// The deployment's PgBouncer file, as written (but for its addresses, authentication and
+/// paths): it is a transaction-mode pooler, and the store with a session URL serves calls and
+/// replays through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deploy_pgbouncer_file_as_written_serves_the_store() {
+    let db = TestDb::migrated().await;
+    let bouncer = Bouncer::start_from_file(&deploy_file(), &[]).await;
+    let connect: PgConnectOptions = bouncer.url(&db.name).parse().unwrap();
+    let found = check_path(&connect).await.unwrap_err();
+    assert!(matches!(found, PathError::TransactionPooler(_)), "{found}");
+    let store = pooled_store(&db, &bouncer).await;
+    store.check_ready().await.unwrap();
+    let key = IdempotencyKey::new("p", "s", "deploy-file");
+    let fingerprint = Fingerprint {
+        version: "v1".to_owned(),
+        digest: "e".repeat(64),
+    };
+    let claim = Claim {
+        key: &key,
+        fingerprint: &fingerprint,
+    };
+    let intent = ExecutionIntent {
+        execution_id: ExecutionId::generate(),
+        tool: "create_order".to_owned(),
+        parts: None,
+        retention: None,
+    };
+    assert!(matches!(
+        store.reserve(claim, &intent).await.unwrap(),
+        Reservation::Reserved
+    ));
+    let result = ExecutionResult {
+        execution_id: intent.execution_id.clone(),
+        status: ExecutionStatus::Completed,
+        data: serde_json::json!({ "order_id": 5 }),
+        error: None,
+        tool: intent.tool.clone(),
+        request_id: Some("deploy-file".to_owned()),
+        session_id: "s".to_owned(),
+        started_at: Utc::now(),
+        finished_at: Utc::now(),
+        resolution: None,
+    };
+    store.complete(claim, &result.into()).await.unwrap();
+    let again = ExecutionIntent {
+        execution_id: ExecutionId::generate(),
+        ..intent
+    };
+    assert!(matches!(
+        store.reserve(claim, &again).await.unwrap(),
+        Reservation::Existing(_)
+    ));
+    store.shutdown().await.unwrap();
+}
+
+/// Without the file's `ignore_startup_parameters`, PgBouncer refuses Carmy's connections: the
+/// store's error names the setting to add.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pgbouncer_that_refuses_a_startup_parameter_is_named_with_its_setting() {
+    let db = TestDb::migrated().await;
+    let bouncer = Bouncer::start_from_file(&deploy_file(), &["ignore_startup_parameters"]).await;
+    let mut options = db.options();
+    options.database_url = bouncer.url(&db.name);
+    options.session_url = Some(db.url.clone());
+    options.transaction_pooler = true;
+    let Err(refused) = PostgresStore::connect(options).await else {
+        panic!("connected through a PgBouncer that refuses startup parameters");
+    };
+    let text = refused.to_string();
+    assert!(text.contains("unsupported startup parameter"), "{text}");
+    assert!(
+        text.contains("add `ignore_startup_parameters = extra_float_digits, options` to the [pgbouncer] section"),
+        "{text}"
+    );
+}

@@ -19,6 +19,10 @@
 //! | `carmy_late_arrivals_contradicting_total` | counter | | late arrivals that contradict the reconciler's decision: its probe was wrong (§12.10) |
 //! | `carmy_mcp_unprotected_calls_total` | counter | `tool` | calls over MCP of a tool not annotated read-only that carried no request id: run unprotected (§11) |
 //! | `carmy_reconciliations_total` | counter | `tool`, `result` | reconciliation probes run by this process, by what came of them (§12.10) |
+//! | `carmy_interrupted_executions` | gauge | `tool` | interrupted executions in the store, across replicas (read at each scrape) |
+//! | `carmy_interrupted_oldest_age_seconds` | gauge | `tool` | age of the oldest of them, since its reservation |
+//! | `carmy_decisions_pending` | gauge | `tool` | those waiting for a person: the tool has no probe, or its probes are used up (§12.10) |
+//! | `carmy_lease_renewal_failures_total` | counter | | lease renewals of this process that failed (§12.2) |
 //!
 //! The last three count the recovery features of docs/semantics.md §12:
 //! [`Metrics::records_pruned`] (called by the pruner, [`crate::retention::run_pruner`], on the
@@ -27,6 +31,8 @@
 //! The `tool` label is the call's tool name only when that tool is registered (or the answer
 //! came from a record); a call naming an unknown tool is counted under [`UNREGISTERED_TOOL`], so a
 //! caller cannot grow the label set without bound.
+
+mod readings;
 
 use crate::outcome::ExecutionStatus;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -206,6 +212,7 @@ pub struct Metrics {
     reconciliations: Family<ReconcileLabels, Counter>,
     contradicting: Counter,
     mcp_unprotected: Family<ToolLabels, Counter>,
+    store_gauges: readings::StoreGauges,
 }
 
 impl Default for Metrics {
@@ -227,6 +234,7 @@ impl Default for Metrics {
             reconciliations: Family::default(),
             contradicting: Counter::default(),
             mcp_unprotected: Family::default(),
+            store_gauges: readings::StoreGauges::default(),
         };
         for action in [Resolution::Resolve, Resolution::Release] {
             // Created up front so that both read 0 before anything is resolved.
@@ -333,6 +341,7 @@ impl Metrics {
             "Calls over MCP of a tool not annotated read-only that carried no request id",
             m.mcp_unprotected,
         );
+        m.store_gauges.register(registry);
     }
 
     /// Counts one call over MCP of `tool` (a registered tool not annotated read-only) that

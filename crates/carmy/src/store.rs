@@ -10,6 +10,7 @@
 
 mod error;
 mod forward;
+mod readings;
 mod record;
 
 use crate::decision::{
@@ -21,6 +22,7 @@ use std::pin::Pin;
 
 pub use crate::fingerprint::FINGERPRINT_VERSION;
 pub use error::StoreError;
+pub use readings::{InterruptedTool, StoreReadings};
 pub use record::{
     Claim, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, InFlightState, LeaseState,
     RecordChange, RecordState, Reservation, StoredRecord, WaitRequest, DEFAULT_SESSION,
@@ -385,6 +387,17 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// warnings and logs the cause).
     fn readiness_warnings(&self) -> StoreFuture<'_, Vec<String>> {
         Box::pin(async { Ok(Vec::new()) })
+    }
+
+    /// What the operator's alerts read at each scrape of `GET /metrics` (docs/semantics.md
+    /// §13): the interrupted executions per tool, across replicas, and this process's failed
+    /// lease renewals. Default: none (a process-local store has no interrupted executions and
+    /// no lease); a wrapper store forwards it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails (the gauges are then left out).
+    fn readings(&self) -> StoreFuture<'_, StoreReadings> {
+        Box::pin(async { Ok(StoreReadings::default()) })
     }
 
     /// One pruning step of retention (docs/semantics.md §12.9; [`crate::retention`]): deletes at

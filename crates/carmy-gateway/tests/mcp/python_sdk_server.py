@@ -4,6 +4,8 @@ appended to $STATE_FILE as one JSON line with the key Carmy sent in
 params._meta["io.carmy/idempotency_key"].
 
 The `hang` tool records its call and then never answers, so a test can kill the server mid-call.
+With $TOOLS_VARIANT=restarted the server has another tool list, as after an upgrade: `extra`
+added, `broken` gone.
 
 Usage: python python_sdk_server.py <port>
 """
@@ -17,6 +19,7 @@ from typing import Optional, TypedDict
 from mcp.server.mcpserver import Context, MCPServer
 
 STATE = os.environ["STATE_FILE"]
+RESTARTED = os.environ.get("TOOLS_VARIANT") == "restarted"
 server = MCPServer("carmy-test-python-sdk")
 
 
@@ -41,10 +44,19 @@ def note(text: str, ctx: Context) -> Note:
     return {"text": text, "key": key}
 
 
-@server.tool(description="Always fails")
-def broken(ctx: Context) -> str:
-    record("broken", {}, ctx)
-    raise ValueError("broken on purpose")
+if not RESTARTED:
+
+    @server.tool(description="Always fails")
+    def broken(ctx: Context) -> str:
+        record("broken", {}, ctx)
+        raise ValueError("broken on purpose")
+
+else:
+
+    @server.tool(description="Added by the restart")
+    def extra(text: str, ctx: Context) -> Note:
+        key = record("extra", {"text": text}, ctx)
+        return {"text": text, "key": key}
 
 
 @server.tool(description="Records its call, then never answers")

@@ -5,8 +5,8 @@ use super::session::{self, LoginRefusal};
 use super::{forbidden, form_fields, page, pages, set_cookie, too_large, CsrfForm, Operator};
 use crate::routes::AppState;
 use axum::extract::rejection::FormRejection;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{header, Extensions, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use serde::Deserialize;
@@ -47,9 +47,11 @@ pub(super) struct LoginForm {
 }
 
 /// `POST /console/login`: an operator key opens a session; an agent's API key, an unknown key
-/// or a login form's token that does not verify is refused.
+/// or a login form's token that does not verify is refused; past the login limits
+/// ([`super::throttle`]) every post is refused (429) before its key is checked.
 pub(super) async fn login(
     State(state): State<AppState>,
+    extensions: Extensions,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
@@ -70,6 +72,27 @@ pub(super) async fn login(
         };
         tracing::warn!(?refusal, "console login form refused");
         return login_page(&state, &headers, StatusCode::FORBIDDEN, Some(&problem));
+    }
+    let peer = extensions
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+        .map(|ConnectInfo(peer)| peer.ip());
+    let client = state.console_logins.client(peer, &headers);
+    if let Err(wait) = state.console_logins.attempt(client, &form.key) {
+        tracing::warn!(client = ?client, "console login refused: over the login limits");
+        let problem = format!(
+            "Too many login attempts from your address, or with keys that begin like this one. Nothing was checked; wait {} seconds and log in again (the limits are in docs/operations.md, \"The operator console\").",
+            wait.as_secs()
+        );
+        let mut response = login_page(
+            &state,
+            &headers,
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(&problem),
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs()));
+        return response;
     }
     let bearer = format!("Bearer {}", form.key.trim());
     // The one credential check of both fronts (carmy::auth::Credentials): only an operator

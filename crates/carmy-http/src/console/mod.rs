@@ -3,7 +3,8 @@
 //! the decisions as HTML forms. Server-rendered ([`pages`], `maud`), no JavaScript, no asset
 //! from elsewhere.
 //!
-//! Only operator keys (`CARMY_OPERATOR_KEYS`) log in; the session ([`session`]) keeps the
+//! Only operator keys (`CARMY_OPERATOR_KEYS`) log in, at a limited pace per client address and
+//! per key prefix ([`throttle`]); the session ([`session`]) keeps the
 //! operator's name on the server, the cookie only a random id. Every POST must carry the
 //! session's CSRF token, the login post its form's stateless token (403 otherwise); a form over
 //! the body limit is 413; every answer carries a strict Content-Security-Policy.
@@ -20,8 +21,10 @@ mod executions;
 mod login;
 mod pages;
 mod session;
+mod throttle;
 
 pub(crate) use session::Sessions;
+pub(crate) use throttle::LoginLimits;
 
 use crate::routes::AppState;
 use axum::extract::rejection::FormRejection;

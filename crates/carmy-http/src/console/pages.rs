@@ -24,6 +24,8 @@ section{background:#fff;border:1px solid #d8dde8;border-radius:8px;padding:.8rem
 table{width:100%;border-collapse:collapse;font-size:.92rem}
 th,td{text-align:left;padding:.35rem .5rem;border-bottom:1px solid #e3e7ef;vertical-align:top;overflow-wrap:anywhere}
 th{font-weight:600;color:#4a5468}
+td.age,td.action,td.actor,td.at{white-space:nowrap;overflow-wrap:normal}
+table.audit td.note{min-width:10rem}
 dl{display:grid;grid-template-columns:minmax(7rem,max-content) 1fr;gap:.25rem 1rem;margin:0}
 dt{font-weight:600;color:#4a5468}
 dd{margin:0;overflow-wrap:anywhere}
@@ -119,6 +121,26 @@ pub(crate) fn message(title: &str, who: Option<&Who<'_>>, message: &str) -> Mark
     )
 }
 
+/// When `lookup` was reserved: as the store listed it, else a finished record's start.
+fn reserved(lookup: &ExecutionLookup) -> Option<DateTime<Utc>> {
+    lookup.reserved_at.or(match &lookup.record.state {
+        RecordState::Finished(result) => Some(result.started_at),
+        RecordState::InFlight(_) => None,
+    })
+}
+
+/// An age for a person: `45 s`, `12 min`, `3 h 5 min`, `2 d 4 h`.
+fn age(elapsed: chrono::TimeDelta) -> String {
+    let seconds = elapsed.num_seconds().max(0);
+    let (minutes, hours, days) = (seconds / 60, seconds / 3600, seconds / 86_400);
+    match () {
+        () if seconds < 60 => format!("{seconds} s"),
+        () if minutes < 60 => format!("{minutes} min"),
+        () if hours < 24 => format!("{hours} h {} min", minutes % 60),
+        () => format!("{days} d {} h", hours % 24),
+    }
+}
+
 fn stamp(at: &DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
@@ -208,6 +230,7 @@ pub(crate) fn listing(
     rows: &[ExecutionLookup],
     note: &str,
 ) -> Markup {
+    let now = Utc::now();
     let tabs = [
         ("interrupted", "Interrupted"),
         ("running", "Running"),
@@ -240,12 +263,13 @@ pub(crate) fn listing(
                     p #empty { "No execution matches." }
                 } @else {
                     table #executions {
-                        thead { tr { th { "Execution" } th { "State" } th { "Principal" } th { "Tool" } th.wide { "Session" } th { "Request id" } } }
+                        thead { tr { th { "Execution" } th { "State" } th.age { "Age" } th { "Principal" } th { "Tool" } th.wide { "Session" } th { "Request id" } } }
                         tbody {
                             @for row in rows {
                                 tr {
                                     td { a href={ "/console/executions/" (percent(row.record.execution_id.as_str())) } { code { (row.record.execution_id.as_str()) } } }
                                     td { (state_badge(state_word(row))) }
+                                    td.age title=(reserved(row).as_ref().map(stamp).unwrap_or_default()) { (reserved(row).map_or_else(|| "-".to_owned(), |at| age(now - at))) }
                                     td { (row.key.principal) }
                                     td { (row.record.tool) }
                                     td.wide { (row.key.session_id) }
@@ -278,12 +302,12 @@ pub(crate) struct Detail<'a> {
 
 fn audit_table(rows: &[&AuditEntry], id: &str) -> Markup {
     html! {
-        table id=(id) {
+        table.audit id=(id) {
             thead { tr { th { "At" } th { "Action" } th { "Actor" } th { "Note" } th.wide { "Before → after" } } }
             tbody {
                 @for row in rows {
                     tr {
-                        td { (stamp(&row.at)) }
+                        td.at { (stamp(&row.at)) }
                         td.action { (row.action.as_str()) }
                         td.actor { (row.actor) }
                         td.note { (row.note.as_deref().unwrap_or("")) }
@@ -386,7 +410,7 @@ pub(crate) fn execution(who: &Who<'_>, detail: &Detail<'_>) -> Markup {
                                 }
                             }
                             label for="data" { "Data (JSON, for completed)" }
-                            textarea #data name="data" placeholder="{\"order_id\": 17}" {}
+                            textarea #data name="data" placeholder="the tool's result as JSON, as the target system shows it" {}
                             label for="error_code" { "Error code (otherwise)" }
                             input #error_code type="text" name="error_code";
                             label for="error_message" { "Error message" }

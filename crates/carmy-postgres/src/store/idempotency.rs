@@ -96,6 +96,20 @@ impl IdempotencyStore for PostgresStore {
         })
     }
 
+    /// The interrupted executions per tool ([`crate::readings`]) and the lease's failed
+    /// renewals.
+    fn readings(&self) -> StoreFuture<'_, carmy::store::StoreReadings> {
+        Box::pin(async move {
+            let interrupted = self
+                .finish(crate::readings::interrupted(&self.pool).await)
+                .await?;
+            Ok(carmy::store::StoreReadings {
+                interrupted,
+                lease_renewal_failures: self.lease.failures(),
+            })
+        })
+    }
+
     fn operator_view<'a>(
         &'a self,
         execution_id: &'a ExecutionId,

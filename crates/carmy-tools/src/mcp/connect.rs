@@ -1,7 +1,7 @@
 //! Opening one MCP client connection with `rmcp`: Streamable HTTP through the shared reqwest
 //! client with the configured (secret) headers (protocol 2026-07-28 when the server offers it,
 //! else the `initialize` handshake), or a child process on stdio; and waiting for
-//! it to end while relaying `notifications/tools/list_changed`.
+//! it to end while relaying `notifications/tools/list_changed` and a periodic refresh.
 
 use crate::spec::{McpServerSpec, McpTransport};
 use rmcp::model::{
@@ -17,6 +17,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceExt};
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::Notify;
 
 /// The client side of one connection: it wakes the supervisor when the tool list changes.
@@ -57,18 +58,23 @@ impl Running {
         self.0.peer()
     }
 
-    /// Waits until the connection ends, running `refresh` on every tool-list change meanwhile.
-    pub(super) async fn wait_closed<F, Fut>(self, changed: &Notify, refresh: F)
+    /// Waits until the connection ends, running `refresh` on every tool-list change meanwhile
+    /// and every `every` (a Streamable HTTP server that restarted is joined again by the
+    /// transport under a new session, silently: only a fresh list shows its new tools).
+    pub(super) async fn wait_closed<F, Fut>(self, changed: &Notify, every: Duration, refresh: F)
     where
         F: Fn() -> Fut,
         Fut: Future<Output = ()>,
     {
         let closed = self.0.waiting();
         tokio::pin!(closed);
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = &mut closed => return,
                 () = changed.notified() => refresh().await,
+                _ = ticks.tick() => refresh().await,
             }
         }
     }

@@ -4,9 +4,12 @@
 //!
 //! [`McpUpstream::supervise`] keeps the connection: when it ends (a stdio child died, an HTTP
 //! session failed), calls are refused with 503 `UPSTREAM_UNAVAILABLE` (nothing is sent) while it
-//! reconnects with backoff (restarting the child); after every reconnect and on
-//! `notifications/tools/list_changed` the tool list is read again and handed to the caller's
-//! callback (the gateway replaces the server's tool group in the engine).
+//! reconnects with backoff (restarting the child); after every reconnect, on
+//! `notifications/tools/list_changed` and every [`TOOLS_REFRESH`] the tool list is read again
+//! and, when it changed, handed to the caller's callback (the gateway replaces the server's
+//! tool group in the engine). The periodic read is what finds a Streamable HTTP server that
+//! restarted: the SDK's transport opens a new session with it on its own (the old session's
+//! 404), so the connection never reads as ended.
 
 mod connect;
 mod tool;
@@ -26,6 +29,9 @@ use tokio::sync::Notify;
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest pause between reconnection attempts.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How often a connected server's tool list is read again (docs/semantics.md §10): a server
+/// that restarted with other tools is served with them within this time.
+pub const TOOLS_REFRESH: Duration = Duration::from_secs(10);
 
 /// One configured MCP server and its current connection.
 pub struct McpUpstream {
@@ -33,6 +39,8 @@ pub struct McpUpstream {
     client: reqwest::Client,
     peer: RwLock<Option<Peer<RoleClient>>>,
     changed: Arc<Notify>,
+    /// The last tool list handed on (as listed, in JSON), so an unchanged list is not.
+    listed: std::sync::Mutex<Option<Value>>,
 }
 
 /// A live connection, owned by whoever waits for it to end.
@@ -52,6 +60,7 @@ impl McpUpstream {
             client,
             peer: RwLock::new(None),
             changed: Arc::new(Notify::new()),
+            listed: std::sync::Mutex::new(None),
         });
         let running = upstream.connect().await?;
         Ok((upstream, Connection(running)))
@@ -90,6 +99,11 @@ impl McpUpstream {
     /// # Errors
     /// The server is down or `tools/list` failed.
     pub async fn tools(self: &Arc<Self>) -> Result<Vec<Arc<dyn Tool>>, String> {
+        Ok(self.list().await?.1)
+    }
+
+    /// [`McpUpstream::tools`], and the list as the server gave it (JSON), to compare.
+    async fn list(self: &Arc<Self>) -> Result<(Value, Vec<Arc<dyn Tool>>), String> {
         let peer = self
             .peer()
             .ok_or_else(|| format!("MCP server {:?} is not connected", self.spec.name))?;
@@ -99,6 +113,11 @@ impl McpUpstream {
                 self.spec.name
             )
         })?;
+        let as_listed = serde_json::to_value(&listed).unwrap_or(Value::Null);
+        *self
+            .listed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(as_listed.clone());
         let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
         for tool in listed {
             let name = format!("{}{}", self.spec.prefix, tool.name);
@@ -127,11 +146,29 @@ impl McpUpstream {
                 annotations,
             }));
         }
-        Ok(tools)
+        Ok((as_listed, tools))
     }
 
-    /// Keeps the connection for as long as the process runs: on a list change, and after every
-    /// reconnect, the new tool list goes to `on_tools`; when the connection ends, the server's
+    /// Reads the list again and hands it to `on_tools` when it differs from the last one read.
+    async fn refresh(self: &Arc<Self>, on_tools: &(impl Fn(Vec<Arc<dyn Tool>>) + Send + Sync)) {
+        let before = self
+            .listed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        match self.list().await {
+            Ok((listed, tools)) if before.as_ref() != Some(&listed) => {
+                tracing::info!(server = %self.spec.name, tools = tools.len(), "MCP tool list changed");
+                on_tools(tools);
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "could not refresh MCP tools"),
+        }
+    }
+
+    /// Keeps the connection for as long as the process runs: on a list change, every
+    /// [`TOOLS_REFRESH`] when the list differs, and after every reconnect, the new tool list
+    /// goes to `on_tools`; when the connection ends, the server's
     /// tools are refused (503) until a reconnect, tried with backoff.
     pub fn supervise(
         self: Arc<Self>,
@@ -141,12 +178,8 @@ impl McpUpstream {
         tokio::spawn(async move {
             let mut running = connection.0;
             loop {
-                let ended = running.wait_closed(&self.changed, || async {
-                    match self.tools().await {
-                        Ok(tools) => on_tools(tools),
-                        Err(error) => tracing::warn!(%error, "could not refresh MCP tools"),
-                    }
-                });
+                let ended =
+                    running.wait_closed(&self.changed, TOOLS_REFRESH, || self.refresh(&on_tools));
                 ended.await;
                 *self
                     .peer

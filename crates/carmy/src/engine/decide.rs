@@ -205,6 +205,28 @@ impl Engine {
         Ok(self.store.audit_trail(execution_id).await?)
     }
 
+    /// One execution by id as `caller` may read it (docs/semantics.md §7, §12): its own for a
+    /// principal, any principal's for an operator.
+    ///
+    /// # Errors
+    /// [`Refusal::NotFound`] (none, or another principal's for a principal);
+    /// [`Refusal::RecordDamaged`]; [`Refusal::StoreUnavailable`].
+    pub async fn find_as(
+        &self,
+        caller: &Caller,
+        execution_id: &ExecutionId,
+    ) -> Result<crate::store::ExecutionLookup, Refusal> {
+        match caller.scope() {
+            Some(principal) => self.find(&principal, execution_id).await,
+            None => self
+                .store
+                .operator_view(execution_id)
+                .await?
+                .map(|view| view.lookup)
+                .ok_or(Refusal::NotFound),
+        }
+    }
+
     /// One execution of any principal by id with its owner and lease where the store keeps
     /// them, its audit rows (oldest first) and its last probe's evidence: what the operator
     /// console shows (docs/semantics.md §12). Only for operators: `caller` without operator

@@ -39,6 +39,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// How long a scrape of `GET /metrics` waits for the store's readings
+/// ([`Engine::metrics_text`]).
+pub const READINGS_DEADLINE: Duration = Duration::from_secs(2);
+
 /// Limits and timings of the engine. All durations are wall-clock.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -238,6 +242,38 @@ impl Engine {
     /// The process metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The Prometheus text of `GET /metrics` (docs/semantics.md §13): the process's metrics
+    /// and the store's readings taken now ([`IdempotencyStore::readings`]: interrupted
+    /// executions per tool, decisions pending, failed lease renewals). A store that does not
+    /// answer within [`READINGS_DEADLINE`] leaves those gauges out of this text.
+    pub async fn metrics_text(&self) -> String {
+        let tools = self.tools();
+        let probed: Vec<String> = tools
+            .iter()
+            .filter(|tool| tool.probe().is_some())
+            .map(|tool| tool.name().to_owned())
+            .collect();
+        self.metrics.reconcilable(&probed);
+        match tokio::time::timeout(READINGS_DEADLINE, self.store.readings()).await {
+            Ok(Ok(readings)) => {
+                let names: Vec<String> = tools.iter().map(|tool| tool.name().to_owned()).collect();
+                let has_probe = |name: &str| probed.iter().any(|tool| tool == name);
+                self.metrics.observe_store(&readings, &names, &has_probe);
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "the store's readings for /metrics failed; its gauges are left out");
+                self.metrics.store_unread();
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "the store's readings for /metrics took too long; its gauges are left out"
+                );
+                self.metrics.store_unread();
+            }
+        }
+        self.metrics.encode()
     }
 
     /// Finds an execution by id among `principal`'s records (docs/semantics.md §6, §7).

@@ -45,6 +45,7 @@ impl Inner {
                 key: IdempotencyKey::clone(key),
                 record: held.record(),
                 released: None,
+                reserved_at: None,
             });
         }
         self.released
@@ -149,6 +150,7 @@ impl Inner {
                 key,
                 record,
                 released: Some(resolution),
+                reserved_at: None,
             },
         );
         Ok(released)
@@ -203,6 +205,7 @@ impl Inner {
                     key: IdempotencyKey::clone(key),
                     record: held.record(),
                     released: None,
+                    reserved_at: Some(held.reserved_at),
                 };
                 (held.reserved_at, lookup)
             })

@@ -159,6 +159,11 @@ macro_rules! forward_store {
             self.$inner.audit_trail(execution_id)
         }
     };
+    (@one $inner:tt readings) => {
+        fn readings(&self) -> $crate::store::StoreFuture<'_, $crate::store::StoreReadings> {
+            self.$inner.readings()
+        }
+    };
     (@one $inner:tt operator_view) => {
         fn operator_view<'a>(
             &'a self,

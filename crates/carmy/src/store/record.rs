@@ -224,4 +224,7 @@ pub struct ExecutionLookup {
     /// `Some` when the execution was released (docs/semantics.md §12.1): it no longer holds its
     /// identity and is kept as history.
     pub released: Option<Resolution>,
+    /// When it was reserved, by the store's clock, where the listing read it (the operator
+    /// console's age column); `None` elsewhere.
+    pub reserved_at: Option<chrono::DateTime<chrono::Utc>>,
 }

@@ -245,3 +245,79 @@ async fn console_pages_refuse_without_an_operator_session() {
         .get(0);
     assert_eq!(count, 0);
 }
+
+/// A client of the console at `local` (a loopback address of its own): the login form's
+/// cookie and its latest token.
+struct LoginClient {
+    http: reqwest::Client,
+    cookie: String,
+    token: String,
+}
+
+impl LoginClient {
+    async fn open(replica: &Replica, local: [u8; 4]) -> Self {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .local_address(std::net::IpAddr::from(local))
+            .build()
+            .unwrap();
+        let response = http
+            .get(replica.url("/console/login"))
+            .send()
+            .await
+            .unwrap();
+        let cookie = response.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
+        let mut client = Self {
+            http,
+            cookie,
+            token: String::new(),
+        };
+        client.keep_token(&response.text().await.unwrap());
+        client
+    }
+
+    fn keep_token(&mut self, html: &str) {
+        if let Some(at) = html.find("name=\"csrf\" value=\"") {
+            let rest = &html[at + 19..];
+            self.token = rest[..rest.find('"').unwrap()].to_owned();
+        }
+    }
+
+    /// Posts the login form with `key`: the status.
+    async fn login(&mut self, replica: &Replica, key: &str) -> u16 {
+        let response = self
+            .http
+            .post(replica.url("/console/login"))
+            .header("cookie", &self.cookie)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("key={key}&csrf={}", self.token))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        self.keep_token(&response.text().await.unwrap());
+        status
+    }
+}
+
+/// The served gateway counts logins by each connection's peer address: wrong keys from
+/// 127.0.0.2 are refused after ten, the operator's key from 127.0.0.1 still logs in.
+#[tokio::test]
+async fn console_logins_are_limited_per_client_address() {
+    let db = TestDb::create().await;
+    let replica = Replica::start("console-login-limits", &env(&db));
+    let mut guesser = LoginClient::open(&replica, [127, 0, 0, 2]).await;
+    let mut statuses = Vec::new();
+    for n in 0..12 {
+        statuses.push(guesser.login(&replica, &format!("{n:04}-guess")).await);
+    }
+    assert_eq!(statuses, [[401; 10].as_slice(), &[429, 429]].concat());
+    let mut operator = LoginClient::open(&replica, [127, 0, 0, 1]).await;
+    assert_eq!(operator.login(&replica, OPERATOR_KEY).await, 303);
+}

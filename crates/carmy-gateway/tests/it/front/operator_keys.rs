@@ -1,11 +1,11 @@
 //! Operators are not principals (docs/semantics.md §6): an operator key lists and decides, but
-//! is refused wherever a principal acts (a call, reading, cancelling or looking up an
-//! execution) over HTTP and `/mcp`, even when its name is a principal's name.
+//! is refused wherever a principal acts (a call, cancelling or looking up an execution by its
+//! request_id; it reads one by id) over HTTP and `/mcp`, even when its name is a principal's name.
 
 use super::mcp_client::Served;
 use serde_json::{json, Value};
 
-const OPERATOR_KEY: &str = "this is an operator key: it lists executions (GET /v1/executions) and decides them (POST /v1/executions/{id}/resolve or /release), but it is not a principal and cannot call tools, read, or cancel an execution as one; send an API key (CARMY_API_KEYS) for that";
+const OPERATOR_KEY: &str = "this is an operator key: it lists and reads executions (GET /v1/executions, GET /v1/executions/{id}) and decides them (POST /v1/executions/{id}/resolve or /release), but it is not a principal and cannot call tools, cancel an execution or look one up by its request_id as one; send an API key (CARMY_API_KEYS) for that";
 
 /// Sends `method` to `path` with `Authorization: Bearer <key>`; the status and JSON body.
 async fn send(
@@ -73,10 +73,14 @@ async fn an_operator_key_named_like_a_principal_is_no_caller_on_either_front() {
     .await;
     assert_eq!(status, 401, "{body}");
     refused(&body);
+    // Reading one execution by id is an operator's too (any principal's).
     let own = format!("/v1/executions/{execution_id}");
     let (status, body) = send(&gateway, reqwest::Method::GET, &own, "ko", None).await;
-    assert_eq!(status, 401, "{body}");
-    refused(&body);
+    assert_eq!(
+        (status, &body["execution_id"]),
+        (200, &json!(execution_id)),
+        "{body}"
+    );
     let lookup = "/v1/executions?request_id=r-1";
     let (status, body) = send(&gateway, reqwest::Method::GET, lookup, "ko", None).await;
     assert_eq!(status, 401, "{body}");

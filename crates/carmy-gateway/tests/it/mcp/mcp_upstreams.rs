@@ -322,3 +322,68 @@ async fn while_a_stdio_server_is_down_its_tools_answer_503_and_the_same_call_run
     assert_eq!(writes.len(), 1, "{writes:?}");
     assert_eq!(writes[0]["key"], done["execution_id"]);
 }
+
+/// docs/semantics.md §10: a Streamable HTTP server restarted with another tool list (`extra`
+/// added, `broken` gone) is served with its new list within the refresh time
+/// (`carmy_tools::mcp::TOOLS_REFRESH`, 10 s), although the SDK's transport joins the restarted
+/// server under a new session without the connection ever reading as ended: the new tool is
+/// listed and callable, the gone one answers `UNKNOWN_TOOL`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_python_sdk_server_restarted_with_another_tool_list_is_served_with_it() {
+    let file = write_tools_file("");
+    let state = file.with_file_name("state.jsonl");
+    let port = free_port();
+    let server = SdkServer::start("python_sdk_server.py", port, &state).await;
+    let gateway = sdk_gateway("mcp-python-sdk-restarted", &file, port);
+    let http = client();
+    assert_eq!(
+        tool_names(&http, &gateway).await,
+        ["sdk.broken", "sdk.hang", "sdk.note"]
+    );
+    drop(server);
+    let _server = SdkServer::start_with(
+        "python_sdk_server.py",
+        port,
+        &state,
+        &[("TOOLS_VARIANT", "restarted")],
+    )
+    .await;
+    eventually(
+        Duration::from_secs(10) + Duration::from_secs(10),
+        "the restarted server's tool list",
+        || async {
+            let names = tool_names(&http, &gateway).await;
+            (names == ["sdk.extra", "sdk.hang", "sdk.note"])
+                .then_some(())
+                .ok_or(names)
+        },
+    )
+    .await;
+    let (status, extra) = post(
+        &http,
+        &gateway,
+        &call("sdk.extra", json!({"text": "new"}), "x1"),
+    )
+    .await;
+    assert_eq!(
+        (status, extra["status"].as_str()),
+        (200, Some("completed")),
+        "{extra}"
+    );
+    assert_eq!(
+        extra["data"],
+        json!({"text": "new", "key": extra["execution_id"]}),
+        "{extra}"
+    );
+    let (status, gone) = post(&http, &gateway, &call("sdk.broken", json!({}), "b2")).await;
+    assert_eq!(
+        (status, gone["code"].as_str()),
+        (404, Some("UNKNOWN_TOOL")),
+        "{gone}"
+    );
+    assert!(
+        gone["detail"].as_str().unwrap().contains("sdk.broken"),
+        "{gone}"
+    );
+    assert!(sdk_calls(&state, "broken").is_empty());
+}

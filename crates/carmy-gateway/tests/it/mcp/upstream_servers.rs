@@ -107,8 +107,19 @@ impl SdkServer {
     /// Starts the Python SDK server `tests/mcp/<script>` on `port` (writing its calls to
     /// `state`) and waits until it listens.
     pub(crate) async fn start(script: &str, port: u16, state: &Path) -> Self {
+        Self::start_with(script, port, state, &[]).await
+    }
+
+    /// [`SdkServer::start`] with `env` set on the server.
+    pub(crate) async fn start_with(
+        script: &str,
+        port: u16,
+        state: &Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         let server = Self(
             std::process::Command::new(sdk_python())
+                .envs(env.iter().copied())
                 .arg(
                     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                         .join("tests/mcp")

@@ -1,11 +1,13 @@
 //! Recovery (docs/semantics.md §12): decisions over HTTP, SQL and the operator CLI,
 //! reconciliation, takeover, late arrivals and damaged records.
 
+mod alert_gauges;
 mod decision_limits;
 pub(crate) mod executions_cli;
 mod executions_cli_failures;
 mod frozen_orders;
 mod reconcile;
+mod reconcile_claims;
 mod reconcile_config;
 mod reconcile_contradiction;
 mod reconcile_deadline;

@@ -187,6 +187,25 @@ async fn operators_list_across_principals_and_agents_find_their_record() {
     .await;
     assert_eq!(ids(&none), Vec::<String>::new());
 
+    // One execution by id: an operator reads any principal's, another principal none.
+    let one = format!("/v1/executions/{alices}");
+    let (status, read) = send(&router, "GET", &one, "ko", None).await;
+    assert_eq!(
+        (status, &read["execution_id"], &read["status"]),
+        (200, &json!(alices), &json!("running")),
+        "{read}"
+    );
+    let (status, own) = send(&router, "GET", &one, "ka", None).await;
+    assert_eq!((status, own), (200, read));
+    let (status, body) = send(&router, "GET", &one, "kb", None).await;
+    assert_eq!(
+        (status, &body["code"]),
+        (404, &json!("NOT_FOUND")),
+        "{body}"
+    );
+    let (status, body) = send(&router, "GET", "/v1/executions/exe_nothing", "ko", None).await;
+    assert_eq!(status, 404, "{body}");
+
     let by_identity = "/v1/executions?request_id=same&session_id=default";
     let (status, found) = send(&router, "GET", by_identity, "ka", None).await;
     assert_eq!((status, &found["execution_id"]), (200, &json!(alices)));

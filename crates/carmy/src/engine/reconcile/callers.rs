@@ -17,6 +17,18 @@ use std::time::Duration;
 /// Executions one replica claims per round.
 const CLAIM_BATCH: usize = 16;
 
+/// Beyond the longest probe's deadline, how long a claim still holds an execution: the time
+/// to keep the probe's evidence or decide.
+const CLAIM_MARGIN: Duration = Duration::from_secs(5);
+
+/// How long a claim holds its executions from other replicas: one probe's time, `longest`
+/// (the longest `timeout_ms` of the tools' probes) and [`CLAIM_MARGIN`], since a round
+/// probes all it claimed at once. A replica that dies holding claims delays their next probe
+/// by at most this (25 s with a 20 s probe).
+fn claim_hold(longest: Duration) -> Duration {
+    longest + CLAIM_MARGIN
+}
+
 /// The pauses after each try of an on-demand claim that found nothing; after the third try
 /// the answer is a refusal.
 const ON_DEMAND_CLAIM_PAUSES: [Duration; 3] = [
@@ -51,7 +63,9 @@ impl Engine {
         });
     }
 
-    /// One round: claims what is due and reconciles each, one after another.
+    /// One round: claims what is due and reconciles them all at once, so that the claim holds
+    /// each for one probe's time ([`claim_hold`]): a replica that dies mid-round lets the
+    /// others probe its claims as soon as that hold ends (docs/semantics.md §12.10).
     async fn reconcile_round(&self) -> Result<(), crate::store::StoreError> {
         let (tools, longest) = self.probed_tools();
         if tools.is_empty() {
@@ -60,18 +74,23 @@ impl Engine {
         let claim = ReconcileClaim {
             tools: tools.iter().map(|tool| tool.name().to_owned()).collect(),
             limit: CLAIM_BATCH,
-            hold: (longest + Duration::from_secs(5)) * u32::try_from(CLAIM_BATCH).unwrap_or(1),
+            hold: claim_hold(longest),
             max_attempts: self.config.reconcile_max_attempts,
             execution_id: None,
             principal: None,
         };
-        for target in self.store.claim_reconciliations(&claim).await? {
-            let Some(tool) = tools.iter().find(|tool| tool.name() == target.tool) else {
-                continue;
-            };
-            self.reconcile_claimed(tool, &target).await?;
-        }
-        Ok(())
+        let claimed = self.store.claim_reconciliations(&claim).await?;
+        let probes = claimed.iter().filter_map(|target| {
+            let tool = tools.iter().find(|tool| tool.name() == target.tool)?;
+            Some(self.reconcile_claimed(tool, target))
+        });
+        // Every probe finishes (and keeps its evidence) even when another one's store write
+        // failed; the first failure is the round's.
+        futures::future::join_all(probes)
+            .await
+            .into_iter()
+            .collect::<Result<Vec<()>, _>>()
+            .map(drop)
     }
 
     /// The tools that have a probe, and the longest of their deadlines.
@@ -107,7 +126,7 @@ impl Engine {
         let claim = ReconcileClaim {
             tools: tools.iter().map(|tool| tool.name().to_owned()).collect(),
             limit: 1,
-            hold: longest + Duration::from_secs(5),
+            hold: claim_hold(longest),
             max_attempts: self.config.reconcile_max_attempts,
             execution_id: Some(execution_id.clone()),
             principal: caller.scope(),
