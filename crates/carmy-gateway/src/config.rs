@@ -6,7 +6,10 @@
 //! starts, with a message naming the environment variable, the flag and the range ([`InRange`]);
 //! nothing is clamped. Those value parsers are in `values`.
 
+mod oauth;
 mod values;
+
+pub use oauth::OAuthArgs;
 
 pub use values::{
     Bounded, DurationOrZeroParser, InRange, Retention, RetentionParser, WindowParser,
@@ -75,6 +78,10 @@ pub struct Config {
     /// only): set it when the console is reached through TLS (docs/operations.md).
     #[arg(long, env = "CARMY_CONSOLE_SECURE_COOKIE")]
     pub console_secure_cookie: bool,
+
+    /// OAuth 2.1 access tokens beside API keys (docs/operations.md "OAuth access tokens").
+    #[command(flatten)]
+    pub oauth: OAuthArgs,
 
     /// Serve without API keys on a non-loopback address (every caller is `anonymous`).
     #[arg(long, env = "CARMY_ALLOW_ANONYMOUS_NETWORK")]

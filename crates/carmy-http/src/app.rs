@@ -2,7 +2,7 @@
 
 use crate::routes::{router, AppState};
 use axum::Router;
-use carmy::auth::{ApiKeys, Credentials};
+use carmy::auth::{ApiKeys, Credentials, TokenVerifier};
 use carmy::engine::{Engine, EngineConfig};
 use carmy::http::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
 use carmy::memory::InMemoryIdempotencyStore;
@@ -68,6 +68,7 @@ pub struct AppBuilder {
     max_body_bytes: usize,
     body_timeout: Duration,
     console_secure_cookie: bool,
+    tokens: Option<Arc<dyn TokenVerifier>>,
 }
 
 impl Default for AppBuilder {
@@ -83,6 +84,7 @@ impl Default for AppBuilder {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             body_timeout: DEFAULT_BODY_TIMEOUT,
             console_secure_cookie: false,
+            tokens: None,
         }
     }
 }
@@ -128,6 +130,15 @@ impl AppBuilder {
     #[must_use]
     pub fn operator_keys(mut self, keys: ApiKeys) -> Self {
         self.operators = keys;
+        self
+    }
+
+    /// Accepts OAuth 2.1 access tokens beside the keys, checked by `verifier` (docs/semantics.md
+    /// §6, "Tokens"; the gateway's is `carmy_oauth::JwtVerifier`). None by default. A server
+    /// with tokens is never anonymous.
+    #[must_use]
+    pub fn token_verifier(mut self, verifier: Arc<dyn TokenVerifier>) -> Self {
+        self.tokens = Some(verifier);
         self
     }
 
@@ -186,8 +197,11 @@ impl AppBuilder {
             self.engine_config,
             Metrics::default(),
         )?);
-        let anonymous = self.keys.is_empty();
-        let credentials = Credentials::new(self.keys, self.operators);
+        let mut credentials = Credentials::new(self.keys, self.operators);
+        if let Some(tokens) = self.tokens {
+            credentials = credentials.with_tokens(tokens);
+        }
+        let anonymous = credentials.is_anonymous();
         let router = router(AppState {
             engine: Arc::clone(&engine),
             credentials: Arc::new(credentials.clone()),
