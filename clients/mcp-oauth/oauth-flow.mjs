@@ -1,4 +1,4 @@
-// Carmy as an OAuth 2.1 resource server (docs/semantics.md §6 "Tokens"), with peers we did not
+// Carmy as an OAuth 2.1 resource server (docs/semantics.md §6.1), with peers we did not
 // write: oidc-provider (npm, a certified OpenID provider) as the authorization server, with
 // dynamic client registration, PKCE (required) and resource indicators (RFC 8707, JWT access
 // tokens for Carmy's resource identifier), and the official MCP TypeScript SDK's OAuth client

@@ -134,7 +134,7 @@ impl AppBuilder {
     }
 
     /// Accepts OAuth 2.1 access tokens beside the keys, checked by `verifier` (docs/semantics.md
-    /// §6, "Tokens"; the gateway's is `carmy_oauth::JwtVerifier`). None by default. A server
+    /// §6.1; the gateway's is `carmy_oauth::JwtVerifier`). None by default. A server
     /// with tokens is never anonymous.
     #[must_use]
     pub fn token_verifier(mut self, verifier: Arc<dyn TokenVerifier>) -> Self {

@@ -49,8 +49,8 @@ pub enum ApiError {
     /// principal (docs/semantics.md §6): operators list, show and decide; they are no principal.
     #[error("this is an operator key: it lists executions (GET /v1/executions) and decides them (POST /v1/executions/{{id}}/resolve or /release), but it is not a principal and cannot call tools, read, or cancel an execution as one; send an API key (CARMY_API_KEYS) for that")]
     OperatorKey,
-    /// A refused credential on a server that accepts OAuth access tokens (docs/semantics.md §6,
-    /// "Tokens"): 401 `UNAUTHORIZED` (no or an unknown credential, an operator key where a
+    /// A refused credential on a server that accepts OAuth access tokens (docs/semantics.md
+    /// §6.1): 401 `UNAUTHORIZED` (no or an unknown credential, an operator key where a
     /// principal acts), 401 `INVALID_TOKEN`, 403 `INSUFFICIENT_SCOPE`, or 503
     /// `TOKEN_KEYS_UNAVAILABLE`; `WWW-Authenticate` is `challenge`.
     #[error("{}", refused_detail(.refused))]

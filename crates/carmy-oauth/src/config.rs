@@ -19,7 +19,7 @@ pub const DEFAULT_ALGORITHMS: &[Algorithm] = &[
     Algorithm::EdDSA,
 ];
 
-/// What a token's principal is prefixed with (docs/semantics.md §6, "Tokens").
+/// What a token's principal is prefixed with (docs/semantics.md §6.1).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PrincipalPrefix {
     /// The principal claim alone.

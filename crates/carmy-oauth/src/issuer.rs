@@ -1,4 +1,4 @@
-//! One issuer's signing keys (docs/semantics.md §6, "Tokens"): its `jwks_uri` discovered from
+//! One issuer's signing keys (docs/semantics.md §6.1): its `jwks_uri` discovered from
 //! its authorization server metadata (RFC 8414 `/.well-known/oauth-authorization-server`, then
 //! OpenID Connect discovery `/.well-known/openid-configuration`), whose `issuer` must be the
 //! configured one; the key set cached; an unknown `kid` refetches it, at most once per

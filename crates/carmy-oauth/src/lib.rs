@@ -1,4 +1,4 @@
-//! Carmy as an OAuth 2.1 resource server (docs/semantics.md §6, "Tokens"; docs/operations.md
+//! Carmy as an OAuth 2.1 resource server (docs/semantics.md §6.1; docs/operations.md
 //! "OAuth access tokens"): the gateway's [`carmy::auth::TokenVerifier`] and the protected
 //! resource metadata (RFC 9728) that tells clients where to get a token.
 //!

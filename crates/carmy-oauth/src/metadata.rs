@@ -1,4 +1,4 @@
-//! The protected resource metadata (RFC 9728; docs/semantics.md §6, "Tokens"): served without
+//! The protected resource metadata (RFC 9728; docs/semantics.md §6.1): served without
 //! credentials at `/.well-known/oauth-protected-resource` and at the path-suffixed form for the
 //! resource identifier's path (e.g. `/.well-known/oauth-protected-resource/mcp`), always the
 //! same document: `resource`, `authorization_servers`, `scopes_supported`,

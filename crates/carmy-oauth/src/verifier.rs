@@ -1,4 +1,4 @@
-//! [`JwtVerifier`]: the check of one bearer access token (docs/semantics.md §6, "Tokens").
+//! [`JwtVerifier`]: the check of one bearer access token (docs/semantics.md §6.1).
 //!
 //! In order: the header's `alg` must be an allowed one (never `none`, never HMAC); the
 //! unverified `iss` picks one of the configured issuers (any other is refused before any key is

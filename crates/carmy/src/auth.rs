@@ -188,8 +188,8 @@ impl Caller {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuthError {
-    /// A bearer token that is no API key and no valid access token (docs/semantics.md §6,
-    /// "Tokens"): 401 `invalid_token`, or 403 `insufficient_scope`, or 503 when the issuer's
+    /// A bearer token that is no API key and no valid access token (docs/semantics.md
+    /// §6.1): 401 `invalid_token`, or 403 `insufficient_scope`, or 503 when the issuer's
     /// keys could not be fetched.
     #[error("{}", .0.detail())]
     Token(TokenRefusal),
@@ -227,7 +227,7 @@ impl Credentials {
         }
     }
 
-    /// Accepts OAuth access tokens beside the keys (docs/semantics.md §6, "Tokens"): a server
+    /// Accepts OAuth access tokens beside the keys (docs/semantics.md §6.1): a server
     /// with tokens is never anonymous.
     #[must_use]
     pub fn with_tokens(mut self, verifier: Arc<dyn TokenVerifier>) -> Self {
@@ -272,7 +272,7 @@ impl Credentials {
     }
 
     /// [`Credentials::authenticate`], and, when tokens are configured, a bearer value that is
-    /// no key is checked as an access token (docs/semantics.md §6, "Tokens"): a token with the
+    /// no key is checked as an access token (docs/semantics.md §6.1): a token with the
     /// operator scope is an operator named by its principal, others are their principal.
     ///
     /// # Errors

@@ -1,5 +1,5 @@
 //! The OAuth 2.1 resource server's settings (docs/operations.md "OAuth access tokens",
-//! docs/semantics.md §6 "Tokens"): flags and environment variables, turned into
+//! docs/semantics.md §6.1): flags and environment variables, turned into
 //! [`carmy_oauth::OAuthConfig`]. Unset `CARMY_OAUTH_ISSUERS` means no tokens are accepted.
 
 use carmy_oauth::config::parse_algorithms;

@@ -1,4 +1,4 @@
-//! Access tokens beside API keys (docs/semantics.md §6, "Tokens"): the seam through which a
+//! Access tokens beside API keys (docs/semantics.md §6.1): the seam through which a
 //! front checks an OAuth 2.1 bearer token. The core only names what a check says
 //! ([`VerifiedToken`], [`TokenRefusal`]); fetching keys and checking signatures live outside the
 //! core (the gateway's `carmy-oauth` crate implements [`TokenVerifier`]).

@@ -1,4 +1,4 @@
-//! OAuth access tokens beside API keys (docs/semantics.md §6 "Tokens"), against a real gateway
+//! OAuth access tokens beside API keys (docs/semantics.md §6.1), against a real gateway
 //! served over TCP and a real HTTP issuer (an axum server publishing RFC 8414 metadata and a
 //! JWKS, counting the key fetches). Tokens are minted with `jsonwebtoken` and the test keys of
 //! `tests/fixtures/oauth`. Every refusal is checked with its status, code and challenge.
@@ -528,4 +528,68 @@ async fn two_users_of_one_client_are_two_principals_and_operators_need_the_scope
     ];
     expected.sort();
     assert_eq!(listed(&all), expected);
+}
+
+/// The first `sh` block of docs/operations.md "OAuth access tokens", as `(variable, value)`.
+fn documented_example() -> Vec<(String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/operations.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let section = text
+        .split("\n## OAuth access tokens\n")
+        .nth(1)
+        .expect("docs/operations.md has a section \"OAuth access tokens\"");
+    section
+        .lines()
+        .skip_while(|line| *line != "```sh")
+        .skip(1)
+        .take_while(|line| *line != "```")
+        .map(|line| {
+            let (name, value) = line.split_once('=').unwrap();
+            (name.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_documented_example_accepts_a_token() {
+    let issuer = Issuer::start().await;
+    issuer.publish(K1, "k1");
+    // Each variable as its flag (CARMY_OAUTH_X_Y → --oauth-x-y), the example's issuer and
+    // resource replaced by the test's.
+    let mut flags = Vec::new();
+    for (name, value) in documented_example() {
+        let flag = name
+            .strip_prefix("CARMY_")
+            .unwrap()
+            .to_lowercase()
+            .replace('_', "-");
+        flags.push(format!("--{flag}"));
+        flags.push(
+            value
+                .replace("https://auth.example.com", &issuer.url)
+                .replace("https://carmy.example.com/", RESOURCE),
+        );
+    }
+    assert!(flags.len() >= 4, "{flags:?}");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let served = Served::start(&flags).await;
+    let token = mint(K1, "k1", &claims(&issuer, "u1"));
+    let (status, _, body) = call(&served, &token, "r-doc").await;
+    assert_eq!(status, 200, "{body}");
+    let mut operator = claims(&issuer, "ops-1");
+    operator["scope"] = json!("carmy carmy:operator");
+    let operator = mint(K1, "k1", &operator);
+    let (status, _, all) = send(
+        &served,
+        reqwest::Method::GET,
+        "/v1/executions",
+        Some(&operator),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, all["executions"].as_array().map(Vec::len)),
+        (200, Some(1)),
+        "{all}"
+    );
 }
