@@ -42,6 +42,24 @@ fn refusal(credentials: &Credentials, refused: AuthError) -> ApiError {
     }
 }
 
+/// The principal of a request's `Authorization` headers, as [`Principal`] extracts it: for a
+/// handler that took an [`AuthenticatedCaller`] with operator rights and must tell an operator
+/// key (no principal) from a token with the operator scope (its own principal too,
+/// docs/semantics.md §6.1).
+pub(crate) async fn acting_principal(
+    credentials: &Credentials,
+    headers: &axum::http::HeaderMap,
+) -> Result<String, ApiError> {
+    let values = headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .map(HeaderValue::as_bytes);
+    credentials
+        .acting_principal(values)
+        .await
+        .map_err(|refused| refusal(credentials, refused))
+}
+
 impl FromRequestParts<AppState> for AuthenticatedCaller {
     type Rejection = ApiError;
 

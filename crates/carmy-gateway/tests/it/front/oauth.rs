@@ -528,6 +528,25 @@ async fn two_users_of_one_client_are_two_principals_and_operators_need_the_scope
     ];
     expected.sort();
     assert_eq!(listed(&all), expected);
+    // And it is still its own principal: its calls and its identity lookup are its own.
+    let lookup = "/v1/executions?request_id=same-id";
+    let (status, _, body) =
+        send(&served, reqwest::Method::GET, lookup, Some(&operator), None).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("NOT_FOUND")),
+        "{body}"
+    );
+    let (status, _, own) = call(&served, &operator, "same-id").await;
+    assert_eq!(status, 200, "{own}");
+    assert_ne!(own["execution_id"], first["execution_id"]);
+    let (status, _, body) =
+        send(&served, reqwest::Method::GET, lookup, Some(&operator), None).await;
+    assert_eq!(
+        (status, &body["execution_id"]),
+        (200, &own["execution_id"]),
+        "{body}"
+    );
 }
 
 /// The first `sh` block of docs/operations.md "OAuth access tokens", as `(variable, value)`.
