@@ -7,6 +7,7 @@
 use carmy::auth::TokenRefusal;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use serde::Deserialize;
+use std::sync::RwLock;
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use url::Url;
@@ -21,20 +22,21 @@ struct IssuerMetadata {
     jwks_uri: String,
 }
 
-/// What is cached of one issuer.
+/// Where the keys come from and when they were last fetched; held while fetching.
 #[derive(Default)]
-struct Cached {
+struct Fetching {
     jwks_uri: Option<String>,
-    keys: Option<JwkSet>,
     fetched_at: Option<Instant>,
 }
 
-/// One trusted issuer and its cached keys.
+/// One trusted issuer and its cached keys. Checks of known keys only read the cache, so they
+/// never wait for a fetch in flight; fetches are one at a time.
 pub struct IssuerKeys {
     issuer: String,
     client: reqwest::Client,
     min_refresh: Duration,
-    cached: Mutex<Cached>,
+    keys: RwLock<Option<JwkSet>>,
+    fetching: Mutex<Fetching>,
 }
 
 impl std::fmt::Debug for IssuerKeys {
@@ -52,8 +54,18 @@ impl IssuerKeys {
             issuer,
             client,
             min_refresh,
-            cached: Mutex::new(Cached::default()),
+            keys: RwLock::new(None),
+            fetching: Mutex::new(Fetching::default()),
         }
+    }
+
+    /// The cached key for `kid`, if any.
+    fn cached(&self, kid: Option<&str>) -> Option<Jwk> {
+        let keys = self
+            .keys
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        keys.as_ref().and_then(|keys| pick(keys, kid)).cloned()
     }
 
     /// The key the token's header names (`kid`; without one, the set's only key): from the
@@ -63,34 +75,41 @@ impl IssuerKeys {
     /// [`TokenRefusal::UnknownKey`] when no key matches after that;
     /// [`TokenRefusal::KeysUnavailable`] when the keys could not be fetched.
     pub async fn key(&self, kid: Option<&str>) -> Result<Jwk, TokenRefusal> {
-        let mut cached = self.cached.lock().await;
-        if let Some(jwk) = cached.keys.as_ref().and_then(|keys| pick(keys, kid)) {
-            return Ok(jwk.clone());
+        if let Some(jwk) = self.cached(kid) {
+            return Ok(jwk);
         }
-        let may_fetch = cached
+        let mut fetching = self.fetching.lock().await;
+        // Another check may have fetched while this one waited.
+        if let Some(jwk) = self.cached(kid) {
+            return Ok(jwk);
+        }
+        let may_fetch = fetching
             .fetched_at
             .is_none_or(|at| at.elapsed() >= self.min_refresh);
         if !may_fetch {
             tracing::info!(issuer = %self.issuer, ?kid, "unknown signing key; the issuer's keys were fetched too recently to fetch again");
             return Err(TokenRefusal::UnknownKey);
         }
-        let keys = self.fetch(&mut cached).await.map_err(|why| {
+        let keys = self.fetch(&mut fetching).await.map_err(|why| {
             tracing::warn!(issuer = %self.issuer, %why, "could not fetch the issuer's signing keys");
             TokenRefusal::KeysUnavailable
         })?;
         let found = pick(&keys, kid).cloned();
-        cached.keys = Some(keys);
+        *self
+            .keys
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(keys);
         found.ok_or(TokenRefusal::UnknownKey)
     }
 
     /// Fetches the key set (discovering `jwks_uri` first, once), recording when.
-    async fn fetch(&self, cached: &mut Cached) -> Result<JwkSet, String> {
-        cached.fetched_at = Some(Instant::now());
-        let jwks_uri = match &cached.jwks_uri {
+    async fn fetch(&self, fetching: &mut Fetching) -> Result<JwkSet, String> {
+        fetching.fetched_at = Some(Instant::now());
+        let jwks_uri = match &fetching.jwks_uri {
             Some(uri) => uri.clone(),
             None => {
                 let uri = self.discover().await?;
-                cached.jwks_uri = Some(uri.clone());
+                fetching.jwks_uri = Some(uri.clone());
                 uri
             }
         };

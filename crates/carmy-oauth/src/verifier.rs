@@ -151,7 +151,14 @@ impl JwtVerifier {
 
 impl TokenVerifier for JwtVerifier {
     fn verify<'a>(&'a self, token: &'a str) -> Verification<'a> {
-        Box::pin(self.check(token))
+        Box::pin(async move {
+            let checked = self.check(token).await;
+            if let Err(refusal) = &checked {
+                // What failed, never a claim value or the token.
+                tracing::info!(?refusal, "access token refused");
+            }
+            checked
+        })
     }
 
     fn resource_metadata_url(&self) -> &str {
