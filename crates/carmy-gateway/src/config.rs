@@ -6,7 +6,10 @@
 //! starts, with a message naming the environment variable, the flag and the range ([`InRange`]);
 //! nothing is clamped. Those value parsers are in `values`.
 
+mod oauth;
 mod values;
+
+pub use oauth::OAuthArgs;
 
 pub use values::{
     Bounded, DurationOrZeroParser, InRange, Retention, RetentionParser, WindowParser,
@@ -81,6 +84,9 @@ pub struct Config {
     /// "The operator console"). Unset: every client is the connection's peer.
     #[arg(long, env = "CARMY_TRUSTED_PROXIES", value_delimiter = ',')]
     pub trusted_proxies: Vec<std::net::IpAddr>,
+    /// OAuth 2.1 access tokens beside API keys (docs/operations.md "OAuth access tokens").
+    #[command(flatten)]
+    pub oauth: OAuthArgs,
 
     /// Serve without API keys on a non-loopback address (every caller is `anonymous`).
     #[arg(long, env = "CARMY_ALLOW_ANONYMOUS_NETWORK")]

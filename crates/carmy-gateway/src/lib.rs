@@ -78,6 +78,9 @@ pub enum GatewayError {
     /// The upstream HTTP client could not be built.
     #[error("{0}")]
     UpstreamClient(String),
+    /// The OAuth settings are incomplete or wrong (docs/operations.md "OAuth access tokens").
+    #[error(transparent)]
+    OAuth(#[from] carmy_oauth::OAuthConfigError),
     /// Building or serving the application failed.
     #[error(transparent)]
     App(#[from] carmy_http::AppError),
@@ -159,6 +162,10 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         .max_body_bytes(config.max_body_bytes)
         .body_timeout(Duration::from_millis(config.body_timeout_ms))
         .engine_config(engine_config(config));
+    let oauth = config.oauth.config()?;
+    if let Some(oauth) = &oauth {
+        builder = builder.token_verifier(Arc::new(carmy_oauth::JwtVerifier::new(oauth.clone())?));
+    }
     #[cfg(feature = "example-tools")]
     if examples {
         let orders: Arc<dyn OrderBook> = match db {
@@ -186,10 +193,11 @@ pub async fn build(config: &Config) -> Result<Gateway, GatewayError> {
         app.credentials().clone(),
         mcp_config(config),
     );
-    Ok(Gateway {
-        app: app.merge_routes(mcp),
-        memory,
-    })
+    let mut app = app.merge_routes(mcp);
+    if let Some(oauth) = &oauth {
+        app = app.merge_routes(carmy_oauth::routes(oauth));
+    }
+    Ok(Gateway { app, memory })
 }
 
 /// Refuses to start when a tool's own property has the name of the request id argument

@@ -2,7 +2,7 @@
 
 use crate::routes::{router, AppState};
 use axum::Router;
-use carmy::auth::{ApiKeys, Credentials};
+use carmy::auth::{ApiKeys, Credentials, TokenVerifier};
 use carmy::engine::{Engine, EngineConfig};
 use carmy::http::{DEFAULT_BODY_TIMEOUT, DEFAULT_MAX_BODY_BYTES};
 use carmy::memory::InMemoryIdempotencyStore;
@@ -69,6 +69,7 @@ pub struct AppBuilder {
     body_timeout: Duration,
     console_secure_cookie: bool,
     trusted_proxies: Vec<std::net::IpAddr>,
+    tokens: Option<Arc<dyn TokenVerifier>>,
 }
 
 impl Default for AppBuilder {
@@ -85,6 +86,7 @@ impl Default for AppBuilder {
             body_timeout: DEFAULT_BODY_TIMEOUT,
             console_secure_cookie: false,
             trusted_proxies: Vec::new(),
+            tokens: None,
         }
     }
 }
@@ -130,6 +132,15 @@ impl AppBuilder {
     #[must_use]
     pub fn operator_keys(mut self, keys: ApiKeys) -> Self {
         self.operators = keys;
+        self
+    }
+
+    /// Accepts OAuth 2.1 access tokens beside the keys, checked by `verifier` (docs/semantics.md
+    /// §6.1; the gateway's is `carmy_oauth::JwtVerifier`). None by default. A server
+    /// with tokens is never anonymous.
+    #[must_use]
+    pub fn token_verifier(mut self, verifier: Arc<dyn TokenVerifier>) -> Self {
+        self.tokens = Some(verifier);
         self
     }
 
@@ -197,8 +208,11 @@ impl AppBuilder {
             self.engine_config,
             Metrics::default(),
         )?);
-        let anonymous = self.keys.is_empty();
-        let credentials = Credentials::new(self.keys, self.operators);
+        let mut credentials = Credentials::new(self.keys, self.operators);
+        if let Some(tokens) = self.tokens {
+            credentials = credentials.with_tokens(tokens);
+        }
+        let anonymous = credentials.is_anonymous();
         let router = router(AppState {
             engine: Arc::clone(&engine),
             credentials: Arc::new(credentials.clone()),

@@ -6,6 +6,7 @@ mod detail;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use carmy::auth::{AuthError, TokenRefusal};
 use carmy::call::CallRejected;
 use carmy::engine::Refusal;
 use carmy::outcome::ExecutionId;
@@ -48,6 +49,17 @@ pub enum ApiError {
     /// principal (docs/semantics.md §6): operators list, show and decide; they are no principal.
     #[error("this is an operator key: it lists and reads executions (GET /v1/executions, GET /v1/executions/{{id}}) and decides them (POST /v1/executions/{{id}}/resolve or /release), but it is not a principal and cannot call tools, cancel an execution or look one up by its request_id as one; send an API key (CARMY_API_KEYS) for that")]
     OperatorKey,
+    /// A refused credential on a server that accepts OAuth access tokens (docs/semantics.md
+    /// §6.1): 401 `UNAUTHORIZED` (no or an unknown credential, an operator key where a
+    /// principal acts), 401 `INVALID_TOKEN`, 403 `INSUFFICIENT_SCOPE`, or 503
+    /// `TOKEN_KEYS_UNAVAILABLE`; `WWW-Authenticate` is `challenge`.
+    #[error("{}", refused_detail(.refused))]
+    Refused {
+        /// Why the credential was refused.
+        refused: carmy::auth::AuthError,
+        /// The `WWW-Authenticate` value ([`carmy::auth::Credentials::challenge`]).
+        challenge: String,
+    },
     /// 404 `NOT_FOUND`: no such route, or no such execution for this principal.
     #[error("{0}")]
     NotFound(String),
@@ -243,6 +255,15 @@ impl From<carmy::auth::AuthError> for ApiError {
     }
 }
 
+/// The detail of [`ApiError::Refused`]: the HTTP API's words for an operator key, the
+/// refusal's own otherwise.
+fn refused_detail(refused: &carmy::auth::AuthError) -> String {
+    match refused {
+        carmy::auth::AuthError::OperatorKey => ApiError::OperatorKey.to_string(),
+        other => other.to_string(),
+    }
+}
+
 impl From<CallRejected> for ApiError {
     fn from(rejected: CallRejected) -> Self {
         Self::InvalidRequest(rejected.into_message())
@@ -267,6 +288,11 @@ impl ApiError {
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::UnknownTool { .. } | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Unauthorized | Self::NoApiKeys | Self::OperatorKey => StatusCode::UNAUTHORIZED,
+            Self::Refused { refused, .. } => match refused {
+                AuthError::Token(TokenRefusal::MissingScope) => StatusCode::FORBIDDEN,
+                AuthError::Token(TokenRefusal::KeysUnavailable) => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::UNAUTHORIZED,
+            },
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -293,6 +319,12 @@ impl ApiError {
             Self::InvalidRequest(_) => "INVALID_REQUEST",
             Self::UnknownTool { .. } => "UNKNOWN_TOOL",
             Self::Unauthorized | Self::NoApiKeys | Self::OperatorKey => "UNAUTHORIZED",
+            Self::Refused { refused, .. } => match refused {
+                AuthError::Token(TokenRefusal::MissingScope) => "INSUFFICIENT_SCOPE",
+                AuthError::Token(TokenRefusal::KeysUnavailable) => "TOKEN_KEYS_UNAVAILABLE",
+                AuthError::Token(_) => "INVALID_TOKEN",
+                _ => "UNAUTHORIZED",
+            },
             Self::NotFound(_) => "NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
@@ -318,6 +350,12 @@ impl ApiError {
             Self::InvalidRequest(_) => "Invalid request",
             Self::UnknownTool { .. } => "Unknown tool",
             Self::Unauthorized | Self::NoApiKeys | Self::OperatorKey => "Unauthorized",
+            Self::Refused { refused, .. } => match refused {
+                AuthError::Token(TokenRefusal::MissingScope) => "Insufficient scope",
+                AuthError::Token(TokenRefusal::KeysUnavailable) => "Token keys unavailable",
+                AuthError::Token(_) => "Invalid token",
+                _ => "Unauthorized",
+            },
             Self::NotFound(_) => "Not found",
             Self::MethodNotAllowed => "Method not allowed",
             Self::PayloadTooLarge { .. } => "Payload too large",
@@ -439,6 +477,11 @@ impl IntoResponse for ApiError {
             Self::Unauthorized | Self::NoApiKeys | Self::OperatorKey
         ) {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Self::Refused { challenge, .. } = &self {
+            if let Ok(value) = HeaderValue::from_str(challenge) {
+                headers.insert(header::WWW_AUTHENTICATE, value);
+            }
         }
         if let Some(pause) = self.retry_after() {
             headers.insert(

@@ -12,6 +12,7 @@ use crate::routes::AppState;
 use axum::extract::State;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
+use carmy::auth::{AuthError, TokenRefusal};
 use carmy::outcome::{ExecutionId, ExecutionResult};
 use carmy::store::InFlightState;
 use serde::Serialize;
@@ -50,7 +51,7 @@ impl Modify for BearerAuth {
         let components = openapi.components.get_or_insert_with(Default::default);
         let mut scheme = Http::new(HttpAuthScheme::Bearer);
         scheme.description = Some(
-            "An API key configured with CARMY_API_KEYS / CARMY_API_KEYS_FILE. Without keys configured every caller is `anonymous` and the header is not checked.".into(),
+            "An API key configured with CARMY_API_KEYS / CARMY_API_KEYS_FILE, or, with CARMY_OAUTH_ISSUERS set, an OAuth 2.1 access token (JWT) for this server's resource identifier (GET /.well-known/oauth-protected-resource). Without either configured every caller is `anonymous` and the header is not checked.".into(),
         );
         components.add_security_scheme("bearer", SecurityScheme::Http(scheme));
     }
@@ -99,7 +100,7 @@ problem_response!(
     /// 401 `UNAUTHORIZED`: missing, unknown or repeated `Authorization` (docs/semantics.md §6).
     Unauthorized,
     "`UNAUTHORIZED`: a missing, unknown or repeated `Authorization` header",
-    "WWW-Authenticate": String = "Always `Bearer`"
+    "WWW-Authenticate": String = "`Bearer`; with OAuth configured, `Bearer resource_metadata=\"…\"` and `error=\"invalid_token\"` for a refused access token (code `INVALID_TOKEN`)"
 );
 
 problem_response!(
@@ -162,6 +163,18 @@ pub(crate) fn every_error() -> Vec<ApiError> {
             problem: String::new(),
         },
         ApiError::Internal,
+        ApiError::Refused {
+            refused: AuthError::Token(TokenRefusal::Expired),
+            challenge: String::new(),
+        },
+        ApiError::Refused {
+            refused: AuthError::Token(TokenRefusal::MissingScope),
+            challenge: String::new(),
+        },
+        ApiError::Refused {
+            refused: AuthError::Token(TokenRefusal::KeysUnavailable),
+            challenge: String::new(),
+        },
     ]
 }
 
@@ -191,6 +204,7 @@ fn listed(error: &ApiError) {
         | ApiError::ExecutionRunning { .. }
         | ApiError::ExecutionSuperseded { .. }
         | ApiError::RecordDamaged { .. }
+        | ApiError::Refused { .. }
         | ApiError::Internal => {}
     }
 }

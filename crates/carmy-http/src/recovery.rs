@@ -4,7 +4,7 @@
 
 use crate::bodies::{ExecutionPath, ExecutionState, InFlightBody, ListAnswer, NO_SUCH_EXECUTION};
 use crate::error::ApiError;
-use crate::extractors::AuthenticatedCaller;
+use crate::extractors::{acting_principal, AuthenticatedCaller};
 use crate::openapi;
 use crate::routes::{
     execution_id_from_path, invalid, is_json_content_type, json_response, AppState,
@@ -14,6 +14,7 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
+use carmy::auth::Caller;
 use carmy::engine::{Release, Resolve};
 use carmy::identity::validate_identifier;
 use carmy::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
@@ -235,6 +236,7 @@ pub(super) async fn release_execution(
 /// operator's: every principal's), optionally only those `running` or `interrupted`.
 pub(super) async fn list_executions(
     State(state): State<AppState>,
+    headers: HeaderMap,
     AuthenticatedCaller(caller): AuthenticatedCaller,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
@@ -255,11 +257,14 @@ pub(super) async fn list_executions(
     }
     if let Some(request_id) = query.request_id {
         let session_id = query.session_id.unwrap_or_else(|| DEFAULT_SESSION.into());
-        // An identity names one principal's record: the caller's own. An operator is no
-        // principal (docs/semantics.md §6): it lists by state or session instead.
-        if caller.operator.is_some() {
-            return Err(ApiError::OperatorKey);
-        }
+        // An identity names one principal's record: the caller's own. An operator key is no
+        // principal (docs/semantics.md §6): it lists by state or session instead. A token with
+        // the operator scope is its own principal too (§6.1): it looks up its own identity.
+        let caller = if caller.operator.is_some() {
+            Caller::principal(acting_principal(&state.credentials, &headers).await?)
+        } else {
+            caller
+        };
         let found = state
             .engine
             .list(&caller, in_flight, Some(session_id), Some(request_id), 1)

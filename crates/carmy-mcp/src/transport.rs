@@ -11,7 +11,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use carmy::auth::{AuthError, Credentials};
+use carmy::auth::{AuthError, Credentials, TokenRefusal};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +19,7 @@ use std::time::Duration;
 /// What the handler learns from the HTTP request: the principal and, for `tools/call`, the
 /// `params.idempotencyKey` member as sent (any JSON; the handler checks that it is a string).
 /// Not a [`carmy::auth::Caller`]: the MCP front only acts as a principal
-/// ([`Credentials::principal`] refuses operator keys), so no operator rights travel.
+/// ([`Credentials::acting_principal`] refuses operator keys), so no operator rights travel.
 #[derive(Clone, Debug)]
 pub(crate) struct RequestFacts {
     pub(crate) principal: String,
@@ -57,9 +57,9 @@ pub(crate) async fn admit(State(gate): State<Gate>, request: Request, next: Next
         .get_all(header::AUTHORIZATION)
         .iter()
         .map(HeaderValue::as_bytes);
-    let principal = match gate.credentials.principal(authorization) {
+    let principal = match gate.credentials.acting_principal(authorization).await {
         Ok(principal) => principal,
-        Err(refused) => return unauthorized(refused),
+        Err(refused) => return unauthorized(&gate.credentials, refused),
     };
     let mut idempotency_key = None;
     let body = if parts.method == Method::POST {
@@ -135,21 +135,35 @@ fn problem(status: StatusCode, code: &str, title: &str, detail: &str) -> Respons
 }
 
 /// A refused credential (docs/semantics.md §6): 401 `UNAUTHORIZED` with `WWW-Authenticate:
-/// Bearer`. An operator key is told it is no principal on `/mcp`.
-fn unauthorized(refused: AuthError) -> Response {
+/// Bearer`. An operator key is told it is no principal on `/mcp`. With OAuth access tokens
+/// configured, the challenge names the protected resource metadata (RFC 9728 §5.1) and a refused
+/// token answers as on `/v1`: 401 `INVALID_TOKEN`, 403 `INSUFFICIENT_SCOPE`, 503
+/// `TOKEN_KEYS_UNAVAILABLE`.
+fn unauthorized(credentials: &Credentials, refused: AuthError) -> Response {
     let detail = match refused {
         AuthError::OperatorKey => "this is an operator key: it lists and decides executions over the HTTP API (/v1/executions), but it is not a principal and cannot call tools over /mcp; send an API key (CARMY_API_KEYS) for that".to_owned(),
         other => other.to_string(),
     };
-    let mut response = problem(
-        StatusCode::UNAUTHORIZED,
-        "UNAUTHORIZED",
-        "Unauthorized",
-        &detail,
-    );
+    let (status, code, title) = match refused {
+        AuthError::Token(TokenRefusal::MissingScope) => (
+            StatusCode::FORBIDDEN,
+            "INSUFFICIENT_SCOPE",
+            "Insufficient scope",
+        ),
+        AuthError::Token(TokenRefusal::KeysUnavailable) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "TOKEN_KEYS_UNAVAILABLE",
+            "Token keys unavailable",
+        ),
+        AuthError::Token(_) => (StatusCode::UNAUTHORIZED, "INVALID_TOKEN", "Invalid token"),
+        _ => (StatusCode::UNAUTHORIZED, "UNAUTHORIZED", "Unauthorized"),
+    };
+    let mut response = problem(status, code, title, &detail);
+    let challenge = HeaderValue::from_str(&credentials.challenge(&refused))
+        .unwrap_or_else(|_| HeaderValue::from_static("Bearer"));
     response
         .headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        .insert(header::WWW_AUTHENTICATE, challenge);
     response
 }
 

@@ -4,7 +4,15 @@
 //! configured digest in constant time (`subtle`), without stopping at a match, so the time a check
 //! takes does not depend on how much of a key an attacker guessed. No key text is kept or logged.
 
+mod tokens;
+
+pub use tokens::{
+    check_token_principal, TokenRefusal, TokenVerifier, Verification, VerifiedToken,
+    MAX_TOKEN_PRINCIPAL_BYTES,
+};
+
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 /// The principal of every caller when no keys are configured.
@@ -180,6 +188,11 @@ impl Caller {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuthError {
+    /// A bearer token that is no API key and no valid access token (docs/semantics.md
+    /// §6.1): 401 `invalid_token`, or 403 `insufficient_scope`, or 503 when the issuer's
+    /// keys could not be fetched.
+    #[error("{}", .0.detail())]
+    Token(TokenRefusal),
     /// No credential where one is required, an unknown key, or two `Authorization` headers
     /// (ambiguous).
     #[error("a valid API key is required: send Authorization: Bearer <key>")]
@@ -201,6 +214,7 @@ pub enum AuthError {
 pub struct Credentials {
     api_keys: ApiKeys,
     operator_keys: ApiKeys,
+    tokens: Option<Arc<dyn TokenVerifier>>,
 }
 
 impl Credentials {
@@ -209,12 +223,113 @@ impl Credentials {
         Self {
             api_keys,
             operator_keys,
+            tokens: None,
         }
     }
 
-    /// True when no API keys are configured: every caller is [`ANONYMOUS_PRINCIPAL`].
+    /// Accepts OAuth access tokens beside the keys (docs/semantics.md §6.1): a server
+    /// with tokens is never anonymous.
+    #[must_use]
+    pub fn with_tokens(mut self, verifier: Arc<dyn TokenVerifier>) -> Self {
+        self.tokens = Some(verifier);
+        self
+    }
+
+    /// True when OAuth access tokens are accepted ([`Credentials::with_tokens`]).
+    pub fn accepts_tokens(&self) -> bool {
+        self.tokens.is_some()
+    }
+
+    /// True when neither API keys nor tokens are configured: every caller is
+    /// [`ANONYMOUS_PRINCIPAL`].
     pub fn is_anonymous(&self) -> bool {
-        self.api_keys.is_empty()
+        self.api_keys.is_empty() && self.tokens.is_none()
+    }
+
+    /// The `WWW-Authenticate` value of a refusal (RFC 6750 §3, RFC 9728 §5.1): `Bearer` alone
+    /// without tokens; with tokens, `resource_metadata="…"` and, for a refused token,
+    /// `error="invalid_token"` or `error="insufficient_scope"` (with the required `scope`).
+    pub fn challenge(&self, refused: &AuthError) -> String {
+        let Some(tokens) = &self.tokens else {
+            return "Bearer".to_owned();
+        };
+        let mut value = format!(
+            "Bearer resource_metadata=\"{}\"",
+            tokens.resource_metadata_url()
+        );
+        match refused {
+            AuthError::Token(TokenRefusal::MissingScope) => {
+                value.push_str(", error=\"insufficient_scope\"");
+                if let Some(scope) = tokens.required_scope() {
+                    value.push_str(&format!(", scope=\"{scope}\""));
+                }
+            }
+            AuthError::Token(TokenRefusal::KeysUnavailable) => {}
+            AuthError::Token(_) => value.push_str(", error=\"invalid_token\""),
+            _ => {}
+        }
+        value
+    }
+
+    /// [`Credentials::authenticate`], and, when tokens are configured, a bearer value that is
+    /// no key is checked as an access token (docs/semantics.md §6.1): a token with the
+    /// operator scope is an operator named by its principal, others are their principal.
+    ///
+    /// # Errors
+    /// As [`Credentials::authenticate`], and [`AuthError::Token`] for a refused token.
+    pub async fn caller<'a>(
+        &self,
+        mut authorization: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<Caller, AuthError> {
+        let value = authorization.next();
+        if authorization.next().is_some() {
+            return Err(AuthError::Unauthorized);
+        }
+        Ok(match self.token_or_key(value).await? {
+            Checked::Key(caller) => caller,
+            Checked::Token(token) if token.operator => Caller::operator(token.principal),
+            Checked::Token(token) => Caller::principal(token.principal),
+        })
+    }
+
+    /// The principal of a request that acts as one, by [`Credentials::caller`]: an operator
+    /// key is refused ([`AuthError::OperatorKey`]); a token acts as its principal, with or
+    /// without the operator scope.
+    ///
+    /// # Errors
+    /// As [`Credentials::caller`].
+    pub async fn acting_principal<'a>(
+        &self,
+        mut authorization: impl Iterator<Item = &'a [u8]>,
+    ) -> Result<String, AuthError> {
+        let value = authorization.next();
+        if authorization.next().is_some() {
+            return Err(AuthError::Unauthorized);
+        }
+        match self.token_or_key(value).await? {
+            Checked::Key(caller) if caller.operator.is_some() => Err(AuthError::OperatorKey),
+            Checked::Key(caller) => Ok(caller.principal),
+            Checked::Token(token) => Ok(token.principal),
+        }
+    }
+
+    async fn token_or_key(&self, value: Option<&[u8]>) -> Result<Checked, AuthError> {
+        let by_key = self.authenticate(value.into_iter());
+        let Some(tokens) = &self.tokens else {
+            return by_key.map(Checked::Key);
+        };
+        match by_key {
+            Err(AuthError::Unauthorized) => {}
+            other => return other.map(Checked::Key),
+        }
+        let Some(token) = value.and_then(bearer) else {
+            return Err(AuthError::Unauthorized);
+        };
+        tokens
+            .verify(token)
+            .await
+            .map(Checked::Token)
+            .map_err(AuthError::Token)
     }
 
     /// The caller of a request whose `Authorization` header values are `authorization`: an
@@ -236,13 +351,16 @@ impl Credentials {
         if let Some(name) = self.operator_keys.find(value) {
             return Ok(Caller::operator(name));
         }
-        if value.is_some() && self.api_keys.is_empty() {
+        if value.is_some() && self.is_anonymous() {
             // A caller that sends a credential expects to be someone; a server without keys
             // cannot check it, so it says so instead of running the call as `anonymous`.
             return Err(AuthError::NoApiKeys);
         }
+        if self.is_anonymous() {
+            return Ok(Caller::principal(ANONYMOUS_PRINCIPAL));
+        }
         self.api_keys
-            .authenticate(value)
+            .find(value)
             .map(Caller::principal)
             .ok_or(AuthError::Unauthorized)
     }
@@ -263,6 +381,21 @@ impl Credentials {
         }
         Ok(caller.principal)
     }
+}
+
+/// What [`Credentials::token_or_key`] found: a key's caller or a token's claims.
+enum Checked {
+    Key(Caller),
+    Token(VerifiedToken),
+}
+
+/// The credential of a `Bearer` value, if it is one.
+fn bearer(value: &[u8]) -> Option<&str> {
+    let (scheme, credential) = std::str::from_utf8(value).ok()?.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| credential.trim())
+        .filter(|credential| !credential.is_empty())
 }
 
 fn digest(key: &str) -> [u8; 32] {

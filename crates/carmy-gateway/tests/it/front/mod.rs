@@ -11,6 +11,7 @@ mod console;
 mod hostile_input;
 mod memory_cases;
 mod memory_requests;
+mod oauth;
 mod operator_keys;
 mod readme;
 mod security;
