@@ -172,7 +172,8 @@ impl IdempotencyStore for ReplayCache {
         release, resolve_execution, release_execution, take_over, wait_for_outcome,
         record_late_arrival, audit_trail, check_ready, readiness_warnings, request_cancel, cancel_requests,
         lease_state, record_changes, shutdown, claim_reconciliations, record_probe,
-        probe_evidence, attempt_age, operator_view,
+        probe_evidence, attempt_age, operator_view, keeps_client_holds, reserve_held,
+        renew_held, held_owner,
     );
 
     fn reserve<'a>(
