@@ -5,6 +5,8 @@
 #   CARMY_FW_PY_VENV (default ${TMPDIR:-/tmp}/carmy-fw-py-venv), from requirements-py.txt;
 # - LangChain / LangGraph through langchain-mcp-adapters 0.3 on the MCP SDK 1.x: its own venv,
 #   CARMY_FW_LC_VENV (default ${TMPDIR:-/tmp}/carmy-fw-lc-venv), from requirements-langchain.txt;
+# - DBOS Transact for the held workflow recipe of docs/held.md: its own venv, CARMY_FW_DBOS_VENV
+#   (default ${TMPDIR:-/tmp}/carmy-fw-dbos-venv), from requirements-dbos.txt;
 # - the Vercel AI SDK (`ai`, `@ai-sdk/mcp`), the official TypeScript SDK and Claude Code's JSON:
 #   node_modules cached in CARMY_FW_NODE_CACHE (default ${TMPDIR:-/tmp}/carmy-fw-node) and linked
 #   here (node_modules/ is ignored by git).
@@ -14,7 +16,7 @@
 # call slower than Carmy's answer time. The held recipes of docs/held.md (functions run by the
 # agent, docs/semantics.md §16) run against a second gateway on a fresh database of the
 # PostgreSQL server of DATABASE_URL (scripts/test sets it; psql creates and drops it), with the
-# repository's clients (clients/python and its dependencies installed into both venvs,
+# repository's clients (clients/python and its dependencies installed into the venvs,
 # clients/typescript imported by path). Exits non-zero on any failure.
 set -euo pipefail
 
@@ -23,6 +25,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 PY_VENV="${CARMY_FW_PY_VENV:-${TMPDIR:-/tmp}/carmy-fw-py-venv}"
 LC_VENV="${CARMY_FW_LC_VENV:-${TMPDIR:-/tmp}/carmy-fw-lc-venv}"
+DBOS_VENV="${CARMY_FW_DBOS_VENV:-${TMPDIR:-/tmp}/carmy-fw-dbos-venv}"
 NODE_CACHE="${CARMY_FW_NODE_CACHE:-${TMPDIR:-/tmp}/carmy-fw-node}"
 
 # Creates the venv $1 (once) with the requirements file $2, reinstalling only when it changed.
@@ -41,7 +44,8 @@ venv() {
 }
 venv "$PY_VENV" "$HERE/requirements-py.txt"
 venv "$LC_VENV" "$HERE/requirements-langchain.txt"
-for dir in "$PY_VENV" "$LC_VENV"; do
+venv "$DBOS_VENV" "$HERE/requirements-dbos.txt"
+for dir in "$PY_VENV" "$LC_VENV" "$DBOS_VENV"; do
   "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "$ROOT/clients/python" >&2
   # Same version number as a previous install: the repository's code is what runs.
   "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall \
@@ -110,9 +114,12 @@ status=0
   test_mcp_sdk_model.py test_held_recipes.py || status=1
 "$LC_VENV/bin/python" -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning test_langgraph.py \
   test_held_langchain.py || status=1
+"$DBOS_VENV/bin/python" -m pytest -q -p no:cacheprovider test_held_dbos.py || status=1
 node --test ai_sdk.test.mjs sdk.test.mjs held_ai_sdk.test.mjs || status=1
 if [[ $status -ne 0 ]]; then
   echo "run-tests.sh: the gateway's log:" >&2
   cat "$TEST_GATEWAY_LOG" >&2
+  echo "run-tests.sh: the held recipes' gateway's log:" >&2
+  cat "$held_dir/gateway.log" >&2
 fi
 exit "$status"

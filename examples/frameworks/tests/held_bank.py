@@ -1,5 +1,6 @@
 """A counting payments API for the held recipes: ``POST /charge`` records one charge per call
-(duplicates included), so a second run of a tool is visible."""
+(duplicates included), so a second run of a tool is visible; ``GET /charges/<key>`` lists the
+charges made with ``key`` (404 when none), for reconcile hooks."""
 
 from __future__ import annotations
 
@@ -24,6 +25,16 @@ class Bank:
                 bank.charges.append(charge)
                 text = json.dumps(charge).encode()
                 self.send_response(201)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+
+            def do_GET(self) -> None:
+                key = self.path.rsplit("/", 1)[-1]
+                found = [charge for charge in bank.charges if charge.get("key") == key]
+                text = json.dumps({"charges": found}).encode()
+                self.send_response(200 if found else 404)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(text)))
                 self.end_headers()

@@ -33,7 +33,15 @@ from .errors import (
     UncertainRunningError,
     UnknownToolError,
 )
-from .held import Found, HeldExecution, NotFound, NotJsonError, ToolFailedError, held
+from .held import (
+    Found,
+    HeldExecution,
+    NotFound,
+    NotJsonError,
+    Reconciliation,
+    ToolFailedError,
+    held,
+)
 from .models import (
     Execution,
     ExecutionStatus,
@@ -59,6 +67,7 @@ __all__ = [
     "HeldExecution",
     "NotFound",
     "NotJsonError",
+    "Reconciliation",
     "ToolFailedError",
     "held",
     "ExecutionStatus",
