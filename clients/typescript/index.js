@@ -302,7 +302,8 @@ export class Holding {
       await this.client.request("POST", `${HELD_PATH}/${this.executionId}/renew`, text, this.requestId);
     } catch (error) {
       if (error instanceof ExecutionFinishedError || error instanceof NotFoundError) {
-        this.lost = true;
+        // After a record was sent, finished is its own doing.
+        this.lost = !this.attempted;
         this.stop();
       }
     }
@@ -332,10 +333,15 @@ export class Holding {
   }
 
   async record(status, data, error) {
-    this.stop();
     this.attempted = true;
     const text = checkJson({ fencing_token: this.fencingToken, status, data, error }, "the outcome");
-    this.recorded = (await this.client.request("POST", `${HELD_PATH}/${this.executionId}/outcome`, text, this.requestId)).body;
+    try {
+      // The lease is renewed until the record is acknowledged: a record delayed by retries
+      // must not find the execution interrupted.
+      this.recorded = (await this.client.request("POST", `${HELD_PATH}/${this.executionId}/outcome`, text, this.requestId)).body;
+    } finally {
+      this.stop();
+    }
     return this.recorded;
   }
 

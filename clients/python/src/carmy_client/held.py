@@ -295,7 +295,8 @@ class Holding:
             try:
                 self._client._answer(self._plan.renew(self.held))
             except (ExecutionFinishedError, NotFoundError):
-                self.held.lost = True
+                # After a record was sent, finished is its own doing.
+                self.held.lost = not self.held.attempted
                 return
             except CarmyError:
                 continue
@@ -319,10 +320,14 @@ class Holding:
         return self._record("failed", None, error)
 
     def _record(self, status: str, data: Any, error: Any) -> Execution:
-        self._stop.set()
         self.held.attempted = True
         call = self._plan.outcome(self.held, status, data, error)
-        self.held.recorded = parse_execution(self._client._answer(call).body)
+        try:
+            # The lease is renewed until the record is acknowledged: a record delayed by
+            # retries must not find the execution interrupted.
+            self.held.recorded = parse_execution(self._client._answer(call).body)
+        finally:
+            self._stop.set()
         return self.held.recorded
 
     def __exit__(
@@ -418,7 +423,7 @@ class AsyncHolding:
             try:
                 await self._client._answer(self._plan.renew(self.held))
             except (ExecutionFinishedError, NotFoundError):
-                self.held.lost = True
+                self.held.lost = not self.held.attempted
                 return
             except CarmyError:
                 continue
@@ -448,10 +453,13 @@ class AsyncHolding:
         return await self._record("failed", None, error)
 
     async def _record(self, status: str, data: Any, error: Any) -> Execution:
-        await self._stop()
         self.held.attempted = True
         call = self._plan.outcome(self.held, status, data, error)
-        self.held.recorded = parse_execution((await self._client._answer(call)).body)
+        try:
+            # Renewed until the record is acknowledged (see Holding._record).
+            self.held.recorded = parse_execution((await self._client._answer(call)).body)
+        finally:
+            await self._stop()
         return self.held.recorded
 
     async def __aexit__(
