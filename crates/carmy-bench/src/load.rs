@@ -48,7 +48,17 @@ pub enum Scenario {
     /// The upstream as the configured HTTP tool `bench_charge`, a fresh `request_id` every call:
     /// expect 200 with `"replayed":false`.
     HttpTool,
+    /// A client-held execution of the client tool [`HELD_TOOL`] with a fresh `request_id`
+    /// (docs/semantics.md §16): `POST /v1/held` (201), then its outcome `POST
+    /// /v1/held/{id}/outcome` (200, `"replayed":false`); one call is both requests.
+    HeldNewIdentity,
+    /// `POST /v1/held` with the request ids of recorded held executions: expect 200 with
+    /// `"replayed":true`.
+    HeldReplay,
 }
+
+/// The client tool the held scenarios reserve (the bench's tools file declares it).
+pub const HELD_TOOL: &str = "bench_held";
 
 impl Scenario {
     /// The name in the table.
@@ -62,6 +72,8 @@ impl Scenario {
             Self::McpPing => "ping over /mcp (no tool call)",
             Self::UpstreamDirect => "upstream directly",
             Self::HttpTool => "upstream through Carmy",
+            Self::HeldNewIdentity => "held new identity (reserve + record)",
+            Self::HeldReplay => "held replay",
         }
     }
 
@@ -75,6 +87,7 @@ impl Scenario {
         match self {
             Self::McpNewIdentity | Self::McpReplay | Self::McpPing => "/mcp",
             Self::UpstreamDirect => crate::upstream::UPSTREAM_PATH,
+            Self::HeldNewIdentity | Self::HeldReplay => "/v1/held",
             _ => "/v1/executions",
         }
     }
@@ -93,6 +106,33 @@ impl Scenario {
 /// scenarios use; `bench/pgbench/read_one.sql` reads the same rows.
 pub fn replay_request_id(index: usize) -> String {
     format!("replay-{index}")
+}
+
+/// The request id of the `index`-th (1-based) recorded held execution of the held replays.
+pub fn held_replay_request_id(index: usize) -> String {
+    format!("held-replay-{index}")
+}
+
+/// The body of `POST /v1/held` for [`HELD_TOOL`] with `{}` under `request_id`.
+pub fn held_body(request_id: &str) -> String {
+    format!(r#"{{"tool":"{HELD_TOOL}","arguments":{{}},"request_id":"{request_id}"}}"#)
+}
+
+/// The outcome a held call records after its reservation answered `reserved` (the body of
+/// `POST /v1/held`'s 201): the path and body of its `POST /v1/held/{id}/outcome`.
+pub fn held_outcome(reserved: &[u8]) -> Result<(String, String), String> {
+    let body: serde_json::Value =
+        serde_json::from_slice(reserved).map_err(|_| "201 unreadable".to_owned())?;
+    let (Some(id), Some(token)) = (
+        body["execution_id"].as_str(),
+        body["fencing_token"].as_str(),
+    ) else {
+        return Err("201 without a token".to_owned());
+    };
+    Ok((
+        format!("/v1/held/{id}/outcome"),
+        format!(r#"{{"fencing_token":"{token}","status":"completed","data":{{}}}}"#),
+    ))
 }
 
 /// The body of a call of `echo`.
@@ -271,6 +311,10 @@ impl Bodies {
                 crate::upstream::TOOL_NAME,
                 uuid::Uuid::new_v4().simple()
             ),
+            Scenario::HeldNewIdentity => {
+                held_body(&format!("held-{}", uuid::Uuid::new_v4().simple()))
+            }
+            Scenario::HeldReplay => held_body(&held_replay_request_id(index)),
         };
         self.sent += 1;
         body
@@ -314,7 +358,16 @@ async fn worker(
                 }
             },
         };
-        let answer = conn.post(&host, bodies.next(), scenario.path()).await;
+        let mut answer = conn.post(&host, bodies.next(), scenario.path()).await;
+        if scenario == Scenario::HeldNewIdentity {
+            answer = match answer {
+                Ok((201, reserved)) => match held_outcome(&reserved) {
+                    Ok((path, body)) => conn.post(&host, body, &path).await,
+                    Err(kind) => Err(kind),
+                },
+                other => other,
+            };
+        }
         let latency = started.elapsed();
         let outcome = match answer {
             Ok((status, body)) => check(scenario, status, &body),
@@ -468,6 +521,52 @@ pub async fn call_replay_identities(address: SocketAddr, count: usize) -> Result
         handle
             .await
             .map_err(|error| format!("creating identities: {error}"))??;
+    }
+    Ok(())
+}
+
+/// Reserves and records `held-replay-1` … `held-replay-<count>` of [`HELD_TOOL`] (32 at a
+/// time) for [`Scenario::HeldReplay`]; a second time, they answer as replays (already recorded).
+pub async fn call_held_identities(address: SocketAddr, count: usize) -> Result<(), String> {
+    let workers = 32.min(count.max(1));
+    let host = address.to_string();
+    let mut handles = Vec::new();
+    for worker in 0..workers {
+        let host = host.clone();
+        handles.push(tokio::spawn(async move {
+            let mut conn = Connection::open(address).await?;
+            let mut index = worker + 1;
+            while index <= count {
+                let id = held_replay_request_id(index);
+                let (status, body) = conn.post(&host, held_body(&id), "/v1/held").await?;
+                match status {
+                    201 => {
+                        let (path, outcome) = held_outcome(&body)?;
+                        let (status, body) = conn.post(&host, outcome, &path).await?;
+                        if status != 200 {
+                            return Err(format!(
+                                "recording {id}: {status} {}",
+                                String::from_utf8_lossy(&body)
+                            ));
+                        }
+                    }
+                    200 => {}
+                    _ => {
+                        return Err(format!(
+                            "holding {id}: {status} {}",
+                            String::from_utf8_lossy(&body)
+                        ))
+                    }
+                }
+                index += workers;
+            }
+            Ok::<(), String>(())
+        }));
+    }
+    for handle in handles {
+        handle
+            .await
+            .map_err(|error| format!("creating held identities: {error}"))??;
     }
     Ok(())
 }

@@ -49,7 +49,22 @@ pub async fn main_gateway(
 ) -> Result<MainRuns, String> {
     let pgbench_seconds = args.measure().as_secs_f64().ceil().max(1.0) as u64;
     eprintln!("starting {}", gateway_binary.display());
-    let mut gw = Gateway::start(gateway_binary, "main", &database.url, env)?;
+    // The example tools and the client tool of the held scenarios (docs/semantics.md §16).
+    let held_tools = std::env::temp_dir().join(format!(
+        "carmy-bench-held-{}.toml",
+        uuid::Uuid::new_v4().simple()
+    ));
+    std::fs::write(
+        &held_tools,
+        format!(
+            "example_tools = true\n\n[[client_tools]]\nname = \"{}\"\n",
+            load::HELD_TOOL
+        ),
+    )
+    .map_err(|error| format!("writing {}: {error}", held_tools.display()))?;
+    let mut main_env = env.to_vec();
+    main_env.push(("CARMY_TOOLS_FILE", held_tools.display().to_string()));
+    let mut gw = Gateway::start(gateway_binary, "main", &database.url, &main_env)?;
     let server = database.server_info().await?;
     eprintln!("preloading {} reservations", args.small_rows);
     database.preload(1, args.small_rows).await?;
@@ -121,7 +136,25 @@ pub async fn main_gateway(
         let c = report::TARGET_CONCURRENCY;
         runs.push(measure_http(args, scenario, c, gw.pid(), gw.address).await);
     }
+    // Executions held by a client beside the gateway-run ones (docs/semantics.md §16): new
+    // identities (reserve and record, with the commits per call) and replays.
+    let mut settled = None;
+    runs.push(
+        measure_new_identities_of(
+            args,
+            Scenario::HeldNewIdentity,
+            report::TARGET_CONCURRENCY,
+            &gw,
+            database,
+            &mut settled,
+        )
+        .await?,
+    );
+    load::call_held_identities(gw.address, args.replay_identities).await?;
+    let c = report::TARGET_CONCURRENCY;
+    runs.push(measure_http(args, Scenario::HeldReplay, c, gw.pid(), gw.address).await);
     gw.stop();
+    let _ = std::fs::remove_file(&held_tools);
     Ok(MainRuns {
         server,
         pgbench_new,
@@ -246,20 +279,35 @@ pub async fn measure_new_identities(
     database: &BenchDb,
     settled: &mut Option<Settled>,
 ) -> Result<RunResult, String> {
+    measure_new_identities_of(
+        args,
+        Scenario::NewIdentity,
+        concurrency,
+        gateway,
+        database,
+        settled,
+    )
+    .await
+}
+
+/// [`measure_new_identities`] of `scenario`, a scenario that makes one new row per call
+/// (gateway-run or held, docs/semantics.md §16).
+pub async fn measure_new_identities_of(
+    args: &Args,
+    scenario: Scenario,
+    concurrency: usize,
+    gateway: &Gateway,
+    database: &BenchDb,
+    settled: &mut Option<Settled>,
+) -> Result<RunResult, String> {
     let rows_before = database.reservations().await?;
     let before = match *settled {
         Some(counts) => counts,
         None => Settled::read(database).await?,
     };
     let phases_before = phases::Reading::of(&gateway.get("/metrics")?, before.wal_syncs);
-    let mut result = measure_http(
-        args,
-        Scenario::NewIdentity,
-        concurrency,
-        gateway.pid(),
-        gateway.address,
-    )
-    .await;
+    let mut result =
+        measure_http(args, scenario, concurrency, gateway.pid(), gateway.address).await;
     let metrics_after = gateway.get("/metrics")?;
     let rows = database.reservations().await? - rows_before;
     let after = Settled::read(database).await?;

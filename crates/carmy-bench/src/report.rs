@@ -216,10 +216,13 @@ pub fn ceiling_of(
         Scenario::NewIdentity
         | Scenario::McpNewIdentity
         | Scenario::UpstreamDirect
-        | Scenario::HttpTool => new_identity.tps,
-        Scenario::Replay | Scenario::Conflict | Scenario::McpReplay | Scenario::McpPing => {
-            read_one.tps
-        }
+        | Scenario::HttpTool
+        | Scenario::HeldNewIdentity => new_identity.tps,
+        Scenario::Replay
+        | Scenario::Conflict
+        | Scenario::McpReplay
+        | Scenario::McpPing
+        | Scenario::HeldReplay => read_one.tps,
     }
 }
 

@@ -46,7 +46,8 @@ pub fn load(config: &Config) -> Result<Option<ToolsConfig>, GatewayError> {
     Ok(Some(tools))
 }
 
-/// The tools `file` declares, sending through one pooled client. An HTTP body over a tool's
+/// The tools `file` declares (its client-held tools too, docs/semantics.md §16), sending
+/// through one pooled client. An HTTP body over a tool's
 /// `max_response_bytes` (default `max_result_bytes`) is recorded as `RESULT_TOO_LARGE`.
 ///
 /// # Errors
@@ -56,6 +57,16 @@ pub fn tools(
     max_result_bytes: usize,
 ) -> Result<Vec<Arc<dyn Tool>>, GatewayError> {
     let client = upstream_client()?;
+    let held = file.client_tools.iter().map(|spec| {
+        Arc::new(
+            carmy::held::ClientTool::new(
+                spec.name.clone(),
+                spec.description.clone(),
+                spec.input_schema.clone(),
+            )
+            .with_annotations(spec.annotations.clone()),
+        ) as Arc<dyn Tool>
+    });
     Ok(file
         .http_tools
         .iter()
@@ -66,6 +77,7 @@ pub fn tools(
                 max_result_bytes,
             )) as Arc<dyn Tool>
         })
+        .chain(held)
         .collect())
 }
 

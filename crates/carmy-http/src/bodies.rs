@@ -126,6 +126,10 @@ pub(super) struct ToolEntry<'a> {
     /// takes it out of the arguments before the call unless `adopted`, and sends it as the
     /// call's `request_id`.
     pub(super) request_id_argument: Option<carmy::key_argument::KeyArgument>,
+    /// `true` for a tool its caller runs itself (docs/semantics.md §16): reserve it with
+    /// `POST /v1/held`, not `POST /v1/executions`. Absent otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(super) held_by_client: bool,
 }
 
 /// The body of `/healthz` and `/readyz`.

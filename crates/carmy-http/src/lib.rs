@@ -24,6 +24,7 @@
 //! - `routes`: the router and the handlers of calls, executions, tools and probes;
 //! - `recovery` (listing, resolving and releasing executions, docs/semantics.md §12) and
 //!   `reconcile_route` (`POST /v1/executions/{id}/reconcile`, §12.10);
+//! - `held_routes`: executions held by a client (`/v1/held`, docs/semantics.md §16);
 //! - `bodies`: the JSON bodies of the answers;
 //! - [`error`]: the one mapping of the engine's answers and refusals to status codes and
 //!   problem documents (§5);
@@ -39,6 +40,7 @@ mod bodies;
 mod console;
 pub mod error;
 mod extractors;
+mod held_routes;
 mod openapi;
 mod reconcile_route;
 mod recovery;

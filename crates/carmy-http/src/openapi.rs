@@ -38,6 +38,7 @@ use utoipa::{Modify, OpenApi, ToResponse, ToSchema};
     tags(
         (name = "executions", description = "Calls, their records, cancellation"),
         (name = "tools", description = "The tools this gateway serves"),
+        (name = "held", description = "Executions held by a client: reserve, renew, record (docs/semantics.md §16)"),
         (name = "operations", description = "Probes, metrics and this document; no API key"),
     )
 )]

@@ -80,8 +80,8 @@ pub(super) struct ListQuery {
 /// the path (404 when it cannot name one) and then the body, JSON read strictly into `T`
 /// (400, or 415 for another content type).
 pub(super) struct Decision<T> {
-    execution_id: ExecutionId,
-    body: T,
+    pub(super) execution_id: ExecutionId,
+    pub(super) body: T,
 }
 
 impl<T: DeserializeOwned> FromRequest<AppState> for Decision<T> {
@@ -101,7 +101,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Decision<T> {
 /// The answers both decision routes share besides 200, 400 and 409.
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)] // describes the responses only
-enum DecisionProblems {
+pub(super) enum DecisionProblems {
     #[response(status = 401)]
     Unauthorized(#[ref_response] openapi::Unauthorized),
     #[response(status = 404, description = NO_SUCH_EXECUTION, content_type = "application/problem+json")]

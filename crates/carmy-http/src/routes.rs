@@ -9,7 +9,7 @@ use crate::bodies::{
 };
 use crate::error::ApiError;
 use crate::extractors::{AuthenticatedCaller, Principal};
-use crate::{console, openapi, reconcile_route, recovery};
+use crate::{console, held_routes, openapi, reconcile_route, recovery};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -55,6 +55,9 @@ pub(crate) fn api_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(recovery::resolve_execution))
         .routes(routes!(recovery::release_execution))
         .routes(routes!(reconcile_route::reconcile_execution))
+        .routes(routes!(held_routes::hold_execution))
+        .routes(routes!(held_routes::renew_hold))
+        .routes(routes!(held_routes::record_held))
         .routes(routes!(list_tools))
         .routes(routes!(healthz))
         .routes(routes!(readyz))
@@ -132,17 +135,19 @@ fn string_member<'de, D: serde::Deserializer<'de>>(
     )))
 }
 
-fn tool_name<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+pub(crate) fn tool_name<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<String, D::Error> {
     string_member(deserializer, "tool")
 }
 
-fn request_id<'de, D: serde::Deserializer<'de>>(
+pub(crate) fn request_id<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<String>, D::Error> {
     string_member(deserializer, "request_id").map(Some)
 }
 
-fn session_id<'de, D: serde::Deserializer<'de>>(
+pub(crate) fn session_id<'de, D: serde::Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<String>, D::Error> {
     string_member(deserializer, "session_id").map(Some)
@@ -211,7 +216,7 @@ pub(crate) fn json_response(status: StatusCode, mut body: String) -> Response {
 }
 
 /// The header that tells a replayed answer from a fresh one (the body's `replayed` says the same).
-const REPLAYED_HEADER: &str = "idempotent-replayed";
+pub(crate) const REPLAYED_HEADER: &str = "idempotent-replayed";
 
 /// Runs a call, or answers it from its identity's record (docs/semantics.md §3).
 #[utoipa::path(
@@ -245,20 +250,7 @@ async fn create_execution(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::PayloadTooLarge {
-                limit: state.max_body_bytes,
-            }
-        } else if is_body_timeout(&rejection) {
-            ApiError::RequestTimeout
-        } else {
-            invalid(rejection.body_text())
-        }
-    })?;
-    if !is_json_content_type(&headers) {
-        return Err(ApiError::UnsupportedMediaType);
-    }
+    let body = call_body(&state, &headers, body)?;
     let traceparent = headers
         .get("traceparent")
         .and_then(|value| value.to_str().ok());
@@ -278,6 +270,30 @@ async fn create_execution(
         HeaderValue::from_static(if answer.replayed { "true" } else { "false" }),
     );
     Ok(response)
+}
+
+/// A call's body as read within its limits (413, 408, 400) and declared JSON (415), for the
+/// routes that take a call (docs/semantics.md §3 steps 2 and 3).
+pub(crate) fn call_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Bytes, ApiError> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge {
+                limit: state.max_body_bytes,
+            }
+        } else if is_body_timeout(&rejection) {
+            ApiError::RequestTimeout
+        } else {
+            invalid(rejection.body_text())
+        }
+    })?;
+    if !is_json_content_type(headers) {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    Ok(body)
 }
 
 /// An execution id from a path ([`ExecutionId::parse`]); anything else (including text that is
@@ -382,6 +398,7 @@ async fn list_tools(State(state): State<AppState>, _principal: Principal) -> Res
                 input_schema: tool.input_schema(),
                 annotations: tool.annotations(),
                 request_id_argument: state.engine.key_argument(tool.as_ref()).ok().flatten(),
+                held_by_client: tool.held_by_client(),
             })
             .collect(),
     };

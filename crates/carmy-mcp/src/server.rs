@@ -101,6 +101,8 @@ impl ServerHandler for CarmyMcp {
         Ok(ListToolsResult::with_all_items(
             tools
                 .iter()
+                // A tool its caller runs itself is reserved over HTTP only (§16).
+                .filter(|tool| !tool.held_by_client())
                 .map(|tool| self.listed(tool.as_ref()))
                 .collect(),
         ))
@@ -110,7 +112,7 @@ impl ServerHandler for CarmyMcp {
         self.engine
             .tools()
             .iter()
-            .find(|tool| tool.name() == name)
+            .find(|tool| tool.name() == name && !tool.held_by_client())
             .map(|tool| self.listed(tool.as_ref()))
     }
 

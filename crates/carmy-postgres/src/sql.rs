@@ -343,6 +343,32 @@ pub const LEASE_SQL: &str =
 pub const END_LEASE_SQL: &str =
     "UPDATE carmy.instances SET lease_expires_at = now() WHERE instance_id = $1";
 
+/// Registers a client's hold (docs/semantics.md §16) as a lease row of its own, before its
+/// reservation. Binds: `$1` the fencing token, `$2` the lease in milliseconds.
+pub const HOLD_LEASE_SQL: &str =
+    "INSERT INTO carmy.instances (instance_id, hostname, pid, lease_expires_at) \
+     VALUES ($1, 'client hold', NULL, now() + $2::bigint * interval '1 millisecond')";
+
+/// Renews a client's hold, only while its execution is running under it (not finished,
+/// decided or released). Binds: `$1` execution_id, `$2` the fencing token, `$3` the lease in
+/// milliseconds. One row when renewed, none when the holder lost it.
+pub const RENEW_HOLD_SQL: &str = "UPDATE carmy.instances i \
+     SET lease_expires_at = now() + $3::bigint * interval '1 millisecond' \
+     WHERE i.instance_id = $2 \
+       AND EXISTS (SELECT 1 FROM carmy.reservations r \
+                   WHERE r.execution_id = $1 AND r.owner_instance = $2 AND r.state = 'running') \
+     RETURNING i.instance_id";
+
+/// Who holds or held an execution: its row, else its released copy. Binds: `$1` execution_id.
+/// Returns `owner_instance`, `attempt` and `started` (when it was reserved).
+pub const HELD_OWNER_SQL: &str =
+    "SELECT r.owner_instance, r.attempt, coalesce(r.started_at, r.created_at) AS started \
+     FROM carmy.reservations r WHERE r.execution_id = $1 \
+     UNION ALL \
+     SELECT h.owner_instance, 1, coalesce(h.started_at, h.created_at) \
+     FROM carmy.released_executions h WHERE h.execution_id = $1 \
+     LIMIT 1";
+
 /// Sends a notification to every replica, from the database the gateway is connected to (on
 /// Citus, the coordinator: a notification sent on a worker reaches no gateway). Binds: `$1` the
 /// channel ([`crate::CANCEL_CHANNEL`], [`crate::RECORDED_CHANNEL`], [`crate::CHANGED_CHANNEL`]),
@@ -372,6 +398,9 @@ pub const STATEMENTS: &[(&str, &str)] = &[
     ("LEASE_SQL", LEASE_SQL),
     ("END_LEASE_SQL", END_LEASE_SQL),
     ("NOTIFY_SQL", NOTIFY_SQL),
+    ("HOLD_LEASE_SQL", HOLD_LEASE_SQL),
+    ("RENEW_HOLD_SQL", RENEW_HOLD_SQL),
+    ("HELD_OWNER_SQL", HELD_OWNER_SQL),
     ("OPERATOR_LIST_SQL", OPERATOR_LIST_SQL),
     ("OPERATOR_LIST_IN_FLIGHT_SQL", OPERATOR_LIST_IN_FLIGHT_SQL),
     ("OPERATOR_LIST_FINISHED_SQL", OPERATOR_LIST_FINISHED_SQL),

@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
+mod held;
 mod hot_path;
 mod idempotency;
 

@@ -51,6 +51,39 @@ pub struct RawFile {
     /// `[[mcp_servers]]`: upstream MCP servers whose tools are imported.
     #[serde(default)]
     pub mcp_servers: Vec<Spanned<RawMcpServer>>,
+    /// `[[client_tools]]`: tools their callers run themselves (docs/semantics.md §16).
+    #[serde(default)]
+    pub client_tools: Vec<Spanned<RawClientTool>>,
+}
+
+/// One `[[client_tools]]` entry: a tool its caller runs itself (a Python or TypeScript
+/// function wrapped by Carmy's client), declared so that its calls are checked against a
+/// schema and operators see it (docs/semantics.md §16).
+///
+/// ```toml
+/// [[client_tools]]
+/// name = "charge_card"
+/// description = "Charge a customer's card"
+/// input_schema = { type = "object", required = ["customer"] }   # or input_schema_file
+/// on_interrupted = "uncertain"     # the default and, for now, the only policy
+/// ```
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClientTool {
+    /// The name callers reserve it by.
+    pub name: Spanned<String>,
+    /// One line for `GET /v1/tools`.
+    #[serde(default)]
+    pub description: String,
+    /// The arguments' JSON Schema, inline.
+    pub input_schema: Option<Spanned<serde_json::Value>>,
+    /// The arguments' JSON Schema, in a JSON file (relative to the tools file).
+    pub input_schema_file: Option<Spanned<String>>,
+    /// MCP-style behaviour hints.
+    pub annotations: Option<ToolAnnotations>,
+    /// What the next attempt does when the holder died: `uncertain` (the default; a holder's
+    /// `reconcile` hook or an operator decides).
+    pub on_interrupted: Option<Spanned<String>>,
 }
 
 /// The kind of a `[[tools]]` entry.
@@ -221,4 +254,6 @@ pub(crate) struct EntryNames {
     pub(crate) tools: Vec<Spanned<EntryName>>,
     #[serde(default)]
     pub(crate) mcp_servers: Vec<Spanned<EntryName>>,
+    #[serde(default)]
+    pub(crate) client_tools: Vec<Spanned<EntryName>>,
 }

@@ -1,11 +1,11 @@
 //! Reading and validating the tools file in full, before anything serves (docs/semantics.md
 //! §10): every mistake is a [`ConfigError`] naming the file, line, entry and field.
 
-use crate::config::{EntryNames, RawFile, RawTool};
+use crate::config::{EntryNames, RawClientTool, RawFile, RawTool};
 use crate::error::{ConfigError, Reporter};
 use crate::fields::{check_name, on_interrupted, parse_method, positive, status_lists};
 use crate::secret::{expand, Secret};
-use crate::spec::{Header, HttpToolSpec, ToolsConfig, DEFAULT_IDEMPOTENCY_HEADER};
+use crate::spec::{ClientToolSpec, Header, HttpToolSpec, ToolsConfig, DEFAULT_IDEMPOTENCY_HEADER};
 use crate::template::UrlTemplate;
 use carmy::key_argument::KeySetting;
 use reqwest::header::{HeaderName, HeaderValue};
@@ -51,12 +51,16 @@ pub fn load(
     let report = Reporter { file, text: &text };
     let raw: RawFile = toml::from_str(&text)
         .map_err(|error| single_table(&report).unwrap_or_else(|| parse_error(&report, &error)))?;
-    if raw.tools.is_empty() && raw.mcp_servers.is_empty() && !raw.example_tools {
+    if raw.tools.is_empty()
+        && raw.mcp_servers.is_empty()
+        && raw.client_tools.is_empty()
+        && !raw.example_tools
+    {
         return Err(report.error(
             None,
             None,
             None,
-            "declares no tools: add [[tools]] or [[mcp_servers]] entries, or set example_tools = true to serve only the built-in example tools",
+            "declares no tools: add [[tools]], [[mcp_servers]] or [[client_tools]] entries, or set example_tools = true to serve only the built-in example tools",
         ));
     }
     let checker = Checker {
@@ -82,6 +86,19 @@ pub fn load(
             ));
         }
         http_tools.push(spec);
+    }
+    let mut client_tools = Vec::new();
+    for tool in &raw.client_tools {
+        let spec = checker.client_tool(tool)?;
+        if let Some(other) = names.insert(spec.name.clone(), "another tool entry".into()) {
+            return Err(report.error(
+                Some(tool.get_ref().name.span().start),
+                Some(&format!("client tool {:?}", spec.name)),
+                Some("name"),
+                format!("the name is already used by {other}; tool names must be unique"),
+            ));
+        }
+        client_tools.push(spec);
     }
     let example_names: &[&str] = if raw.example_tools { builtin } else { &[] };
     probe::check_probe_tools(
@@ -110,6 +127,7 @@ pub fn load(
         example_tools: raw.example_tools,
         http_tools,
         mcp_servers,
+        client_tools,
     })
 }
 
@@ -165,6 +183,12 @@ fn parse_error(report: &Reporter<'_>, error: &toml::de::Error) -> ConfigError {
                     .mcp_servers
                     .iter()
                     .map(|entry| label("mcp server", entry)),
+            )
+            .chain(
+                names
+                    .client_tools
+                    .iter()
+                    .map(|entry| label("client tool", entry)),
             )
             .filter(|(start, _)| *start <= span.start)
             .max_by_key(|(start, _)| *start)
@@ -286,7 +310,56 @@ impl Checker<'_> {
 
     /// The inline schema or the schema file's, checked to be a valid JSON Schema.
     fn schema(&self, tool: &RawTool, label: &str, start: usize) -> Result<Value, ConfigError> {
-        let (schema, offset, field) = match (&tool.input_schema, &tool.input_schema_file) {
+        self.schema_of((&tool.input_schema, &tool.input_schema_file), label, start)
+    }
+
+    /// A `[[client_tools]]` entry (docs/semantics.md §16).
+    fn client_tool(&self, entry: &Spanned<RawClientTool>) -> Result<ClientToolSpec, ConfigError> {
+        let tool = entry.get_ref();
+        let name = tool.name.get_ref().clone();
+        let label = format!("client tool {name:?}");
+        check_name(&name).map_err(|message| {
+            self.report.error(
+                Some(tool.name.span().start),
+                Some(&label),
+                Some("name"),
+                message,
+            )
+        })?;
+        if let Some(policy) = &tool.on_interrupted {
+            if policy.get_ref() != "uncertain" {
+                return Err(self.report.error(
+                    Some(policy.span().start),
+                    Some(&label),
+                    Some("on_interrupted"),
+                    format!(
+                        "{:?} is not available for a client tool: only \"uncertain\" (the holder's reconcile hook or an operator decides an interrupted execution)",
+                        policy.get_ref()
+                    ),
+                ));
+            }
+        }
+        let input_schema = self.schema_of(
+            (&tool.input_schema, &tool.input_schema_file),
+            &label,
+            entry.span().start,
+        )?;
+        Ok(ClientToolSpec {
+            name,
+            description: tool.description.clone(),
+            input_schema,
+            annotations: tool.annotations.clone(),
+        })
+    }
+
+    /// A schema given inline or in a file (`input_schema`, `input_schema_file`).
+    fn schema_of(
+        &self,
+        given: (&Option<Spanned<Value>>, &Option<Spanned<String>>),
+        label: &str,
+        start: usize,
+    ) -> Result<Value, ConfigError> {
+        let (schema, offset, field) = match given {
             (Some(_), Some(file)) => {
                 return Err(self.report.error(
                     Some(file.span().start),

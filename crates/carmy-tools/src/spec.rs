@@ -27,6 +27,21 @@ pub struct ToolsConfig {
     pub http_tools: Vec<HttpToolSpec>,
     /// The `[[mcp_servers]]` entries.
     pub mcp_servers: Vec<McpServerSpec>,
+    /// The `[[client_tools]]` entries (docs/semantics.md §16).
+    pub client_tools: Vec<ClientToolSpec>,
+}
+
+/// One tool its caller runs itself (docs/semantics.md §16).
+#[derive(Debug, Clone)]
+pub struct ClientToolSpec {
+    /// The name callers reserve it by.
+    pub name: String,
+    /// One line for `GET /v1/tools`.
+    pub description: String,
+    /// The arguments' JSON Schema.
+    pub input_schema: Value,
+    /// Behaviour hints.
+    pub annotations: Option<ToolAnnotations>,
 }
 
 /// One HTTP tool.

@@ -172,7 +172,7 @@ impl IdempotencyStore for ReplayCache {
         release, resolve_execution, release_execution, take_over, wait_for_outcome,
         record_late_arrival, audit_trail, check_ready, readiness_warnings, request_cancel, cancel_requests,
         lease_state, record_changes, shutdown, claim_reconciliations, record_probe,
-        probe_evidence, attempt_age, operator_view, readings,
+        probe_evidence, attempt_age, operator_view, readings, keeps_client_holds, renew_held, held_owner,
     );
 
     fn reserve<'a>(
@@ -186,6 +186,32 @@ impl IdempotencyStore for ReplayCache {
             }
             let seen = self.changes_seen();
             let reservation = self.inner.reserve(claim, intent).await?;
+            if let Reservation::Existing(Existing::Replay(result)) = &reservation {
+                self.remember(
+                    seen,
+                    claim.key,
+                    claim.fingerprint,
+                    &RecordedResult::new(result.clone()),
+                );
+            }
+            Ok(reservation)
+        })
+    }
+
+    /// A client-held reservation (docs/semantics.md §16) is answered from the cache like
+    /// [`IdempotencyStore::reserve`]: a replay costs the store nothing, and no hold is written.
+    fn reserve_held<'a>(
+        &'a self,
+        claim: Claim<'a>,
+        intent: &'a ExecutionIntent,
+        hold: &'a crate::held::Hold,
+    ) -> StoreFuture<'a, Reservation> {
+        Box::pin(async move {
+            if let Some(answer) = self.cached_reservation(claim.key, claim.fingerprint, intent) {
+                return Ok(answer);
+            }
+            let seen = self.changes_seen();
+            let reservation = self.inner.reserve_held(claim, intent, hold).await?;
             if let Reservation::Existing(Existing::Replay(result)) = &reservation {
                 self.remember(
                     seen,

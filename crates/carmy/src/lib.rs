@@ -25,6 +25,7 @@
 //! - [`fingerprint`] and [`strict_json`] (docs/semantics.md §2), [`identity`] (identifier rules),
 //!   [`tool`], [`key_argument`] (the request id a model holds, docs/semantics.md §11) and
 //!   [`random_id`] (what counts as a model's random id);
+//! - [`held`]: executions held by a client (docs/semantics.md §16);
 //! - [`http`]: the request limits both fronts served over HTTP share;
 //! - [`retention`] (when finished records expire, and the pruner);
 //! - [`reconcile`] (probes that ask a tool's upstream whether an interrupted execution's effect
@@ -46,6 +47,7 @@ pub mod decision;
 pub mod engine;
 pub mod fault;
 pub mod fingerprint;
+pub mod held;
 pub mod http;
 pub mod identity;
 pub mod key_argument;

@@ -334,6 +334,61 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
 
+    // Executions held by a client (docs/semantics.md §16). The defaults keep none: the engine
+    // refuses client-held calls on such a store. A wrapper must forward all four.
+    /// Whether this store keeps executions held by a client (a lease per holder, shared by
+    /// every replica). The default says no.
+    fn keeps_client_holds(&self) -> bool {
+        false
+    }
+
+    /// [`IdempotencyStore::reserve`] for work a client runs itself: the same compare and
+    /// answers, but a new reservation is owned by `hold.token`, whose own lease (live for
+    /// `hold.lease` by the store's clock) is written durably with it. Nothing of the hold is
+    /// kept live when the identity was already held.
+    ///
+    /// # Errors
+    /// As [`IdempotencyStore::reserve`]; [`StoreError::Unavailable`] from the default.
+    fn reserve_held<'a>(
+        &'a self,
+        claim: Claim<'a>,
+        intent: &'a ExecutionIntent,
+        hold: &'a crate::held::Hold,
+    ) -> StoreFuture<'a, Reservation> {
+        let _ = (claim, intent, hold);
+        Box::pin(async { Err(no_client_holds()) })
+    }
+
+    /// Extends `hold`'s lease to `hold.lease` from now (the store's clock), only while
+    /// `execution_id` is still running under `hold.token` (not finished, decided, released).
+    /// `Ok(false)` when it no longer is: the holder lost it. A lease that lapsed without a
+    /// decision meanwhile is renewed (the execution reads running again).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn renew_held<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+        hold: &'a crate::held::Hold,
+    ) -> StoreFuture<'a, bool> {
+        let _ = (execution_id, hold);
+        Box::pin(async { Err(no_client_holds()) })
+    }
+
+    /// Who holds or held `execution_id` (its current reservation, or its released copy), so a
+    /// holder's token can be compared with it before its outcome is recorded; `None` when there
+    /// is no such execution.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the store fails.
+    fn held_owner<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<crate::held::HeldOwner>> {
+        let _ = execution_id;
+        Box::pin(async { Err(no_client_holds()) })
+    }
+
     // Signals between the processes of a shared store: cancel requests, this process's lease,
     // records changed behind its back. None has a default body: a wrapper must pass each on.
     /// Asks the process that runs `execution_id` to cancel it (`POST
@@ -424,4 +479,9 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     /// [`StoreError::Unavailable`] when the store could not be told (the lease then lapses on
     /// its own).
     fn shutdown(&self) -> StoreFuture<'_, ()>;
+}
+
+/// What a store without client holds answers ([`IdempotencyStore::reserve_held`]).
+fn no_client_holds() -> StoreError {
+    StoreError::Unavailable("this store keeps no executions held by a client".to_owned())
 }

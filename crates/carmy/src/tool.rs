@@ -239,6 +239,13 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// Whether the caller runs this tool itself ([`crate::held::ClientTool`], docs/semantics.md
+    /// §16): the engine then never runs it, and answers calls of it only through
+    /// [`Engine::hold`](crate::engine::Engine::hold). The default says no.
+    fn held_by_client(&self) -> bool {
+        false
+    }
+
     /// Whether an MCP client that declared the tasks extension gets a task for every call of
     /// it at once (`task = "always"` in the tools file), rather than only for calls still
     /// running after `CARMY_MCP_TASK_AFTER_MS` (docs/semantics.md §11, "Tasks"). The default

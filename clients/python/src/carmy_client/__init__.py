@@ -6,6 +6,9 @@ and 503, wait out a running duplicate, honour ``Retry-After``, and never retry a
 interrupted execution. Results are :class:`Execution` records; failures are
 :class:`CarmyError` subclasses.
 
+Functions that run in this process are protected with :func:`held` (a decorator) or
+``client.hold(...)`` (a context manager): docs/semantics.md §16.
+
 >>> from carmy_client import CarmyClient
 >>> with CarmyClient("http://127.0.0.1:8080") as carmy:  # doctest: +SKIP
 ...     print(carmy.execute("create_order", {"sku": "book"}).data)
@@ -19,7 +22,9 @@ from .errors import (
     CapacityError,
     CarmyError,
     ConflictError,
+    ExecutionFinishedError,
     ExecutionInterrupted,
+    ExecutionSupersededError,
     ExecutionUncertainError,
     InvalidRequestError,
     NotFoundError,
@@ -27,6 +32,15 @@ from .errors import (
     UnavailableError,
     UncertainRunningError,
     UnknownToolError,
+)
+from .held import (
+    Found,
+    HeldExecution,
+    NotFound,
+    NotJsonError,
+    Reconciliation,
+    ToolFailedError,
+    held,
 )
 from .models import (
     Execution,
@@ -46,7 +60,16 @@ __all__ = [
     "CarmyError",
     "ConflictError",
     "Execution",
+    "ExecutionFinishedError",
     "ExecutionInterrupted",
+    "ExecutionSupersededError",
+    "Found",
+    "HeldExecution",
+    "NotFound",
+    "NotJsonError",
+    "Reconciliation",
+    "ToolFailedError",
+    "held",
     "ExecutionStatus",
     "ExecutionUncertainError",
     "InvalidRequestError",

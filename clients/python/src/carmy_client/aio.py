@@ -14,7 +14,8 @@ import anyio
 import httpx
 
 from ._base import DEFAULT_BASE_URL, ClientBase
-from ._protocol import Call, attempt_headers, attempt_timeout, decode
+from ._protocol import Answer, Call, attempt_headers, attempt_timeout, decode
+from .held import DEFAULT_LEASE, AsyncHolding, Reconciliation, _Plan
 from .models import Execution, PendingExecution, Tool, parse_execution, parse_record, parse_tools
 from .retry import RetryPolicy
 
@@ -61,11 +62,30 @@ class AsyncCarmyClient(ClientBase):
         """See :meth:`carmy_client.CarmyClient.get_execution`."""
         return parse_record(await self._run(self._get_execution_call(execution_id)))
 
+    def hold(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        request_id: str,
+        *,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        lease: float = DEFAULT_LEASE,
+        reconcile: Callable[[], Awaitable[Reconciliation]] | None = None,
+    ) -> AsyncHolding:
+        """See :meth:`carmy_client.CarmyClient.hold`; use with ``async with``."""
+        plan = _Plan(tool, arguments, request_id, session_id, metadata, lease)
+        return AsyncHolding(self, plan, reconcile)
+
     async def list_tools(self) -> list[Tool]:
         """See :meth:`carmy_client.CarmyClient.list_tools`."""
         return parse_tools(await self._run(self._list_tools_call()))
 
     async def _run(self, call: Call) -> Any:
+        return (await self._answer(call)).body
+
+    async def _answer(self, call: Call) -> Answer:
+        """The first 2xx answer to ``call``, after the retries of its :class:`RetryLoop`."""
         loop = self._loop(call)
         while True:
             plan = loop.plan(self._clock())
@@ -82,7 +102,7 @@ class AsyncCarmyClient(ClientBase):
             else:
                 answer = decode(response)
                 if answer.success:
-                    return answer.body
+                    return answer
                 delay = loop.after_answer(
                     answer.status, answer.problem, answer.retry_after, self._clock()
                 )

@@ -14,7 +14,8 @@ from typing import Any, Callable, Mapping
 import httpx
 
 from ._base import DEFAULT_BASE_URL, ClientBase
-from ._protocol import Call, attempt_headers, attempt_timeout, decode
+from ._protocol import Answer, Call, attempt_headers, attempt_timeout, decode
+from .held import DEFAULT_LEASE, Holding, Reconciliation, _Plan
 from .models import Execution, PendingExecution, Tool, parse_execution, parse_record, parse_tools
 from .retry import RetryPolicy
 
@@ -79,11 +80,33 @@ class CarmyClient(ClientBase):
         """
         return parse_record(self._run(self._get_execution_call(execution_id)))
 
+    def hold(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        request_id: str,
+        *,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        lease: float = DEFAULT_LEASE,
+        reconcile: Callable[[], Reconciliation] | None = None,
+    ) -> Holding:
+        """A context manager holding ``tool``'s execution for ``request_id`` while this process
+        runs it (docs/semantics.md §16; see :mod:`carmy_client.held`). Raises
+        :class:`NotJsonError` at once for arguments JSON cannot carry.
+        """
+        plan = _Plan(tool, arguments, request_id, session_id, metadata, lease)
+        return Holding(self, plan, reconcile)
+
     def list_tools(self) -> list[Tool]:
         """The gateway's tools with their argument JSON Schemas."""
         return parse_tools(self._run(self._list_tools_call()))
 
     def _run(self, call: Call) -> Any:
+        return (self._answer(call)).body
+
+    def _answer(self, call: Call) -> Answer:
+        """The first 2xx answer to ``call``, after the retries of its :class:`RetryLoop`."""
         loop = self._loop(call)
         while True:
             plan = loop.plan(self._clock())
@@ -100,7 +123,7 @@ class CarmyClient(ClientBase):
             else:
                 answer = decode(response)
                 if answer.success:
-                    return answer.body
+                    return answer
                 delay = loop.after_answer(
                     answer.status, answer.problem, answer.retry_after, self._clock()
                 )

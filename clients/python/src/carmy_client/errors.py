@@ -17,7 +17,9 @@ __all__ = [
     "CarmyError",
     "CapacityError",
     "ConflictError",
+    "ExecutionFinishedError",
     "ExecutionInterrupted",
+    "ExecutionSupersededError",
     "ExecutionUncertainError",
     "InvalidRequestError",
     "NotFoundError",
@@ -106,6 +108,27 @@ class ExecutionInterrupted(ExecutionUncertainError):
     """
 
 
+class ExecutionFinishedError(CarmyError):
+    """409 ``EXECUTION_FINISHED``: the execution already has an outcome or was released. For a
+    holder's renewal (docs/semantics.md §16): it lost the execution; stop, its outcome will not
+    be recorded.
+    """
+
+
+class ExecutionSupersededError(CarmyError):
+    """409 ``EXECUTION_SUPERSEDED``: the outcome arrived after the execution was decided (its
+    holder's lease had lapsed and someone resolved or released it). The outcome was kept as a
+    late arrival in the audit log, not the record; the decision stands, and the effect may have
+    happened twice. ``current_execution_id`` names the execution holding the identity now.
+    """
+
+    @property
+    def current_execution_id(self) -> str | None:
+        """The execution that holds the identity now (``None`` when it is free)."""
+        value = self.problem.get("current_execution_id")
+        return value if isinstance(value, str) else None
+
+
 class CapacityError(CarmyError):
     """507 ``IDEMPOTENCY_CAPACITY``: the gateway's in-memory store is full; nothing ran."""
 
@@ -149,6 +172,8 @@ _BY_CODE: dict[str, type[CarmyError]] = {
     "UNKNOWN_TOOL": UnknownToolError,
     "NOT_FOUND": NotFoundError,
     "STORE_UNAVAILABLE": UnavailableError,
+    "EXECUTION_FINISHED": ExecutionFinishedError,
+    "EXECUTION_SUPERSEDED": ExecutionSupersededError,
 }
 
 

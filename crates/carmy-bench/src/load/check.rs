@@ -14,11 +14,13 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 /// Classifies an answer: `Ok(())` when it is the scenario's expected one, else the error kind.
 pub(super) fn check(scenario: Scenario, status: u16, body: &[u8]) -> Result<(), String> {
     let expected = match scenario {
-        Scenario::NewIdentity | Scenario::HttpTool => {
+        Scenario::NewIdentity | Scenario::HttpTool | Scenario::HeldNewIdentity => {
             status == 200 && contains(body, br#""replayed":false"#)
         }
         Scenario::UpstreamDirect => status == 200,
-        Scenario::Replay => status == 200 && contains(body, br#""replayed":true"#),
+        Scenario::Replay | Scenario::HeldReplay => {
+            status == 200 && contains(body, br#""replayed":true"#)
+        }
         Scenario::Conflict => status == 409 && contains(body, br#""IDEMPOTENCY_CONFLICT""#),
         Scenario::McpPing => status == 200 && contains(body, br#""result":{}"#),
         Scenario::McpNewIdentity | Scenario::McpReplay => {
@@ -74,6 +76,16 @@ mod tests {
             Err("503 STORE_UNAVAILABLE".to_owned())
         );
         assert_eq!(check(Scenario::Replay, 502, b"oops"), Err("502".to_owned()));
+        assert!(check(Scenario::HeldNewIdentity, 200, br#"{"replayed":false}"#).is_ok());
+        assert!(check(Scenario::HeldReplay, 200, br#"{"replayed":true}"#).is_ok());
+        assert_eq!(
+            check(
+                Scenario::HeldReplay,
+                409,
+                br#"{"code":"EXECUTION_UNCERTAIN"}"#
+            ),
+            Err("409 EXECUTION_UNCERTAIN".to_owned())
+        );
         let mcp = |replayed: bool| {
             format!(
                 r#"{{"result":{{"isError":false,"_meta":{{"io.carmy/execution":{{"replayed":{replayed}}}}}}}}}"#

@@ -333,10 +333,13 @@ pub fn write_main_table(
             Scenario::NewIdentity
             | Scenario::McpNewIdentity
             | Scenario::UpstreamDirect
-            | Scenario::HttpTool => "new_identity",
-            Scenario::Replay | Scenario::Conflict | Scenario::McpReplay | Scenario::McpPing => {
-                "read_one"
-            }
+            | Scenario::HttpTool
+            | Scenario::HeldNewIdentity => "new_identity",
+            Scenario::Replay
+            | Scenario::Conflict
+            | Scenario::McpReplay
+            | Scenario::McpPing
+            | Scenario::HeldReplay => "read_one",
         };
         TableRow {
             label: run.label(),

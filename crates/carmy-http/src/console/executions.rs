@@ -164,11 +164,13 @@ pub(super) async fn execution_page(
     ))
     .unwrap_or(serde_json::Value::Null);
     let tool = &detail.view.lookup.record.tool;
-    let probed = state
-        .engine
-        .tools()
+    let tools = state.engine.tools();
+    let probed = tools
         .iter()
         .any(|candidate| candidate.name() == tool && candidate.probe().is_some());
+    let held_by_client = tools
+        .iter()
+        .any(|candidate| candidate.name() == tool && candidate.held_by_client());
     let markup = pages::execution(
         &operator.who(),
         &pages::Detail {
@@ -177,6 +179,7 @@ pub(super) async fn execution_page(
             audit: &detail.audit,
             evidence: detail.evidence.as_ref(),
             probed,
+            held_by_client,
             notice,
         },
     );

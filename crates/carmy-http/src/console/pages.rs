@@ -296,6 +296,8 @@ pub(crate) struct Detail<'a> {
     pub(crate) evidence: Option<&'a Value>,
     /// Whether its tool has a reconciliation probe.
     pub(crate) probed: bool,
+    /// Whether its tool is run by its client (docs/semantics.md §16).
+    pub(crate) held_by_client: bool,
     /// A sentence on what the last decision did, or why it was refused.
     pub(crate) notice: Option<(bool, String)>,
 }
@@ -386,7 +388,11 @@ pub(crate) fn execution(who: &Who<'_>, detail: &Detail<'_>) -> Markup {
             section #upstream {
                 h2 { "Upstream key" }
                 p { code #upstream-key { (id) } }
-                p.muted { "Sent as the idempotency header (Idempotency-Key unless the tool names another) on every delivery of this execution: search the upstream's logs for it." }
+                @if detail.held_by_client {
+                    p.muted #held-by-client { "Run by its client, not by the gateway (a client tool, docs/semantics.md §16): the owner above is the holder's fencing token (host \"client hold\"). The client's reconcile hook, or you, decide an interrupted execution." }
+                } @else {
+                    p.muted { "Sent as the idempotency header (Idempotency-Key unless the tool names another) on every delivery of this execution: search the upstream's logs for it." }
+                }
             }
             section #evidence {
                 h2 { "Reconciliation probe" }

@@ -32,7 +32,9 @@ impl PostgresStore {
             // Nothing queued and a slot free: this call's own statement, exactly as with
             // batching off, holding the slot so that no batch overtakes it.
             if let Some(_slot) = reserves.alone() {
-                return self.reserve_alone(key, fingerprint, intent).await;
+                return self
+                    .reserve_alone(key, fingerprint, intent, &self.instance_id)
+                    .await;
             }
             let batched = self
                 .reserve_batched(reserves, key, fingerprint, intent)
@@ -41,7 +43,8 @@ impl PostgresStore {
                 return Ok(reservation);
             }
         }
-        self.reserve_alone(key, fingerprint, intent).await
+        self.reserve_alone(key, fingerprint, intent, &self.instance_id)
+            .await
     }
 
     /// A reservation through the group commit ([`crate::batch`]): its answer, or `None` when
@@ -91,12 +94,14 @@ impl PostgresStore {
     }
 
     /// A reservation by this call's own statement ([`RESERVE_SQL`]), again while a row it met
-    /// vanished or was replaced concurrently (at most [`RESERVE_ATTEMPTS`] times).
-    async fn reserve_alone(
+    /// vanished or was replaced concurrently (at most [`RESERVE_ATTEMPTS`] times). A new row is
+    /// owned by `owner`: this process's instance, or a client's hold (docs/semantics.md §16).
+    pub(super) async fn reserve_alone(
         &self,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
         intent: &ExecutionIntent,
+        owner: &str,
     ) -> Result<Reservation, Failure> {
         let retention = intent.retention.map(crate::prune::millis);
         for _ in 0..RESERVE_ATTEMPTS {
@@ -108,7 +113,7 @@ impl PostgresStore {
                 .bind(&fingerprint.digest)
                 .bind(&fingerprint.version)
                 .bind(intent.execution_id.as_str())
-                .bind(&self.instance_id)
+                .bind(owner)
                 .bind(intent.parts.as_ref().map(FingerprintParts::encode))
                 .bind(retention);
             let row = {

@@ -49,6 +49,40 @@ impl IdempotencyStore for PostgresStore {
         Box::pin(async move { self.finish(completed.await).await })
     }
 
+    fn keeps_client_holds(&self) -> bool {
+        true
+    }
+
+    fn reserve_held<'a>(
+        &'a self,
+        claim: Claim<'a>,
+        intent: &'a ExecutionIntent,
+        hold: &'a carmy::held::Hold,
+    ) -> StoreFuture<'a, Reservation> {
+        Box::pin(async move {
+            self.finish(self.reserve_held_impl(claim, intent, hold).await)
+                .await
+        })
+    }
+
+    fn renew_held<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+        hold: &'a carmy::held::Hold,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            self.finish(self.renew_held_impl(execution_id, hold).await)
+                .await
+        })
+    }
+
+    fn held_owner<'a>(
+        &'a self,
+        execution_id: &'a ExecutionId,
+    ) -> StoreFuture<'a, Option<carmy::held::HeldOwner>> {
+        Box::pin(async move { self.finish(self.held_owner_impl(execution_id).await).await })
+    }
+
     fn lookup<'a>(&'a self, key: &'a IdempotencyKey) -> StoreFuture<'a, Option<StoredRecord>> {
         Box::pin(async move { self.finish(self.lookup_impl(key).await).await })
     }

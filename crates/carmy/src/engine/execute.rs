@@ -184,6 +184,12 @@ impl Engine {
                 tool: call.tool().to_owned(),
                 closest: None,
             })?;
+        if registered.tool.held_by_client() {
+            return Err(Refusal::Invalid(format!(
+                "tool {:?} is run by its client, not by the gateway: reserve it with POST /v1/held and record its outcome there (docs/semantics.md §16)",
+                call.tool()
+            )));
+        }
         registered.validate(call.arguments()).map_err(|problems| {
             Refusal::Invalid(format!(
                 "arguments do not match the tool's schema: {problems}"

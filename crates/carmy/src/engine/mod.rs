@@ -8,7 +8,8 @@
 //! (stopping the tools of reserved executions when the lease lapses), [`decide`]
 //! (resolve, release and listing, docs/semantics.md §12.1), `wait` (waiting for a running
 //! duplicate's outcome), `takeover` (re-running an interrupted execution of a `rerun` tool),
-//! [`reconcile`] (probing interrupted executions and deciding what the probe found).
+//! [`reconcile`] (probing interrupted executions and deciding what the probe found), `held`
+//! (executions held by a client, docs/semantics.md §16).
 
 pub mod answer;
 mod cancel;
@@ -16,6 +17,7 @@ mod changes;
 pub mod decide;
 mod execute;
 mod existing;
+mod held;
 mod hints;
 mod lease_loss;
 pub mod reconcile;
@@ -25,6 +27,7 @@ mod takeover;
 
 pub use answer::{Answer, CancelAnswer, Refusal};
 pub use decide::{OperatorDetail, Release, Resolve};
+pub use held::{HeldAnswer, HeldOutcome};
 
 use crate::metrics::Metrics;
 use crate::outcome::{ExecutionId, ExecutionResult};

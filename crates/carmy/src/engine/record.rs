@@ -36,7 +36,7 @@ impl Engine {
     /// Keeps an outcome that arrived after its execution was decided as a late arrival
     /// (docs/semantics.md §12.6), retrying until the store accepts it, and tells the waiting
     /// caller which execution holds the identity now.
-    async fn late_arrival(
+    pub(super) async fn late_arrival(
         &self,
         claim: Claim<'_>,
         result: &RecordedResult,

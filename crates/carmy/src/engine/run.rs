@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 /// How a finished tool run ended, before it becomes an [`ExecutionResult`].
-type Ending = (ExecutionStatus, Value, Option<ExecutionError>);
+pub(super) type Ending = (ExecutionStatus, Value, Option<ExecutionError>);
 
 /// What a tool's call gives once it ends: its value or error, or the panic it raised.
 type RunOutput = std::thread::Result<Result<Value, ToolError>>;
@@ -263,7 +263,7 @@ impl Engine {
     /// otherwise: serde_json gives a few member names a special meaning and bounds nesting depth
     /// when reading, so such a value would replay differently or not at all). Either failure is
     /// itself recorded as `failed` and replayed.
-    fn check_recordable(&self, data: Value) -> Ending {
+    pub(super) fn check_recordable(&self, data: Value) -> Ending {
         let failed = |error| (ExecutionStatus::Failed, Value::Null, Some(error));
         let Ok(text) = serde_json::to_string(&data) else {
             return failed(ExecutionError::not_recordable(

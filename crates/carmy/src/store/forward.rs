@@ -164,6 +164,38 @@ macro_rules! forward_store {
             self.$inner.readings()
         }
     };
+    (@one $inner:tt keeps_client_holds) => {
+        fn keeps_client_holds(&self) -> bool {
+            self.$inner.keeps_client_holds()
+        }
+    };
+    (@one $inner:tt reserve_held) => {
+        fn reserve_held<'a>(
+            &'a self,
+            claim: $crate::store::Claim<'a>,
+            intent: &'a $crate::store::ExecutionIntent,
+            hold: &'a $crate::held::Hold,
+        ) -> $crate::store::StoreFuture<'a, $crate::store::Reservation> {
+            self.$inner.reserve_held(claim, intent, hold)
+        }
+    };
+    (@one $inner:tt renew_held) => {
+        fn renew_held<'a>(
+            &'a self,
+            execution_id: &'a $crate::outcome::ExecutionId,
+            hold: &'a $crate::held::Hold,
+        ) -> $crate::store::StoreFuture<'a, bool> {
+            self.$inner.renew_held(execution_id, hold)
+        }
+    };
+    (@one $inner:tt held_owner) => {
+        fn held_owner<'a>(
+            &'a self,
+            execution_id: &'a $crate::outcome::ExecutionId,
+        ) -> $crate::store::StoreFuture<'a, Option<$crate::held::HeldOwner>> {
+            self.$inner.held_owner(execution_id)
+        }
+    };
     (@one $inner:tt operator_view) => {
         fn operator_view<'a>(
             &'a self,

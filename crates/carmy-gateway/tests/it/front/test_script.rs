@@ -58,10 +58,14 @@ fn without_a_selection_every_test_runs_with_the_crash_target() {
         ],
         "{commands}"
     );
-    assert_eq!(commands.lines().count(), 8, "{commands}");
+    assert_eq!(commands.lines().count(), 9, "{commands}");
     assert!(
         commands.contains("clients/mcp-oauth/run-tests.sh"),
         "the OAuth flow with oidc-provider and the MCP SDK runs: {commands}"
+    );
+    assert!(
+        commands.contains("clients/typescript/run-tests.sh"),
+        "the TypeScript client's tests run: {commands}"
     );
     assert!(
         commands.contains("examples/frameworks/run-tests.sh"),

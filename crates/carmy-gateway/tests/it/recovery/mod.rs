@@ -6,6 +6,7 @@ mod decision_limits;
 pub(crate) mod executions_cli;
 mod executions_cli_failures;
 mod frozen_orders;
+mod held;
 mod reconcile;
 mod reconcile_claims;
 mod reconcile_config;

@@ -220,12 +220,12 @@ fn files_that_do_not_say_what_they_mean_are_refused_with_one_line() {
         (
             "empty file",
             String::new(),
-            ": declares no tools: add [[tools]] or [[mcp_servers]] entries, or set example_tools = true to serve only the built-in example tools".into(),
+            ": declares no tools: add [[tools]], [[mcp_servers]] or [[client_tools]] entries, or set example_tools = true to serve only the built-in example tools".into(),
         ),
         (
             "no tools",
             "example_tools = false\n".into(),
-            ": declares no tools: add [[tools]] or [[mcp_servers]] entries, or set example_tools = true to serve only the built-in example tools".into(),
+            ": declares no tools: add [[tools]], [[mcp_servers]] or [[client_tools]] entries, or set example_tools = true to serve only the built-in example tools".into(),
         ),
         (
             "[tools] for [[tools]]",
