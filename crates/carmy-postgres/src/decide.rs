@@ -3,7 +3,7 @@
 //! DBA calls, so API and SQL share one implementation and one compare-and-set. Also listings,
 //! released executions read by id, and audit trails.
 
-use crate::decode::{decode_key, decode_record};
+use crate::decode::{decode_arguments, decode_key, decode_record};
 use crate::failure::{unavailable, Failure};
 use crate::pinned::Db;
 use crate::sql::{
@@ -204,6 +204,7 @@ pub(crate) async fn list(
         .bind(query.tool.as_deref())
         .bind(query.failures_only)
         .bind(limit)
+        .bind(query.arguments.as_ref().map(serde_json::Value::to_string))
         .fetch_all(pool.executor())
         .await?;
     rows.iter()
@@ -212,6 +213,7 @@ pub(crate) async fn list(
                 key: decode_key(row)?,
                 record: decode_record(row)?,
                 released: None,
+                arguments: decode_arguments(row)?,
             })
         })
         .collect::<Result<_, StoreError>>()
@@ -254,6 +256,7 @@ pub(crate) fn decode_released(row: &PgRow) -> Result<ExecutionLookup, Failure> {
             at: row.try_get("released_at")?,
             note: row.try_get("note")?,
         }),
+        arguments: decode_arguments(row)?,
     })
 }
 

@@ -56,6 +56,7 @@ impl Attempt {
                     metadata: [0; 8],
                 }),
                 retention: Some(carmy::retention::DEFAULT_RETENTION),
+                arguments: None,
             },
         }
     }
@@ -82,7 +83,7 @@ impl Attempt {
 fn model_allows(winner: &Attempt, later: &Attempt, answer: &Reservation) -> bool {
     let held_by = &winner.intent.execution_id;
     match answer {
-        Reservation::Reserved => false,
+        Reservation::Reserved | Reservation::Replaced(_) => false,
         Reservation::Existing(Existing::Conflict {
             execution_id,
             parts,

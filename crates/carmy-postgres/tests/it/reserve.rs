@@ -230,8 +230,8 @@ async fn fifty_concurrent_reserves_across_two_stores_reserve_once() {
                 assert_eq!(replay, &done);
                 replayed += 1;
             }
-            Reservation::Existing(Existing::Conflict { .. }) => {
-                panic!("unexpected conflict: {outcomes:?}")
+            Reservation::Existing(Existing::Conflict { .. }) | Reservation::Replaced(_) => {
+                panic!("unexpected answer: {outcomes:?}")
             }
         }
     }

@@ -45,6 +45,7 @@ impl Inner {
                 key: IdempotencyKey::clone(key),
                 record: held.record(),
                 released: None,
+                arguments: held.arguments.clone(),
             });
         }
         self.released
@@ -125,7 +126,7 @@ impl Inner {
             state,
             resolution,
         } = self.decidable(request)?;
-        self.by_key.remove(&key);
+        let arguments = self.by_key.remove(&key).and_then(|held| held.arguments);
         self.by_execution.remove(&record.execution_id);
         let released = Released {
             execution_id: record.execution_id.clone(),
@@ -143,12 +144,15 @@ impl Inner {
             state,
             after,
         );
+        self.last_released
+            .insert(key.clone(), record.execution_id.clone());
         self.released.insert(
             record.execution_id.clone(),
             ExecutionLookup {
                 key,
                 record,
                 released: Some(resolution),
+                arguments,
             },
         );
         Ok(released)
@@ -189,6 +193,11 @@ impl Inner {
                 && query
                     .in_flight
                     .is_none_or(|wanted| held.in_flight() == Some(wanted))
+                && query.arguments.as_ref().is_none_or(|needle| {
+                    held.arguments
+                        .as_deref()
+                        .is_some_and(|kept| crate::arguments::contains_text(kept, needle))
+                })
                 && (!query.failures_only
                     || held.outcome.as_ref().is_some_and(|outcome| {
                         outcome.result().status != ExecutionStatus::Completed
@@ -203,6 +212,7 @@ impl Inner {
                     key: IdempotencyKey::clone(key),
                     record: held.record(),
                     released: None,
+                    arguments: held.arguments.clone(),
                 };
                 (held.reserved_at, lookup)
             })

@@ -5,6 +5,7 @@ mod decision_limits;
 pub(crate) mod executions_cli;
 mod executions_cli_failures;
 mod frozen_orders;
+mod kept_arguments;
 mod reconcile;
 mod reconcile_config;
 mod reconcile_contradiction;
