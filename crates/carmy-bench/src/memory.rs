@@ -55,6 +55,7 @@ pub fn make_inputs(first: u64, count: usize) -> Vec<PairInput> {
                     tool: "echo".to_owned(),
                     parts: Some(parts),
                     retention: Some(carmy::retention::DEFAULT_RETENTION),
+                    arguments: None,
                 },
                 result: RecordedResult::new(ExecutionResult {
                     execution_id,

@@ -69,6 +69,7 @@ fn new_identity_runs_the_stores_reserve_and_complete() {
             "'inst_pgbench'",
             "'0123456789abcdef.0123456789abcdef.0123456789abcdef'",
             "604800000",
+            r#"'{"message": "hello"}'"#,
         ],
     );
     assert_eq!(script[0], reserve);

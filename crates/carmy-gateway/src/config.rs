@@ -108,6 +108,15 @@ pub struct Config {
           value_parser = InRange::<usize>::at_least(1))]
     pub max_result_bytes: usize,
 
+    /// Which arguments are kept with each execution, for the API, the CLI, the console and SQL
+    /// (docs/semantics.md §8.5): `none`; `redacted` (each tool's `redact_arguments` replaced by
+    /// "[redacted]" before storage); or `all` (the tools' redactions ignored: test systems
+    /// only). Kept arguments over CARMY_MAX_RESULT_BYTES refuse the call (413
+    /// `ARGUMENTS_TOO_LARGE`).
+    #[arg(long, env = "CARMY_KEEP_ARGUMENTS", default_value = "redacted",
+          value_parser = |text: &str| text.parse::<carmy::arguments::KeepArguments>())]
+    pub keep_arguments: carmy::arguments::KeepArguments,
+
     /// Largest request body in bytes; larger bodies get 413.
     #[arg(long, env = "CARMY_MAX_BODY_BYTES", default_value_t = carmy::http::DEFAULT_MAX_BODY_BYTES,
           value_parser = InRange::<usize>::at_least(1))]

@@ -225,6 +225,7 @@ fn engine_config(config: &Config) -> EngineConfig {
         reconcile_interval: Duration::from_millis(config.reconcile_interval_ms),
         reconcile_max_attempts: config.reconcile_max_attempts,
         reconcile_inline: Duration::from_millis(config.reconcile_inline_ms),
+        keep_arguments: config.keep_arguments,
         ..EngineConfig::default()
     }
 }

@@ -31,6 +31,12 @@ pub(super) struct InFlightBody<'a> {
     /// forever). UTC, RFC 3339 with milliseconds (docs/semantics.md §12.9).
     #[schema(value_type = Option<String>, format = DateTime)]
     pub(super) expires_at: Option<String>,
+    /// What the call asked: its arguments as kept with the execution (canonical JSON, values
+    /// the tool's `redact_arguments` names shown as `"[redacted]"`, docs/semantics.md §8.5);
+    /// absent when none were kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub(super) arguments: Option<&'a serde_json::value::RawValue>,
 }
 
 /// A finished execution's record as the API shows it: the stored record followed by
@@ -48,6 +54,12 @@ pub(crate) struct RecordBody {
     /// pruned. `null` when records are kept forever. UTC, RFC 3339 with milliseconds.
     #[schema(value_type = Option<String>, format = DateTime)]
     pub(crate) expires_at: Option<String>,
+    /// What the call asked: its arguments as kept with the execution (canonical JSON, values
+    /// the tool's `redact_arguments` names shown as `"[redacted]"`, docs/semantics.md §8.5);
+    /// absent when none were kept. Only in answers that read a record back, never in the
+    /// answer to a call.
+    #[schema(value_type = Option<Object>)]
+    pub(crate) arguments: Option<Value>,
 }
 
 /// What `GET /v1/executions/{id}` answers: a record, or an execution without an outcome yet.
@@ -159,4 +171,31 @@ pub(super) struct CallHeaders {
     /// upstream tools. Not part of the identity; a malformed value is ignored.
     #[param(required = false)]
     pub(super) traceparent: String,
+}
+
+/// The `rerun_of` member of a call's answer (docs/semantics.md §12.1, "A rerun says so"): the
+/// execution this one replaced and how it ended.
+pub(crate) fn rerun_of(replaced: &carmy::store::Replaced) -> Value {
+    match &replaced.ended {
+        carmy::store::ReplacedEnd::Released { by, note } => serde_json::json!({
+            "execution_id": replaced.execution_id.as_str(),
+            "ended": replaced.ended.as_str(),
+            "by": by,
+            "note": note,
+        }),
+        carmy::store::ReplacedEnd::TakenOver { attempt } => serde_json::json!({
+            "execution_id": replaced.execution_id.as_str(),
+            "ended": replaced.ended.as_str(),
+            "attempt": attempt,
+        }),
+    }
+}
+
+/// `body` (a JSON object's text) with `"rerun_of": …` added when the answer replaced an
+/// execution.
+pub(crate) fn with_rerun_of(body: String, replaced: Option<&carmy::store::Replaced>) -> String {
+    match (replaced, body.strip_suffix('}')) {
+        (Some(replaced), Some(open)) => format!("{open},\"rerun_of\":{}}}", rerun_of(replaced)),
+        _ => body,
+    }
 }

@@ -72,6 +72,10 @@ pub enum ApiError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// 413 `ARGUMENTS_TOO_LARGE`: the arguments, as they would be kept with the execution, are
+    /// over the limit of a record (docs/semantics.md §8.5); nothing was reserved.
+    #[error("{0}")]
+    ArgumentsTooLarge(String),
     /// 408 `REQUEST_TIMEOUT`: the body did not arrive within the body timeout.
     #[error("the request body did not arrive in time")]
     RequestTimeout,
@@ -175,6 +179,9 @@ impl From<Refusal> for ApiError {
     fn from(refusal: Refusal) -> Self {
         match refusal {
             Refusal::Invalid(message) => Self::InvalidRequest(message),
+            refusal @ Refusal::ArgumentsTooLarge { .. } => {
+                Self::ArgumentsTooLarge(refusal.to_string())
+            }
             Refusal::UnknownTool { tool, closest } => Self::UnknownTool { tool, closest },
             Refusal::Conflict {
                 execution_id,
@@ -294,7 +301,9 @@ impl ApiError {
                 _ => StatusCode::UNAUTHORIZED,
             },
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::PayloadTooLarge { .. } | Self::ArgumentsTooLarge(_) => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::IdempotencyConflict { .. }
@@ -328,6 +337,7 @@ impl ApiError {
             Self::NotFound(_) => "NOT_FOUND",
             Self::MethodNotAllowed => "METHOD_NOT_ALLOWED",
             Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
+            Self::ArgumentsTooLarge(_) => "ARGUMENTS_TOO_LARGE",
             Self::RequestTimeout => "REQUEST_TIMEOUT",
             Self::UnsupportedMediaType => "UNSUPPORTED_MEDIA_TYPE",
             Self::IdempotencyConflict { .. } => "IDEMPOTENCY_CONFLICT",
@@ -359,6 +369,7 @@ impl ApiError {
             Self::NotFound(_) => "Not found",
             Self::MethodNotAllowed => "Method not allowed",
             Self::PayloadTooLarge { .. } => "Payload too large",
+            Self::ArgumentsTooLarge(_) => "Arguments too large to keep",
             Self::RequestTimeout => "Request timeout",
             Self::UnsupportedMediaType => "Unsupported media type",
             Self::IdempotencyConflict { .. } => "Idempotency conflict",

@@ -79,6 +79,12 @@ pub(crate) struct ExecutionAnswer {
     /// a request_id (nothing is recorded). UTC, RFC 3339 with milliseconds.
     #[schema(value_type = Option<String>, format = DateTime)]
     expires_at: Option<String>,
+    /// Present only when this execution replaced another (docs/semantics.md §12.1, "A rerun
+    /// says so"): `{"execution_id", "ended": "released", "by", "note"}` for a new execution
+    /// after a release, `{"execution_id", "ended": "taken_over", "attempt"}` for an attempt
+    /// that took an interrupted execution over (same id).
+    #[schema(value_type = Option<Object>)]
+    rerun_of: Option<serde_json::Value>,
 }
 
 /// Declares a `application/problem+json` response of the API description with one header:
@@ -163,6 +169,7 @@ pub(crate) fn every_error() -> Vec<ApiError> {
             execution_id: ExecutionId::from_stored("exec_0"),
             problem: String::new(),
         },
+        ApiError::ArgumentsTooLarge(String::new()),
         ApiError::Internal,
         ApiError::Refused {
             refused: AuthError::Token(TokenRefusal::Expired),
@@ -190,6 +197,7 @@ fn listed(error: &ApiError) {
         | ApiError::NotFound(_)
         | ApiError::MethodNotAllowed
         | ApiError::PayloadTooLarge { .. }
+        | ApiError::ArgumentsTooLarge(_)
         | ApiError::RequestTimeout
         | ApiError::UnsupportedMediaType
         | ApiError::IdempotencyConflict { .. }

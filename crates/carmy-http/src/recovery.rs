@@ -15,6 +15,7 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use carmy::auth::Caller;
+use carmy::decision::ExecutionQuery;
 use carmy::engine::{Release, Resolve};
 use carmy::identity::validate_identifier;
 use carmy::outcome::{ExecutionError, ExecutionId, ExecutionStatus};
@@ -74,6 +75,9 @@ pub(super) struct ListQuery {
     session_id: Option<String>,
     /// At most this many records (default 100).
     limit: Option<usize>,
+    /// Only executions whose kept arguments contain this JSON object, e.g.
+    /// `{"customer":"cus_42"}` (docs/semantics.md §8.5).
+    arguments: Option<String>,
 }
 
 /// What a decision route reads from its request (docs/semantics.md §12.1): the execution id from
@@ -213,6 +217,7 @@ pub(super) async fn release_execution(
         session_id: &released.key.session_id,
         resolution: Some(&released.resolution),
         expires_at: rfc3339(state.engine.history_expires_at(released.resolution.at)),
+        arguments: None,
     };
     Ok(json_response(StatusCode::OK, to_json(&body)))
 }
@@ -277,10 +282,24 @@ pub(super) async fn list_executions(
             record_body(&state.engine, found),
         ));
     }
-    let limit = query.limit.unwrap_or(DEFAULT_LIST_LIMIT);
+    let arguments = query
+        .arguments
+        .as_deref()
+        .map(carmy::arguments::search_value)
+        .transpose()
+        .map_err(invalid)?;
     let found = state
         .engine
-        .list(&caller, in_flight, query.session_id, None, limit)
+        .list_matching(
+            &caller,
+            ExecutionQuery {
+                in_flight,
+                session_id: query.session_id,
+                arguments,
+                limit: query.limit.unwrap_or(DEFAULT_LIST_LIMIT),
+                ..ExecutionQuery::default()
+            },
+        )
         .await?;
     let bodies: Vec<String> = found
         .iter()
@@ -306,9 +325,16 @@ fn rfc3339(at: Option<chrono::DateTime<chrono::Utc>>) -> Option<String> {
 /// while running or interrupted: such a record never expires; a released one's history
 /// expires with the retention counted from its release, docs/semantics.md §12.9).
 pub(super) fn record_body(engine: &carmy::engine::Engine, found: &ExecutionLookup) -> String {
+    let arguments = kept_arguments(found.arguments.as_deref());
     let (status, expires_at) = match (&found.released, &found.record.state) {
         (None, RecordState::Finished(result)) => {
-            return result.to_body_json(engine.expires_at(result))
+            let body = result.to_body_json(engine.expires_at(result));
+            return match (&arguments, body.strip_suffix('}')) {
+                (Some(arguments), Some(open)) => {
+                    format!("{open},\"arguments\":{}}}", arguments.get())
+                }
+                _ => body,
+            };
         }
         (Some(released), _) => ("released", engine.history_expires_at(released.at)),
         (None, RecordState::InFlight(in_flight)) => (in_flight.as_str(), None),
@@ -323,7 +349,22 @@ pub(super) fn record_body(engine: &carmy::engine::Engine, found: &ExecutionLooku
         session_id: &found.key.session_id,
         resolution: found.released.as_ref(),
         expires_at: rfc3339(expires_at),
+        arguments: arguments.as_deref(),
     })
+}
+
+/// The kept arguments as a JSON value to embed (docs/semantics.md §8.5). The text is JSON as
+/// the gateway wrote it; a row a DBA changed into text that is not JSON is shown as a JSON
+/// string of that text rather than breaking the body.
+fn kept_arguments(text: Option<&str>) -> Option<Box<serde_json::value::RawValue>> {
+    let text = text?;
+    serde_json::value::RawValue::from_string(text.to_owned())
+        .or_else(|_| {
+            serde_json::value::to_raw_value(text).map_err(|error| {
+                tracing::error!(%error, "kept arguments that cannot be shown");
+            })
+        })
+        .ok()
 }
 
 /// The `wait` preference of a request's `Prefer` headers (RFC 7240 §4.3: `Prefer: wait=N`, N

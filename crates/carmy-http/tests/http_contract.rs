@@ -262,7 +262,7 @@ async fn cancel_records_cancelled_and_leaves_finished_records_alone() {
     assert_eq!(
         std::str::from_utf8(&text).unwrap(),
         format!(
-            "{{\"execution_id\":\"{execution_id}\",\"status\":\"running\",\"data\":null,\"error\":null,\"tool\":\"wait\",\"request_id\":\"to-cancel\",\"session_id\":\"default\",\"expires_at\":null}}\n"
+            "{{\"execution_id\":\"{execution_id}\",\"status\":\"running\",\"data\":null,\"error\":null,\"tool\":\"wait\",\"request_id\":\"to-cancel\",\"session_id\":\"default\",\"expires_at\":null,\"arguments\":{{}}}}\n"
         )
     );
 

@@ -8,8 +8,8 @@
 
 use crate::batch::{Batcher, Execute, Unanswered};
 use crate::grouped::{
-    bind_completes, bind_reserves, queue_timeout, slot_of, CompleteAnswer, CompleteRequest, Firsts,
-    Hot, ReserveAnswer, ReserveRequest,
+    bind_completes, bind_reserve_arguments, bind_reserves, queue_timeout, slot_of, CompleteAnswer,
+    CompleteRequest, Firsts, Hot, ReserveAnswer, ReserveRequest,
 };
 use crate::sql::HOT_BATCH_SQL;
 use sqlx::postgres::PgRow;
@@ -59,6 +59,7 @@ impl HotBatch {
         }
         let query = bind_reserves(sqlx::query(HOT_BATCH_SQL), reserves, &self.0.instance_id);
         let query = bind_completes(query, completes);
+        let query = bind_reserve_arguments(query, reserves);
         let mut rows: Vec<Option<PgRow>> = (0..reserves.len()).map(|_| None).collect();
         let mut updated = vec![false; completes.len()];
         let mut awaited = Vec::new();
@@ -114,7 +115,10 @@ impl Execute for HotBatch {
     fn weight(request: &HotRequest) -> usize {
         match request {
             HotRequest::Reserve(request) => {
-                request.principal.len() + request.session_id.len() + request.request_id.len()
+                request.principal.len()
+                    + request.session_id.len()
+                    + request.request_id.len()
+                    + request.arguments.as_ref().map_or(0, String::len)
             }
             HotRequest::Complete(request) => request.outcome.len(),
         }

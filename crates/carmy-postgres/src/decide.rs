@@ -3,7 +3,7 @@
 //! DBA calls, so API and SQL share one implementation and one compare-and-set. Also listings,
 //! released executions read by id, and audit trails.
 
-use crate::decode::{decode_key, decode_record};
+use crate::decode::{decode_arguments, decode_key, decode_record};
 use crate::failure::{unavailable, Failure};
 use crate::pinned::Db;
 use crate::sql::{
@@ -204,6 +204,7 @@ pub(crate) async fn list(
         .bind(query.tool.as_deref())
         .bind(query.failures_only)
         .bind(limit)
+        .bind(query.arguments.as_ref().map(serde_json::Value::to_string))
         .fetch_all(pool.executor())
         .await?;
     rows.iter()
@@ -213,6 +214,7 @@ pub(crate) async fn list(
                 record: decode_record(row)?,
                 released: None,
                 reserved_at: row.try_get("reserved_at").map_err(unavailable)?,
+                arguments: decode_arguments(row)?,
             })
         })
         .collect::<Result<_, StoreError>>()
@@ -256,6 +258,7 @@ pub(crate) fn decode_released(row: &PgRow) -> Result<ExecutionLookup, Failure> {
             note: row.try_get("note")?,
         }),
         reserved_at: None,
+        arguments: decode_arguments(row)?,
     })
 }
 

@@ -60,6 +60,36 @@ pub(crate) fn decode_record(row: &PgRow) -> Result<StoredRecord, StoreError> {
     })
 }
 
+/// The reservation a row of the reserve statements answers for an inserted identity:
+/// [`Reservation::Replaced`](carmy::store::Reservation) when its columns `replaced_execution_id`,
+/// `replaced_by` and `replaced_note` name the identity's last released execution
+/// (docs/semantics.md §12.1), else `Reserved`.
+///
+/// # Errors
+/// [`StoreError::Unavailable`] when a column is missing or not text.
+pub(crate) fn decode_reserved(row: &PgRow) -> Result<carmy::store::Reservation, StoreError> {
+    let text = |name: &str| row.try_get::<Option<String>, _>(name).map_err(unavailable);
+    Ok(match text("replaced_execution_id")? {
+        None => carmy::store::Reservation::Reserved,
+        Some(execution_id) => carmy::store::Reservation::Replaced(carmy::store::Replaced {
+            execution_id: carmy::outcome::ExecutionId::from_stored(execution_id),
+            ended: carmy::store::ReplacedEnd::Released {
+                by: text("replaced_by")?.unwrap_or_default(),
+                note: text("replaced_note")?.unwrap_or_default(),
+            },
+        }),
+    })
+}
+
+/// The kept arguments of a row (docs/semantics.md §8.5), from its `arguments` column.
+///
+/// # Errors
+/// [`StoreError::Unavailable`] when the column is missing or not text.
+pub(crate) fn decode_arguments(row: &PgRow) -> Result<Option<String>, StoreError> {
+    row.try_get::<Option<String>, _>("arguments")
+        .map_err(unavailable)
+}
+
 /// Decodes the identity columns (`principal`, `session_id`, `request_id`) of a row.
 ///
 /// # Errors

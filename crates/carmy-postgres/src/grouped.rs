@@ -47,6 +47,8 @@ pub(crate) struct ReserveRequest {
     pub(crate) parts: Option<String>,
     /// The retention in milliseconds (`None`: forever), for the single-row statement.
     pub(crate) retention: Option<i64>,
+    /// The kept arguments (docs/semantics.md §8.5), or `None`.
+    pub(crate) arguments: Option<String>,
 }
 
 impl ReserveRequest {
@@ -77,8 +79,9 @@ impl ReserveRequest {
 #[allow(clippy::large_enum_variant)] // one per call, moved once; boxing buys nothing
 #[derive(Debug)]
 pub(crate) enum ReserveAnswer {
-    /// This request's row was inserted: it holds the identity.
-    Inserted,
+    /// This request's row was inserted: it holds the identity (`Reserved`, or `Replaced`
+    /// naming the identity's last released execution).
+    Inserted(Result<carmy::store::Reservation, StoreError>),
     /// The identity is held by this record (an existing row, or an earlier request of the same
     /// batch that won it): compare the fingerprint against it. `Err` when the row is damaged.
     Held(Result<StoredRecord, StoreError>),
@@ -291,6 +294,20 @@ pub(crate) fn bind_reserves<'q>(
         )
 }
 
+/// Binds the kept arguments of `unique` (`$10` of [`RESERVE_BATCH_SQL`], `$20` of
+/// [`HOT_BATCH_SQL`]): the bind after the statement's others.
+pub(crate) fn bind_reserve_arguments<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    unique: &[&'q ReserveRequest],
+) -> Query<'q, Postgres, PgArguments> {
+    query.bind(
+        unique
+            .iter()
+            .map(|request| request.arguments.as_deref())
+            .collect::<Vec<Option<&str>>>(),
+    )
+}
+
 /// Binds the ten arrays of [`COMPLETE_BATCH_SQL`] (`$10`..`$19` of [`HOT_BATCH_SQL`]) for
 /// `unique`.
 pub(crate) fn bind_completes<'q>(
@@ -341,7 +358,8 @@ impl Hot {
                 .bind(&request.execution_id)
                 .bind(&self.instance_id)
                 .bind(request.parts.as_deref())
-                .bind(request.retention);
+                .bind(request.retention)
+                .bind(request.arguments.as_deref());
             let row = self.fetch_all(query).await?.pop();
             if let Some(row) = &row {
                 if row.try_get::<Option<bool>, _>("renewed")? == Some(true) {
@@ -351,6 +369,7 @@ impl Hot {
             return Ok(vec![row]);
         }
         let query = bind_reserves(sqlx::query(RESERVE_BATCH_SQL), unique, &self.instance_id);
+        let query = bind_reserve_arguments(query, unique);
         let mut rows: Vec<Option<PgRow>> = (0..unique.len()).map(|_| None).collect();
         for row in self.fetch_all(query).await? {
             let slot = slot_of(&row)?;
@@ -447,7 +466,7 @@ fn reserve_answer(row: Option<&PgRow>, winner: &ReserveRequest, is_winner: bool)
         return ReserveAnswer::NotVisible;
     };
     match row.try_get::<bool, _>("inserted") {
-        Ok(true) if is_winner => ReserveAnswer::Inserted,
+        Ok(true) if is_winner => ReserveAnswer::Inserted(crate::decode::decode_reserved(row)),
         Ok(true) => ReserveAnswer::Held(Ok(winner.inserted_record())),
         Ok(false) => ReserveAnswer::Held(crate::decode::decode_record(row)),
         Err(error) => ReserveAnswer::Failed(StoreError::Unavailable(error.to_string())),

@@ -354,9 +354,9 @@ mod tests {
     fn embedded_migrations_skip_only_the_retired_ones() {
         assert_eq!(
             embedded_versions(),
-            vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+            vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
         );
-        assert_eq!(latest_migration_version(), 14);
+        assert_eq!(latest_migration_version(), 15);
         assert_eq!(RETIRED_MIGRATIONS, &[2]);
     }
 

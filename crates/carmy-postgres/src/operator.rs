@@ -11,7 +11,7 @@
 //! hostname, pid and lease).
 
 use crate::decide;
-use crate::decode::{decode_key, decode_record};
+use crate::decode::{decode_arguments, decode_key, decode_record};
 use crate::diagnosis::{explain_connect, Diagnosis};
 use crate::failure::{settle, Failure};
 use crate::options::{pool_options, ConnectError, OptionsError};
@@ -58,6 +58,9 @@ pub struct OperatorQuery {
     pub state: StateFilter,
     /// At most this many, oldest reservation first.
     pub limit: usize,
+    /// Only those whose kept arguments contain this JSON value
+    /// ([`carmy::arguments::search_value`], docs/semantics.md §8.5).
+    pub arguments: Option<serde_json::Value>,
 }
 
 /// The process that owns (or owned) an execution, from its lease row in `carmy.instances`.
@@ -158,7 +161,8 @@ impl Operator {
             .bind(query.principal.as_deref())
             .bind(query.session_id.as_deref())
             .bind(query.request_id.as_deref())
-            .bind(i64::try_from(query.limit).unwrap_or(i64::MAX));
+            .bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+            .bind(query.arguments.as_ref().map(serde_json::Value::to_string));
         if let Some(state) = state {
             statement = statement.bind(state);
         }
@@ -310,6 +314,7 @@ fn detail(row: &PgRow, released: bool) -> Result<ExecutionDetail, Failure> {
             record: decode_record(row)?,
             released: None,
             reserved_at: None,
+            arguments: decode_arguments(row)?,
         }
     };
     let lease: Option<DateTime<Utc>> = row.try_get("owner_lease_expires_at")?;

@@ -34,7 +34,7 @@ macro_rules! reserve_insert {
     () => {
         "INSERT INTO carmy.reservations \
              (principal, session_id, request_id, tool, fingerprint, fingerprint_version, \
-              state, execution_id, owner_instance, started_at, fingerprint_parts) "
+              state, execution_id, owner_instance, started_at, fingerprint_parts, arguments) "
     };
 }
 
@@ -42,6 +42,27 @@ macro_rules! reserve_insert {
 macro_rules! reserve_on_conflict {
     () => {
         " ON CONFLICT (principal, session_id, request_id) DO NOTHING "
+    };
+}
+
+/// The identity's last released execution, for the row of a reservation that inserted it
+/// (docs/semantics.md §12.1, "A rerun says so"): `replaced_execution_id`, `replaced_by` and
+/// `replaced_note` of the `LATERAL` subquery `$alias`, over `carmy.released_executions` by the
+/// identity in `$principal`, `$session`, `$request` (its index `released_executions_identity_idx`).
+macro_rules! replaced_join {
+    ($principal:literal, $session:literal, $request:literal) => {
+        concat!(
+            " LEFT JOIN LATERAL (SELECT h.execution_id AS replaced_execution_id, \
+                    h.released_by AS replaced_by, h.note AS replaced_note \
+                FROM carmy.released_executions h \
+                WHERE h.principal = ",
+            $principal,
+            " AND h.session_id = ",
+            $session,
+            " AND h.request_id = ",
+            $request,
+            " ORDER BY h.released_at DESC LIMIT 1) replaced ON true "
+        )
     };
 }
 
@@ -60,8 +81,10 @@ pub use operator::{
 /// Binds: `$1` principal, `$2` session_id, `$3` request_id, `$4` tool, `$5` fingerprint digest,
 /// `$6` fingerprint version, `$7` execution_id, `$8` owner instance, `$9` the part digests
 /// (`FingerprintParts::encode`, or `NULL`), `$10` retention in milliseconds (`NULL`: records
-/// never expire). Returns one row with `inserted = true` (the other columns `NULL`) when the
-/// identity is now held by `$7` (inserted, or an expired row replaced in place by the `UPDATE`,
+/// never expire), `$11` the kept arguments (text, or `NULL`: docs/semantics.md §8.5). Returns one row with `inserted = true` (the other columns `NULL`) when the
+/// identity is now held by `$7` (inserted, with `replaced_execution_id`, `replaced_by` and
+/// `replaced_note` naming the identity's last released execution, if any; or an expired row
+/// replaced in place by the `UPDATE`,
 /// which matches only a row that is expired by `carmy.record_expired`'s rule, written out here
 /// and checked again on the row's newest version; the replacement is the execution's first
 /// attempt, and `renewed = true` says the caller must announce the change,
@@ -74,7 +97,7 @@ pub use operator::{
 pub const RESERVE_SQL: &str = concat!(
     "WITH ins AS ( ",
     reserve_insert!(),
-    "VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, now(), $9)",
+    "VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, now(), $9, $11)",
     reserve_on_conflict!(),
     "RETURNING execution_id \
      ), renewed AS ( \
@@ -82,7 +105,7 @@ pub const RESERVE_SQL: &str = concat!(
          SET tool = $4, fingerprint = $5, fingerprint_version = $6, state = 'running', \
              execution_id = $7, outcome = NULL, error_code = NULL, owner_instance = $8, \
              created_at = now(), started_at = now(), finished_at = NULL, \
-             fingerprint_parts = $9, attempt = 1 \
+             fingerprint_parts = $9, attempt = 1, arguments = $11 \
          WHERE r.principal = $1 AND r.session_id = $2 AND r.request_id = $3 \
            AND NOT EXISTS (SELECT 1 FROM ins) \
            AND r.state <> 'running' \
@@ -93,15 +116,19 @@ pub const RESERVE_SQL: &str = concat!(
      SELECT true AS inserted, false AS renewed, NULL::text AS execution_id, NULL::text AS tool, \
             NULL::text AS fingerprint, NULL::text AS fingerprint_version, NULL::text AS state, \
             NULL::text AS outcome, NULL::text AS in_flight_state, \
-            NULL::text AS fingerprint_parts, NULL::boolean AS expired \
-     FROM ins \
-     UNION ALL \
-     SELECT true, true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM renewed \
+            NULL::text AS fingerprint_parts, NULL::boolean AS expired, \
+            replaced.replaced_execution_id, replaced.replaced_by, replaced.replaced_note \
+     FROM ins",
+    replaced_join!("$1", "$2", "$3"),
+    "UNION ALL \
+     SELECT true, true, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL \
+     FROM renewed \
      UNION ALL \
      SELECT false AS inserted, false AS renewed, ",
     record_columns!(),
     ", coalesce(carmy.record_expired(r.state, r.finished_at, r.created_at, \
-                                     $10::bigint * interval '1 millisecond'), false) AS expired \
+                                     $10::bigint * interval '1 millisecond'), false) AS expired, \
+     NULL, NULL, NULL \
      FROM carmy.reservations r \
      WHERE r.principal = $1 AND r.session_id = $2 AND r.request_id = $3 \
        AND NOT EXISTS (SELECT 1 FROM ins) AND NOT EXISTS (SELECT 1 FROM renewed)"
@@ -118,7 +145,7 @@ pub const LOOKUP_SQL: &str = concat!(
 /// Reads one execution of one principal, with its identity. Binds: `$1` execution_id,
 /// `$2` principal.
 pub const FIND_EXECUTION_SQL: &str = concat!(
-    "SELECT r.principal, r.session_id, r.request_id, ",
+    "SELECT r.principal, r.session_id, r.request_id, r.arguments, ",
     record_columns!(),
     " FROM carmy.reservations r \
      WHERE r.execution_id = $1 AND r.principal = $2"
@@ -238,7 +265,7 @@ pub const RELEASE_EXECUTION_SQL: &str =
 macro_rules! list_executions {
     ($order:literal) => {
         concat!(
-            "SELECT r.principal, r.session_id, r.request_id, r.created_at AS reserved_at, ",
+            "SELECT r.principal, r.session_id, r.request_id, r.created_at AS reserved_at, r.arguments, ",
             record_columns!(),
             " FROM carmy.reservations r \
              WHERE ($1::text IS NULL OR r.principal = $1) \
@@ -250,6 +277,8 @@ macro_rules! list_executions {
             " = $4)) \
                AND ($5::text IS NULL OR r.tool = $5) \
                AND (NOT $6::boolean OR r.state IN ('failed', 'timed_out', 'cancelled')) \
+               AND ($8::text IS NULL \
+                    OR carmy.arguments_jsonb(r.arguments) @> $8::text::jsonb) \
              ORDER BY ",
             $order,
             " LIMIT $7"
@@ -259,7 +288,9 @@ macro_rules! list_executions {
 
 /// Lists records, oldest reservation first. Binds: `$1` principal, `$2` session_id, `$3`
 /// request_id, `$4` in-flight state (`running` / `interrupted`), `$5` tool, each `NULL` for
-/// any; `$6` only finished records whose status is not `completed`; `$7` limit.
+/// any; `$6` only finished records whose status is not `completed`; `$7` limit; `$8` a JSON
+/// value (text) the kept arguments must contain (`NULL`: any; docs/semantics.md §8.5, served by
+/// the index `reservations_arguments_idx`).
 pub const LIST_EXECUTIONS_SQL: &str = list_executions!("r.created_at, r.execution_id");
 
 /// [`LIST_EXECUTIONS_SQL`], newest reservation first (exactly its order reversed).
@@ -270,7 +301,7 @@ pub const LIST_EXECUTIONS_NEWEST_SQL: &str =
 pub const FIND_RELEASED_SQL: &str = "SELECT h.principal, h.session_id, h.request_id, \
             h.execution_id, h.tool, h.fingerprint, h.fingerprint_version, \
             h.in_flight_state, h.released_by, \
-            date_trunc('milliseconds', h.released_at) AS released_at, h.note \
+            date_trunc('milliseconds', h.released_at) AS released_at, h.note, h.arguments \
      FROM carmy.released_executions h \
      WHERE h.execution_id = $1 AND h.principal = $2";
 

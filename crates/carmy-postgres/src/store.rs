@@ -9,7 +9,7 @@ use crate::batch::{Batcher, Limits};
 use crate::cancel::{listen_for_cancels, Heard, CANCEL_BACKLOG};
 use crate::combined::HotBatch;
 use crate::decide;
-use crate::decode::{decode_key, decode_record};
+use crate::decode::{decode_arguments, decode_key, decode_record};
 use crate::diagnosis::{explain_connect, Diagnosis};
 use crate::failure::{settle, Failure};
 use crate::grouped::Hot;
@@ -303,6 +303,7 @@ impl PostgresStore {
             record: decode_record(&row)?,
             released: None,
             reserved_at: None,
+            arguments: decode_arguments(&row)?,
         }))
     }
 

@@ -56,6 +56,7 @@ impl Attempt {
                     metadata: [0; 8],
                 }),
                 retention: Some(carmy::retention::DEFAULT_RETENTION),
+                arguments: None,
             },
         }
     }
@@ -82,7 +83,7 @@ impl Attempt {
 fn model_allows(winner: &Attempt, later: &Attempt, answer: &Reservation) -> bool {
     let held_by = &winner.intent.execution_id;
     match answer {
-        Reservation::Reserved => false,
+        Reservation::Reserved | Reservation::Replaced(_) => false,
         Reservation::Existing(Existing::Conflict {
             execution_id,
             parts,
@@ -362,6 +363,16 @@ async fn reservations_and_outcomes_waiting_together_commit_in_one_transaction() 
         let answer = spawn_reserve(&store, attempt).await.unwrap().unwrap();
         assert_eq!(answer, Reservation::Reserved);
     }
+    // new-0's identity held an execution that was released: its batched reservation names it
+    // (docs/semantics.md §12.1, "A rerun says so").
+    let earlier = Attempt::new("new-0", 'a');
+    let answer = spawn_reserve(&store, &earlier).await.unwrap().unwrap();
+    assert_eq!(answer, Reservation::Reserved);
+    sqlx::query("SELECT carmy.release_execution($1, 'nothing upstream', 'dba', true)")
+        .bind(earlier.intent.execution_id.as_str())
+        .execute(&mut db.connect().await)
+        .await
+        .unwrap();
     // Hold every write to the table: the two batches in flight wait for the lock, and
     // everything queued meanwhile forms the next batch.
     let mut locker = db.connect().await;
@@ -412,7 +423,17 @@ async fn reservations_and_outcomes_waiting_together_commit_in_one_transaction() 
     for task in completes {
         task.await.unwrap().unwrap();
     }
-    assert!(answers[..10].iter().all(|a| *a == Reservation::Reserved));
+    assert_eq!(
+        answers[0],
+        Reservation::Replaced(carmy::store::Replaced {
+            execution_id: earlier.intent.execution_id.clone(),
+            ended: carmy::store::ReplacedEnd::Released {
+                by: "dba".into(),
+                note: "nothing upstream".into(),
+            },
+        })
+    );
+    assert!(answers[1..10].iter().all(|a| *a == Reservation::Reserved));
     // The retry read the row as the batch's snapshot had it: running, before its outcome.
     assert_eq!(
         answers[10],

@@ -18,6 +18,7 @@ fn intent() -> ExecutionIntent {
         tool: "create_order".to_owned(),
         parts: None,
         retention: None,
+        arguments: None,
     }
 }
 

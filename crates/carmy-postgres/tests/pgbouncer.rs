@@ -41,6 +41,7 @@ async fn through_pgbouncer_in_session_mode_the_store_serves_calls() {
             tool: "create_order".to_owned(),
             parts: None,
             retention: None,
+            arguments: None,
         };
         let reserved = store.reserve(claim, &intent).await.unwrap();
         if attempt > 0 {
@@ -184,6 +185,7 @@ async fn behind_a_transaction_pooler_with_a_session_url_concurrent_calls_are_exa
                 tool: "create_order".to_owned(),
                 parts: None,
                 retention: None,
+                arguments: None,
             };
             match store.reserve(claim, &intent).await.unwrap() {
                 Reservation::Reserved => {
@@ -202,7 +204,7 @@ async fn behind_a_transaction_pooler_with_a_session_url_concurrent_calls_are_exa
                     store.complete(claim, &result.into()).await.unwrap();
                     1
                 }
-                Reservation::Existing(_) => 0,
+                Reservation::Existing(_) | Reservation::Replaced(_) => 0,
             }
         }));
     }
@@ -336,6 +338,7 @@ async fn the_deploy_pgbouncer_file_as_written_serves_the_store() {
         tool: "create_order".to_owned(),
         parts: None,
         retention: None,
+        arguments: None,
     };
     assert!(matches!(
         store.reserve(claim, &intent).await.unwrap(),

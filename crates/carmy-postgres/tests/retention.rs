@@ -401,6 +401,7 @@ async fn an_expired_row_is_replaced_by_exactly_one_reservation() {
                 tool: "echo".into(),
                 parts: None,
                 retention: Some(RETENTION),
+                arguments: None,
             };
             let reserved = store
                 .reserve(

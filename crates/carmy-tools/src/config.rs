@@ -22,6 +22,7 @@
 //! key_argument = "request_id"      # the request id a model holds over MCP; "" for none
 //! key_required = false             # default: CARMY_MCP_KEY_REQUIRED
 //! task = "auto"                    # "always": an MCP client with tasks gets a task at once
+//! redact_arguments = ["/card/number"]  # JSON pointers hidden before the arguments are kept; "all"
 //! [tools.headers]
 //! Authorization = "Bearer ${PAYMENTS_TOKEN}"
 //! [tools.reconcile]                # optional: see [`RawReconcile`]
@@ -143,6 +144,10 @@ pub struct RawTool {
     pub key_argument: Option<String>,
     /// Whether that argument is required (default `CARMY_MCP_KEY_REQUIRED`).
     pub key_required: Option<bool>,
+    /// What of the arguments is hidden before they are kept with an execution
+    /// (docs/semantics.md §8.5): a list of JSON pointers, or `"all"`. Read as a TOML value so
+    /// that a wrong shape is reported naming the field.
+    pub redact_arguments: Option<Spanned<toml::Value>>,
     /// Headers sent on every request; values may use `${NAME}` from the environment.
     #[serde(default)]
     pub headers: BTreeMap<String, Spanned<String>>,

@@ -240,6 +240,10 @@ impl Tool for HttpTool {
         self.spec.task_always
     }
 
+    fn redaction(&self) -> Option<&carmy::arguments::Redaction> {
+        self.spec.redaction.as_ref()
+    }
+
     fn key_setting(&self) -> carmy::key_argument::KeySetting {
         self.spec.key.clone()
     }

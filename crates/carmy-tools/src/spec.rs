@@ -81,6 +81,9 @@ pub struct HttpToolSpec {
     pub headers: Vec<Header>,
     /// The reconciliation probe (`[tools.reconcile]`, docs/semantics.md §12.10), if any.
     pub reconcile: Option<ProbeSpec>,
+    /// What of the arguments is hidden before they are kept (`redact_arguments`,
+    /// docs/semantics.md §8.5), if anything.
+    pub redaction: Option<carmy::arguments::Redaction>,
 }
 
 /// A validated `[tools.reconcile]`: how to ask whether an execution's effect happened, and

@@ -218,6 +218,11 @@ pub struct ExecutionQuery {
     /// Only finished records whose status is not `completed` (`failed`, `timed_out`,
     /// `cancelled`); with `in_flight` set as well, nothing matches.
     pub failures_only: bool,
+    /// Only records whose kept arguments contain this JSON value, as PostgreSQL's jsonb `@>`
+    /// says (docs/semantics.md §8.5: an object's members match recursively, an array's elements
+    /// each match some element); made by [`crate::arguments::search_value`]. Records that kept
+    /// no arguments never match.
+    pub arguments: Option<serde_json::Value>,
     /// Which reservations come first: the oldest (the default, as `GET /v1/executions` lists)
     /// or the newest (the operator console). `limit` keeps the first ones in this order.
     pub order: ListOrder,

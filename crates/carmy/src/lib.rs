@@ -17,6 +17,7 @@
 //! [`Refusal`](engine::Refusal) to their own shapes.
 //!
 //! Modules:
+//! - [`arguments`]: the arguments kept with each execution and their redaction;
 //! - [`call`]: a call as every front hands it to the engine ([`call::ValidatedCall::parse`]);
 //! - [`engine`]: reserve → run detached → record, answering in the domain's terms
 //!   ([`engine::Answer`], [`engine::Refusal`]); no transport type appears there;
@@ -37,6 +38,7 @@
 //! Feature `openapi` derives the OpenAPI schemas (utoipa) of the types the HTTP API's document
 //! shows; `carmy-http` turns it on. Feature `conformance` is the store conformance suite.
 
+pub mod arguments;
 pub mod auth;
 pub mod cache;
 pub mod call;

@@ -25,7 +25,8 @@ pub use error::StoreError;
 pub use readings::{InterruptedTool, StoreReadings};
 pub use record::{
     Claim, ExecutionIntent, ExecutionLookup, Existing, IdempotencyKey, InFlightState, LeaseState,
-    RecordChange, RecordState, Reservation, StoredRecord, WaitRequest, DEFAULT_SESSION,
+    RecordChange, RecordState, Replaced, ReplacedEnd, Reservation, StoredRecord, WaitRequest,
+    DEFAULT_SESSION,
 };
 
 /// The boxed future every store method returns; `'a` borrows the store and the arguments.

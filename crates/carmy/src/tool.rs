@@ -268,6 +268,12 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
+    /// What of its arguments is hidden before they are kept with an execution (the tools
+    /// file's `redact_arguments`, docs/semantics.md §8.5). `None` (the default) hides nothing.
+    fn redaction(&self) -> Option<&crate::arguments::Redaction> {
+        None
+    }
+
     /// Runs the tool. The future runs detached from the HTTP connection; it is dropped when the
     /// deadline passes (recorded `timed_out`) or the execution is cancelled (`cancelled`).
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_>;
@@ -285,6 +291,7 @@ pub struct FnTool {
     annotations: Option<ToolAnnotations>,
     on_interrupted: OnInterrupted,
     key_setting: KeySetting,
+    redaction: Option<crate::arguments::Redaction>,
     handler: Box<BoxedHandler>,
 }
 
@@ -303,6 +310,7 @@ impl FnTool {
             annotations: None,
             on_interrupted: OnInterrupted::Uncertain,
             key_setting: KeySetting::default(),
+            redaction: None,
             handler: Box::new(move |context, arguments| Box::pin(handler(context, arguments))),
         }
     }
@@ -344,6 +352,13 @@ impl FnTool {
         self.key_setting = setting;
         self
     }
+
+    /// Sets what of its arguments is hidden before they are kept (docs/semantics.md §8.5).
+    #[must_use]
+    pub fn with_redaction(mut self, redaction: crate::arguments::Redaction) -> Self {
+        self.redaction = Some(redaction);
+        self
+    }
 }
 
 impl Tool for FnTool {
@@ -373,6 +388,10 @@ impl Tool for FnTool {
 
     fn key_setting(&self) -> KeySetting {
         self.key_setting.clone()
+    }
+
+    fn redaction(&self) -> Option<&crate::arguments::Redaction> {
+        self.redaction.as_ref()
     }
 
     fn call(&self, context: ToolContext, arguments: Value) -> ToolFuture<'_> {

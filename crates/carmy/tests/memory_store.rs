@@ -24,6 +24,7 @@ async fn full_store_refuses_new_identities_only_and_never_evicts() {
         tool: "echo".into(),
         parts: None,
         retention: None,
+        arguments: None,
     };
     let a = IdempotencyKey::new("p", "s", "a");
     let b = IdempotencyKey::new("p", "s", "b");
@@ -144,12 +145,14 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
         tool: "echo".into(),
         parts: None,
         retention: None,
+        arguments: None,
     };
     let fresh = || ExecutionIntent {
         execution_id: ExecutionId::generate(),
         tool: "echo".into(),
         parts: None,
         retention: None,
+        arguments: None,
     };
     assert_eq!(
         cache

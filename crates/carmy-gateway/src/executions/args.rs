@@ -69,6 +69,10 @@ pub struct ListArgs {
     /// Only executions of this session.
     #[arg(long)]
     pub session_id: Option<String>,
+    /// Only executions whose kept arguments contain this JSON object, e.g.
+    /// '{"customer":"cus_42"}' (docs/semantics.md §8.5).
+    #[arg(long, value_name = "JSON")]
+    pub arguments: Option<String>,
     /// At most this many (1 to 1000).
     #[arg(long, default_value_t = DEFAULT_LIMIT,
           value_parser = InRange::<usize>::new(1, carmy::engine::decide::MAX_LISTED as u64))]

@@ -240,6 +240,12 @@ fn list_query(list: &ListArgs) -> Result<OperatorQuery, CliFailure> {
             .state
             .map_or(carmy_postgres::StateFilter::Any, args::StateArg::filter),
         limit: list.limit,
+        arguments: list
+            .arguments
+            .as_deref()
+            .map(carmy::arguments::search_value)
+            .transpose()
+            .map_err(|error| CliFailure::invalid(format!("--arguments: {error}")))?,
     })
 }
 

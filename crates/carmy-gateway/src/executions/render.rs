@@ -72,7 +72,17 @@ pub fn summary_json(detail: &ExecutionDetail) -> Value {
             "lease_expires_at": stamp(&owner.lease_expires_at),
         })),
         "resolution": resolution(lookup),
+        "arguments": arguments_json(lookup),
     })
+}
+
+/// The kept arguments as JSON (docs/semantics.md §8.5): `null` when none were kept; a row a DBA
+/// changed into text that is not JSON, as a JSON string of that text.
+pub fn arguments_json(lookup: &ExecutionLookup) -> Value {
+    match lookup.arguments.as_deref() {
+        None => Value::Null,
+        Some(text) => serde_json::from_str(text).unwrap_or_else(|_| Value::from(text)),
+    }
 }
 
 /// `show --json`: [`summary_json`] with `record` (the finished record as the API replays it,
@@ -240,6 +250,13 @@ pub fn detail_block(detail: &ExecutionDetail, audit: &[AuditEntry]) -> String {
         ("session_id".into(), printable(&lookup.key.session_id)),
         ("request_id".into(), printable(&lookup.key.request_id)),
         ("tool".into(), printable(&lookup.record.tool)),
+        (
+            "arguments".into(),
+            lookup.arguments.as_deref().map_or_else(
+                || "not kept (CARMY_KEEP_ARGUMENTS=none, or reserved before schema V15)".into(),
+                printable,
+            ),
+        ),
         ("reserved".into(), stamp(&detail.created_at)),
     ];
     if let Some(at) = &detail.started_at {

@@ -98,16 +98,16 @@ async fn a_database_of_the_earlier_build_keeps_its_orders() {
     .unwrap();
     let earlier_comment = table_comment(&pool).await;
 
-    // This build: V4 to V13 are applied, the retired V2 stays in the history.
+    // This build: V4 to V15 are applied, the retired V2 stays in the history.
     migrate(&db.url).await.unwrap();
     assert_eq!(
         versions(&pool).await,
-        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
     );
     migrate(&db.url).await.unwrap();
     assert_eq!(
         versions(&pool).await,
-        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
     );
 
     // The example tools find the table as it was and go on numbering.
@@ -145,7 +145,7 @@ async fn a_fresh_database_gets_the_table_from_the_example_tools() {
     let pool = pool(&db).await;
     assert_eq!(
         versions(&pool).await,
-        vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+        vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
     );
     let missing: bool = sqlx::query_scalar("SELECT to_regclass('carmy.example_orders') IS NULL")
         .fetch_one(&pool)
@@ -187,7 +187,7 @@ async fn a_fresh_database_gets_the_table_from_the_example_tools() {
     migrate(&db.url).await.unwrap();
     assert_eq!(
         versions(&pool).await,
-        vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+        vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
     );
     pool.close().await;
 }

@@ -64,6 +64,19 @@ pub(super) async fn list(
         }
     };
     let given = |value: &Option<String>| value.clone().filter(|value| !value.is_empty());
+    let arguments = match given(&filter.arguments)
+        .as_deref()
+        .map(carmy::arguments::search_value)
+        .transpose()
+    {
+        Ok(arguments) => arguments,
+        Err(problem) => {
+            return page(
+                StatusCode::BAD_REQUEST,
+                pages::message("Bad filter", Some(&operator.who()), &problem),
+            )
+        }
+    };
     // Every filter is the store's (ExecutionQuery), newest first: what is shown is the newest
     // matching records, however many the store holds. One more than shown tells whether more
     // match.
@@ -73,6 +86,7 @@ pub(super) async fn list(
         session_id: given(&filter.session_id),
         request_id: given(&filter.request_id),
         tool: given(&filter.tool),
+        arguments,
         failures_only: failures,
         order: ListOrder::NewestFirst,
         limit: SHOWN + 1,

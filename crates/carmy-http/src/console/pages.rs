@@ -162,6 +162,11 @@ fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
 }
 
+/// JSON text, indented; text that is not JSON (a row a DBA changed by hand) as it is.
+fn pretty_text(text: &str) -> String {
+    serde_json::from_str::<Value>(text).map_or_else(|_| text.to_owned(), |value| pretty(&value))
+}
+
 /// The listing's filters, as the query string gave them.
 #[derive(Default, serde::Deserialize)]
 #[serde(default)]
@@ -176,6 +181,8 @@ pub(crate) struct ListFilter {
     pub(crate) request_id: Option<String>,
     /// Only this tool's.
     pub(crate) tool: Option<String>,
+    /// Only those whose kept arguments contain this JSON object (docs/semantics.md §8.5).
+    pub(crate) arguments: Option<String>,
 }
 
 impl ListFilter {
@@ -198,6 +205,7 @@ impl ListFilter {
             ("session_id", &self.session_id),
             ("request_id", &self.request_id),
             ("tool", &self.tool),
+            ("arguments", &self.arguments),
         ] {
             if !Self::non_empty(value).is_empty() {
                 query.push((name, Self::non_empty(value)));
@@ -254,6 +262,7 @@ pub(crate) fn listing(
                     div { label for="tool" { "Tool" } input #tool type="text" name="tool" value=(ListFilter::non_empty(&filter.tool)); }
                     div { label for="session_id" { "Session" } input #session_id type="text" name="session_id" value=(ListFilter::non_empty(&filter.session_id)); }
                     div { label for="request_id" { "Request id" } input #request_id type="text" name="request_id" value=(ListFilter::non_empty(&filter.request_id)); }
+                    div { label for="arguments" { "Arguments contain" } input #arguments type="text" name="arguments" placeholder="{\"customer\": \"…\"}" value=(ListFilter::non_empty(&filter.arguments)); }
                     div { button type="submit" { "Filter" } }
                 }
             }
@@ -358,6 +367,14 @@ pub(crate) fn execution(who: &Who<'_>, detail: &Detail<'_>) -> Markup {
                 }
                 h2 { "As the API answers it" }
                 pre #record-json { (pretty(&detail.record_json)) }
+            }
+            section #arguments {
+                h2 { "What the call asked" }
+                @match lookup.arguments.as_deref() {
+                    Some(text) => pre #arguments-json { (pretty_text(text)) },
+                    None => p.muted { "No arguments were kept (CARMY_KEEP_ARGUMENTS=none, or reserved before schema V15)." },
+                }
+                p.muted { "Values the tool's redact_arguments names show as \"[redacted]\": they were never stored." }
             }
             section #fingerprint {
                 h2 { "Fingerprint" }

@@ -20,13 +20,58 @@ pub(crate) fn from_answer(
     read_tools: impl FnOnce() -> Vec<String>,
     key: Option<KeyText<'_>>,
 ) -> CallToolResult {
-    from_result(
+    let mut result = from_result(
         answer.result.result(),
         answer.replayed,
         expires_at,
         read_tools,
         key,
-    )
+    );
+    if let Some(replaced) = &answer.rerun_of {
+        say_rerun(&mut result, replaced);
+    }
+    result
+}
+
+/// What a model reads when this run replaced another execution (docs/semantics.md §12.1, "A
+/// rerun says so"): released, then run anew.
+const RERUN_AFTER_RELEASE: &str = "This call ran again: an earlier execution of it, \
+    {execution_id}, ended without a known outcome and was released by {by} ({note}), so the \
+    tool ran anew for this answer. If the earlier attempt did take effect, it happened twice: \
+    check before acting on both.";
+
+/// As [`RERUN_AFTER_RELEASE`], for an attempt that took an interrupted execution over.
+const RERUN_AFTER_TAKEOVER: &str = "This call ran again: it is attempt {attempt} of execution \
+    {execution_id}, whose earlier attempt was interrupted (its process died) and was taken \
+    over; the upstream got the same idempotency key both times.";
+
+/// Adds `rerun_of` to the result's `_meta["io.carmy/execution"]` and the sentence saying so.
+fn say_rerun(result: &mut CallToolResult, replaced: &carmy::store::Replaced) {
+    let (rerun_of, text) = match &replaced.ended {
+        carmy::store::ReplacedEnd::Released { by, note } => (
+            json!({"execution_id": replaced.execution_id.as_str(), "ended": "released",
+                   "by": by, "note": note}),
+            RERUN_AFTER_RELEASE
+                .replace("{execution_id}", replaced.execution_id.as_str())
+                .replace("{by}", by)
+                .replace("{note}", note),
+        ),
+        carmy::store::ReplacedEnd::TakenOver { attempt } => (
+            json!({"execution_id": replaced.execution_id.as_str(), "ended": "taken_over",
+                   "attempt": attempt}),
+            RERUN_AFTER_TAKEOVER
+                .replace("{execution_id}", replaced.execution_id.as_str())
+                .replace("{attempt}", &attempt.to_string()),
+        ),
+    };
+    if let Some(execution) = result
+        .meta
+        .as_mut()
+        .and_then(|meta| meta.0.get_mut(EXECUTION_META))
+    {
+        execution["rerun_of"] = rerun_of;
+    }
+    add_guidance(result, &text);
 }
 
 /// The result of the recorded outcome `result` (`replayed`: the tool did not run for this

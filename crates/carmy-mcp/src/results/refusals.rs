@@ -45,6 +45,9 @@ pub(crate) fn from_refusal(
 ) -> Result<CallToolResult, ErrorData> {
     let (situation, execution_id, state) = match &refusal {
         Refusal::Invalid(message) => return Ok(input_error(message, key)),
+        Refusal::ArgumentsTooLarge { .. } => {
+            return Ok(input_error(&refusal.to_string(), key));
+        }
         // The engine's text, as HTTP's detail: it names the closest tool ("did you mean").
         Refusal::UnknownTool { .. } => {
             let text = entry(Situation::UnknownTool).render(&Facts {

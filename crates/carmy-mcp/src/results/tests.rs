@@ -220,6 +220,7 @@ fn recorded(status: ExecutionStatus, data: Value, error: Option<ExecutionError>)
         }),
         replayed: true,
         expires_at: None,
+        rerun_of: None,
     }
 }
 
@@ -256,4 +257,71 @@ fn recorded_outcomes() {
     assert_eq!(fields["status"], "timed_out");
     assert_eq!(fields["effect_may_have_happened"], true);
     assert_eq!(fields["error"]["effect"], "unknown");
+}
+
+/// A rerun says so (docs/semantics.md §12.1): `_meta` names the released execution and the
+/// model reads who released it and why; a takeover names its attempt.
+#[test]
+fn a_rerun_names_the_execution_it_replaced() {
+    let released = carmy::outcome::ExecutionId::from_stored("exec_released");
+    let mut answer = recorded(ExecutionStatus::Completed, json!({"order_id": 8}), None);
+    answer.replayed = false;
+    answer.rerun_of = Some(carmy::store::Replaced {
+        execution_id: released.clone(),
+        ended: carmy::store::ReplacedEnd::Released {
+            by: "operator:ops".into(),
+            note: "no order upstream".into(),
+        },
+    });
+    let result = from_answer(&answer, None, Vec::new, None);
+    assert_eq!(result.is_error, Some(false));
+    assert_eq!(
+        result.meta.as_ref().unwrap().0[EXECUTION_META]["rerun_of"],
+        json!({"execution_id": "exec_released", "ended": "released",
+               "by": "operator:ops", "note": "no order upstream"})
+    );
+    let text = result
+        .content
+        .last()
+        .unwrap()
+        .as_text()
+        .unwrap()
+        .text
+        .clone();
+    assert!(
+        text.contains("exec_released")
+            && text.contains("released by operator:ops (no order upstream)"),
+        "{text}"
+    );
+    answer.rerun_of = Some(carmy::store::Replaced {
+        execution_id: released,
+        ended: carmy::store::ReplacedEnd::TakenOver { attempt: 2 },
+    });
+    let result = from_answer(&answer, None, Vec::new, None);
+    assert_eq!(
+        result.meta.as_ref().unwrap().0[EXECUTION_META]["rerun_of"],
+        json!({"execution_id": "exec_released", "ended": "taken_over", "attempt": 2})
+    );
+    let text = result
+        .content
+        .last()
+        .unwrap()
+        .as_text()
+        .unwrap()
+        .text
+        .clone();
+    assert!(
+        text.contains("attempt 2 of execution exec_released"),
+        "{text}"
+    );
+    // A replay is no rerun.
+    let replay = from_answer(
+        &recorded(ExecutionStatus::Completed, json!({"order_id": 8}), None),
+        None,
+        Vec::new,
+        None,
+    );
+    assert!(replay.meta.unwrap().0[EXECUTION_META]
+        .get("rerun_of")
+        .is_none());
 }

@@ -26,12 +26,12 @@ macro_rules! owner_lease_join {
 
 /// What an operator's reads of held executions return, from `carmy.reservations r` joined with
 /// its owner's lease `carmy.instances i`: the identity, [`record_columns!`], `owner_instance`,
-/// `created_at`, `started_at`, `finished_at`, and the owner's `owner_hostname`, `owner_pid` and
+/// `created_at`, `started_at`, `finished_at`, the kept `arguments`, and the owner's `owner_hostname`, `owner_pid` and
 /// `owner_lease_expires_at` (`NULL` when it has no row).
 macro_rules! operator_columns {
     () => {
         concat!(
-            "r.principal, r.session_id, r.request_id, ",
+            "r.principal, r.session_id, r.request_id, r.arguments, ",
             record_columns!(),
             ", r.owner_instance, r.created_at, r.started_at, r.finished_at, ",
             owner_lease_columns!(),
@@ -50,7 +50,7 @@ macro_rules! operator_released_columns {
             "h.principal, h.session_id, h.request_id, \
              h.execution_id, h.tool, h.fingerprint, h.fingerprint_version, \
              h.in_flight_state, h.released_by, \
-             date_trunc('milliseconds', h.released_at) AS released_at, h.note, \
+             date_trunc('milliseconds', h.released_at) AS released_at, h.note, h.arguments, \
              h.owner_instance, h.created_at, h.started_at, NULL::timestamptz AS finished_at, ",
             owner_lease_columns!(),
             " FROM carmy.released_executions h",
@@ -60,12 +60,14 @@ macro_rules! operator_released_columns {
 }
 
 /// The filters every operator listing of held executions shares. Binds: `$1` principal, `$2`
-/// session_id, `$3` request_id (each `NULL` for any), `$4` limit.
+/// session_id, `$3` request_id (each `NULL` for any), `$4` limit, `$5` a JSON value (text)
+/// the kept arguments must contain (`NULL`: any; docs/semantics.md §8.5).
 macro_rules! operator_filters {
     () => {
         " WHERE ($1::text IS NULL OR r.principal = $1) \
            AND ($2::text IS NULL OR r.session_id = $2) \
-           AND ($3::text IS NULL OR r.request_id = $3)"
+           AND ($3::text IS NULL OR r.request_id = $3) \
+           AND ($5::text IS NULL OR carmy.arguments_jsonb(r.arguments) @> $5::text::jsonb)"
     };
 }
 
@@ -79,23 +81,23 @@ pub const OPERATOR_LIST_SQL: &str = concat!(
 );
 
 /// As [`OPERATOR_LIST_SQL`], only executions without an outcome whose in-flight state
-/// ([`in_flight_state!`]) is `$5` (`running` or `interrupted`).
+/// ([`in_flight_state!`]) is `$6` (`running` or `interrupted`).
 pub const OPERATOR_LIST_IN_FLIGHT_SQL: &str = concat!(
     "SELECT ",
     operator_columns!(),
     operator_filters!(),
     " AND r.state = 'running' AND ",
     in_flight_state!("r"),
-    " = $5 ORDER BY r.created_at, r.execution_id LIMIT $4"
+    " = $6 ORDER BY r.created_at, r.execution_id LIMIT $4"
 );
 
-/// As [`OPERATOR_LIST_SQL`], only finished executions of status `$5` (`completed`, `failed`,
+/// As [`OPERATOR_LIST_SQL`], only finished executions of status `$6` (`completed`, `failed`,
 /// `timed_out`, `cancelled`).
 pub const OPERATOR_LIST_FINISHED_SQL: &str = concat!(
     "SELECT ",
     operator_columns!(),
     operator_filters!(),
-    " AND r.state = $5 AND r.state <> 'running' \
+    " AND r.state = $6 AND r.state <> 'running' \
      ORDER BY r.created_at, r.execution_id LIMIT $4"
 );
 
@@ -107,6 +109,7 @@ pub const OPERATOR_LIST_RELEASED_SQL: &str = concat!(
     " WHERE ($1::text IS NULL OR h.principal = $1) \
        AND ($2::text IS NULL OR h.session_id = $2) \
        AND ($3::text IS NULL OR h.request_id = $3) \
+       AND ($5::text IS NULL OR carmy.arguments_jsonb(h.arguments) @> $5::text::jsonb) \
      ORDER BY h.created_at, h.execution_id LIMIT $4"
 );
 

@@ -34,7 +34,10 @@ impl PostgresStore {
         let reserved = self
             .reserve_alone(key, fingerprint, intent, hold.token.as_str())
             .await;
-        if !matches!(reserved, Ok(Reservation::Reserved)) {
+        if !matches!(
+            reserved,
+            Ok(Reservation::Reserved | Reservation::Replaced(_))
+        ) {
             // Best effort: a hold that owns nothing is harmless and pruned in time.
             if let Err(error) = sqlx::query(END_LEASE_SQL)
                 .bind(hold.token.as_str())

@@ -68,9 +68,10 @@ impl PostgresStore {
             execution_id: intent.execution_id.as_str().to_owned(),
             parts: intent.parts.as_ref().map(FingerprintParts::encode),
             retention: intent.retention.map(crate::prune::millis),
+            arguments: intent.arguments.clone(),
         };
         let record = match reserves.reserve(request).await {
-            Ok(ReserveAnswer::Inserted) => return Ok(Some(Reservation::Reserved)),
+            Ok(ReserveAnswer::Inserted(reserved)) => return Ok(Some(reserved?)),
             Ok(ReserveAnswer::Held(record)) => Some(record?),
             Ok(ReserveAnswer::NotVisible) => self.lookup_impl(key).await?,
             Ok(ReserveAnswer::Failed(error)) => return Err(error.into()),
@@ -115,7 +116,8 @@ impl PostgresStore {
                 .bind(intent.execution_id.as_str())
                 .bind(owner)
                 .bind(intent.parts.as_ref().map(FingerprintParts::encode))
-                .bind(retention);
+                .bind(retention)
+                .bind(intent.arguments.as_deref());
             let row = {
                 let mut hot = self.hot.get().await.map_err(run_error)?;
                 let row = query.fetch_optional(hot.through()).await;
@@ -133,7 +135,7 @@ impl PostgresStore {
                             );
                             announce_changed(self.pool.executor(), key).await;
                         }
-                        return Ok(Reservation::Reserved);
+                        return Ok(crate::decode::decode_reserved(&row)?);
                     }
                     if row.try_get::<Option<bool>, _>("expired")? == Some(true) {
                         // Expired, but a concurrent statement replaced or pruned it first: a

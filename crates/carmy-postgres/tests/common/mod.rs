@@ -37,6 +37,7 @@ pub async fn one_call(store: &PostgresStore, request: &str) {
         tool: "create_order".to_owned(),
         parts: None,
         retention: None,
+        arguments: None,
     };
     let reserved = store.reserve(claim, &intent).await.unwrap();
     assert!(matches!(reserved, Reservation::Reserved), "{reserved:?}");
@@ -93,6 +94,7 @@ pub fn intent(tool: &str) -> ExecutionIntent {
         tool: tool.to_owned(),
         parts: None,
         retention: Some(carmy::retention::DEFAULT_RETENTION),
+        arguments: None,
     }
 }
 

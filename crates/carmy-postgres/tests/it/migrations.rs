@@ -34,10 +34,11 @@ async fn migrate_twice_is_a_noop() {
             (11, "replay_cache_changes"),
             (12, "decision_limits"),
             (13, "reconciliation"),
-            (14, "distributable")
+            (14, "distributable"),
+            (15, "arguments")
         ]
     );
-    assert_eq!(latest_migration_version(), 14);
+    assert_eq!(latest_migration_version(), 15);
 
     migrate(&db.url).await.unwrap();
     assert_eq!(applied_versions(&pool).await, first);
@@ -99,7 +100,10 @@ async fn four_concurrent_migrations_of_an_empty_database_all_succeed() {
         .into_iter()
         .map(|(v, _, _)| v)
         .collect();
-    assert_eq!(versions, vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
+    assert_eq!(
+        versions,
+        vec![1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    );
     pool.close().await;
 }
 
@@ -259,6 +263,7 @@ async fn schema_is_documented_and_constrained() {
     .unwrap();
     let expected = [
         ("announce_change", "v"),
+        ("arguments_jsonb", "i"),
         ("decision_refused", "v"),
         ("decision_value_refused", "v"),
         ("execution_principal", "s"),

@@ -230,8 +230,8 @@ async fn fifty_concurrent_reserves_across_two_stores_reserve_once() {
                 assert_eq!(replay, &done);
                 replayed += 1;
             }
-            Reservation::Existing(Existing::Conflict { .. }) => {
-                panic!("unexpected conflict: {outcomes:?}")
+            Reservation::Existing(Existing::Conflict { .. }) | Reservation::Replaced(_) => {
+                panic!("unexpected answer: {outcomes:?}")
             }
         }
     }
@@ -249,5 +249,65 @@ async fn fifty_concurrent_reserves_across_two_stores_reserve_once() {
     pool.close().await;
     for store in &stores {
         store.shutdown().await.unwrap();
+    }
+}
+
+/// A rerun says so (docs/semantics.md §12.1): after a release, the next reservation of each
+/// identity names the released execution, thirty reservations at once (the store groups
+/// concurrent ones into batches, so both the single-row and the batch statement may answer),
+/// and the released row kept the arguments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reservations_after_a_release_name_it() {
+    let db = TestDb::migrated().await;
+    let store = Arc::new(db.store().await);
+    let pool = db.pool().await;
+    let keys: Vec<_> = (0..30)
+        .map(|n| key("alice", "default", &format!("rerun-{n}")))
+        .collect();
+    let mut released = Vec::new();
+    for k in &keys {
+        let first = ExecutionIntent {
+            arguments: Some(r#"{"customer":"cus_42"}"#.to_owned()),
+            ..intent("create_order")
+        };
+        assert_eq!(
+            reserve(&*store, k, &fp('a'), &first).await.unwrap(),
+            Reservation::Reserved
+        );
+        sqlx::query("SELECT carmy.release_execution($1, 'no order found', 'dba', true)")
+            .bind(first.execution_id.as_str())
+            .execute(&pool)
+            .await
+            .unwrap();
+        released.push(first.execution_id);
+    }
+    let kept: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT arguments FROM carmy.released_executions")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(kept, vec![Some(r#"{"customer":"cus_42"}"#.to_owned()); 30]);
+    let tasks: Vec<_> = keys
+        .iter()
+        .cloned()
+        .map(|k| {
+            let store = Arc::clone(&store);
+            tokio::spawn(async move {
+                let next = intent("create_order");
+                reserve(&*store, &k, &fp('a'), &next).await.unwrap()
+            })
+        })
+        .collect();
+    for (task, execution_id) in tasks.into_iter().zip(released) {
+        assert_eq!(
+            task.await.unwrap(),
+            Reservation::Replaced(carmy::store::Replaced {
+                execution_id,
+                ended: carmy::store::ReplacedEnd::Released {
+                    by: "dba".into(),
+                    note: "no order found".into(),
+                },
+            })
+        );
     }
 }

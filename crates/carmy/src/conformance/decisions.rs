@@ -112,12 +112,23 @@ pub async fn resolve_records_once_and_replays(store: Arc<dyn IdempotencyStore>) 
 pub async fn release_frees_the_identity_and_keeps_history(store: Arc<dyn IdempotencyStore>) {
     let k = key("alice", "s", "release");
     let f = fp(&json!({}));
-    let owner = intent();
+    // The kept arguments (docs/semantics.md §8.5) survive exactly, `\u0000` and big numbers too.
+    let kept = r#"{"customer":"cus_42","n":9007199254740993,"z":"a\u0000b"}"#;
+    let owner = crate::store::ExecutionIntent {
+        arguments: Some(kept.to_owned()),
+        ..intent()
+    };
     assert_eq!(
         reserve(&*store, &k, &f, &owner).await,
         Reservation::Reserved
     );
     let id = &owner.execution_id;
+    let held = store.find_execution("alice", id).await.unwrap().unwrap();
+    assert_eq!(
+        held.arguments.as_deref(),
+        Some(kept),
+        "the held record's arguments"
+    );
     let unforced = store.release_execution(&release_request(id, false)).await;
     assert_eq!(unforced.unwrap(), Err(DecisionRefusal::StillRunning));
 
@@ -145,6 +156,11 @@ pub async fn release_frees_the_identity_and_keeps_history(store: Arc<dyn Idempot
         .expect("a released execution stays in history");
     assert_eq!(found.released, Some(released.resolution.clone()));
     assert_eq!(found.key, k);
+    assert_eq!(
+        found.arguments.as_deref(),
+        Some(kept),
+        "released history keeps them"
+    );
     assert_eq!(store.find_execution("bob", id).await.unwrap(), None);
 
     let again = store.release_execution(&release_request(id, true)).await;
@@ -152,8 +168,19 @@ pub async fn release_frees_the_identity_and_keeps_history(store: Arc<dyn Idempot
     let resolve = store.resolve_execution(&resolve_request(id, true)).await;
     assert_eq!(resolve.unwrap(), Err(DecisionRefusal::AlreadyDecided));
 
+    // The next reservation names the released execution (docs/semantics.md §12.1, "A rerun
+    // says so").
     let next = intent();
-    assert_eq!(reserve(&*store, &k, &f, &next).await, Reservation::Reserved);
+    assert_eq!(
+        reserve(&*store, &k, &f, &next).await,
+        Reservation::Replaced(crate::store::Replaced {
+            execution_id: id.clone(),
+            ended: crate::store::ReplacedEnd::Released {
+                by: "alice".into(),
+                note: "no order found".into(),
+            },
+        })
+    );
     let late = result_for(&owner, &k, ExecutionStatus::Completed, json!(1));
     assert!(matches!(
         complete(&*store, &k, &f, &late.into()).await,
@@ -260,7 +287,11 @@ pub async fn late_arrivals_are_kept_beside_the_record(store: Arc<dyn Idempotency
     );
     let release = release_request(&owner.execution_id, true);
     store.release_execution(&release).await.unwrap().unwrap();
-    assert_eq!(reserve(&*store, &k, &f, &next).await, Reservation::Reserved);
+    assert!(matches!(
+        reserve(&*store, &k, &f, &next).await,
+        Reservation::Replaced(crate::store::Replaced { execution_id, .. })
+            if execution_id == owner.execution_id
+    ));
     let late = result_for(
         &owner,
         &k,

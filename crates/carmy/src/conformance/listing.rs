@@ -291,3 +291,58 @@ pub async fn listing_filters_by_tool_and_failure_in_either_order(store: Arc<dyn 
         "oldest first, the limit keeps the oldest"
     );
 }
+
+/// Listing by what was asked (docs/semantics.md §8.5): only records whose kept arguments contain
+/// the value (jsonb `@>`), within the principal's scope; records that kept none never match.
+pub async fn listing_finds_by_arguments(store: Arc<dyn IdempotencyStore>) {
+    let f = fp(&json!({}));
+    let kept = |text: &str| ExecutionIntent {
+        arguments: Some(text.to_owned()),
+        ..intent()
+    };
+    let intents = [
+        kept(r#"{"amount":5,"customer":"cus_42","items":[{"sku":"a"},{"sku":"b"}]}"#),
+        kept(r#"{"amount":5,"customer":"cus_43"}"#),
+        kept(r#"{"customer":"cus_42"}"#),
+        intent(),
+    ];
+    let keys = [
+        key("alice", "s", "a1"),
+        key("alice", "s", "a2"),
+        key("bob", "s", "b1"),
+        key("alice", "s", "none"),
+    ];
+    for (k, i) in keys.iter().zip(&intents) {
+        assert_eq!(reserve(&*store, k, &f, i).await, Reservation::Reserved);
+    }
+    let list = |principal: Option<&str>, needle: &str| {
+        let store = Arc::clone(&store);
+        let query = ExecutionQuery {
+            principal: principal.map(str::to_owned),
+            arguments: Some(crate::arguments::search_value(needle).unwrap()),
+            limit: 10,
+            ..ExecutionQuery::default()
+        };
+        async move { ids(store.list_executions(&query).await.unwrap()) }
+    };
+    let id = |n: usize| intents[n].execution_id.clone();
+    assert_eq!(
+        list(None, r#"{"customer":"cus_42"}"#).await,
+        sorted([id(0), id(2)])
+    );
+    assert_eq!(
+        list(Some("alice"), r#"{"customer":"cus_42"}"#).await,
+        vec![id(0)]
+    );
+    assert_eq!(
+        list(None, r#"{"amount":5.0}"#).await,
+        sorted([id(0), id(1)])
+    );
+    assert_eq!(list(None, r#"{"items":[{"sku":"b"}]}"#).await, vec![id(0)]);
+    assert_eq!(list(None, r#"{"customer":"cus_4"}"#).await, vec![]);
+    assert_eq!(
+        list(None, "{}").await,
+        sorted([id(0), id(1), id(2)]),
+        "a record without kept arguments never matches"
+    );
+}

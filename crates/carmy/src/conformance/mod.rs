@@ -61,6 +61,7 @@ macro_rules! store_conformance_tests {
             concurrent_decisions_have_one_winner,
             listing_filters_and_scopes,
             listing_filters_by_tool_and_failure_in_either_order,
+            listing_finds_by_arguments,
             waiting_ends_when_the_outcome_is_recorded,
             late_arrivals_are_kept_beside_the_record,
             expired_records_run_as_new,
@@ -92,6 +93,7 @@ fn intent() -> ExecutionIntent {
         tool: "echo".into(),
         parts: None,
         retention: Some(crate::retention::DEFAULT_RETENTION),
+        arguments: None,
     }
 }
 

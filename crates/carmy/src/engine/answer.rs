@@ -19,6 +19,10 @@ pub struct Answer {
     /// `finished_at` plus the retention; `None` when records are kept forever, and for a call
     /// without a request id (it holds no identity). Every front states it as `expires_at`.
     pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// For a new execution that replaced a released one, or an attempt that took an
+    /// interrupted one over: that execution and how it ended (docs/semantics.md §12.1, "A
+    /// rerun says so"). `None` for a first run and for every replay.
+    pub rerun_of: Option<crate::store::Replaced>,
 }
 
 /// The answer to a cancel request that found a running execution.
@@ -114,6 +118,16 @@ pub enum Refusal {
         /// the same id when the execution was resolved.
         current: Option<ExecutionId>,
     },
+    /// The arguments, as they would be kept with the execution (canonical JSON after
+    /// redaction, docs/semantics.md §8.5), are longer than the limit of a recorded result
+    /// (`CARMY_MAX_RESULT_BYTES`); nothing was reserved (HTTP: 413 `ARGUMENTS_TOO_LARGE`).
+    #[error("the arguments take {bytes} bytes as kept with the execution, over the {limit} a record may keep (CARMY_MAX_RESULT_BYTES); send smaller arguments (e.g. a reference to a document rather than the document), hide the large part with the tool's redact_arguments, or keep no arguments (CARMY_KEEP_ARGUMENTS=none)")]
+    ArgumentsTooLarge {
+        /// Bytes of the kept text.
+        bytes: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// No such execution for this principal.
     #[error("no such execution")]
     NotFound,
@@ -205,6 +219,7 @@ pub(crate) fn from_existing(
 ) -> Result<Answer, Refusal> {
     match existing {
         Existing::Replay(result) => Ok(Answer {
+            rerun_of: None,
             result: RecordedResult::new(result),
             replayed: true,
             expires_at: None,
@@ -239,6 +254,7 @@ pub(crate) fn call_outcome(answer: &Result<Answer, Refusal>) -> CallOutcome {
             // `Finished` and `NotFound` answer cancels and reads, never a call; listed for
             // completeness.
             Refusal::Invalid(_)
+            | Refusal::ArgumentsTooLarge { .. }
             | Refusal::UnknownTool { .. }
             | Refusal::NotFound
             | Refusal::Finished { .. } => CallOutcome::Rejected,

@@ -96,6 +96,7 @@ impl Engine {
                     execution_id: ExecutionId::generate(),
                     key: None,
                     attempt: 1,
+                    replaces: None,
                 })
                 .await;
         };
@@ -113,11 +114,13 @@ impl Engine {
                 };
             }
         };
+        let arguments = self.kept_arguments(&registered, &call)?;
         let intent = ExecutionIntent {
             execution_id: ExecutionId::generate(),
             tool: call.tool().to_owned(),
             parts: Some(*call.parts()),
             retention: self.config.retention,
+            arguments,
         };
         let reserving = Instant::now();
         let reserved = self
@@ -134,8 +137,9 @@ impl Engine {
             }))
             .await;
         self.metrics.reserve_took(reserving.elapsed());
-        match reserved {
-            Ok(Reservation::Reserved) => {}
+        let replaces = match reserved {
+            Ok(Reservation::Reserved) => None,
+            Ok(Reservation::Replaced(replaced)) => Some(replaced),
             Ok(Reservation::Existing(Existing::Uncertain {
                 execution_id,
                 state: InFlightState::Interrupted,
@@ -159,7 +163,7 @@ impl Engine {
                 }
                 return Err(self.refusal(error));
             }
-        }
+        };
         fault::point(fault::AFTER_RESERVE);
         let tool = Arc::clone(&registered.tool);
         self.start_execution(Run {
@@ -168,8 +172,33 @@ impl Engine {
             execution_id: intent.execution_id,
             key: Some(key),
             attempt: 1,
+            replaces,
         })
         .await
+    }
+
+    /// The arguments to keep with `call`'s execution (docs/semantics.md §8.5): redacted per the
+    /// tool and `CARMY_KEEP_ARGUMENTS`, refused when longer than a record may keep.
+    pub(super) fn kept_arguments(
+        &self,
+        registered: &RegisteredTool,
+        call: &ValidatedCall,
+    ) -> Result<Option<String>, Refusal> {
+        let kept = crate::arguments::kept_text(
+            self.config.keep_arguments,
+            registered.tool.redaction(),
+            call.arguments(),
+        )
+        .map_err(|error| Refusal::Invalid(format!("arguments: {error}")))?;
+        match kept {
+            Some(text) if text.len() > self.config.max_result_bytes => {
+                Err(Refusal::ArgumentsTooLarge {
+                    bytes: text.len(),
+                    limit: self.config.max_result_bytes,
+                })
+            }
+            kept => Ok(kept),
+        }
     }
 
     /// The registered tool `call` names, if its arguments pass the schema and the tool's own

@@ -10,6 +10,7 @@ use crate::held::{Hold, HoldToken, Reserved};
 use crate::outcome::{
     ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
 };
+use crate::registry::RegisteredTool;
 use crate::store::{Claim, ExecutionIntent, RecordState, Reservation, StoreError};
 use serde_json::Value;
 use std::sync::Arc;
@@ -66,20 +67,26 @@ impl Engine {
                 "this gateway's store keeps no executions held by a client: run the gateway with PostgreSQL (CARMY_DATABASE_URL)".into(),
             ));
         }
-        if let Err(rejection) = self.holdable_tool(&call) {
-            return match self.lookup(&key).await? {
-                Some(record) => self.replay_answer(answer::from_existing(
-                    crate::store::Existing::for_record(record, call.fingerprint()),
-                    call.parts(),
-                )),
-                None => Err(rejection),
-            };
-        }
+        let registered = match self.holdable_tool(&call) {
+            Ok(registered) => registered,
+            Err(rejection) => {
+                return match self.lookup(&key).await? {
+                    Some(record) => self.replay_answer(answer::from_existing(
+                        crate::store::Existing::for_record(record, call.fingerprint()),
+                        call.parts(),
+                    )),
+                    None => Err(rejection),
+                };
+            }
+        };
+        // Kept as a gateway-run call's are (docs/semantics.md §8.5), redacted per the tool.
+        let arguments = self.kept_arguments(&registered, &call)?;
         let intent = ExecutionIntent {
             execution_id: ExecutionId::generate(),
             tool: call.tool().to_owned(),
             parts: Some(*call.parts()),
             retention: self.config.retention,
+            arguments,
         };
         let hold = Hold {
             token: HoldToken::generate(),
@@ -98,13 +105,16 @@ impl Engine {
             )
             .await;
         match reserved {
-            Ok(Reservation::Reserved) => Ok(HeldAnswer::Reserved(Reserved {
-                execution_id: intent.execution_id,
-                token: hold.token,
-                lease,
-                lease_expires_at: granted_from
-                    + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::zero()),
-            })),
+            // A reservation that replaced a released execution is a reservation all the same.
+            Ok(Reservation::Reserved | Reservation::Replaced(_)) => {
+                Ok(HeldAnswer::Reserved(Reserved {
+                    execution_id: intent.execution_id,
+                    token: hold.token,
+                    lease,
+                    lease_expires_at: granted_from
+                        + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::zero()),
+                }))
+            }
             Ok(Reservation::Existing(existing)) => {
                 self.replay_answer(answer::from_existing(existing, call.parts()))
             }
@@ -208,6 +218,7 @@ impl Engine {
                     result: RecordedResult::new(recorded.clone()),
                     replayed: false,
                     expires_at: None,
+                    rerun_of: None,
                 }));
             }
         }
@@ -224,6 +235,7 @@ impl Engine {
                 result,
                 replayed: false,
                 expires_at: None,
+                rerun_of: None,
             })),
             Ok(Err(refusal)) => Err(refusal),
             Err(_) => Err(Refusal::RecordingPending {
@@ -233,7 +245,7 @@ impl Engine {
     }
 
     /// The tool `call` names, if it is client-held and its arguments pass its schema.
-    fn holdable_tool(&self, call: &ValidatedCall) -> Result<(), Refusal> {
+    fn holdable_tool(&self, call: &ValidatedCall) -> Result<Arc<RegisteredTool>, Refusal> {
         let registered = self
             .tools
             .snapshot()
@@ -253,7 +265,8 @@ impl Engine {
             Refusal::Invalid(format!(
                 "arguments do not match the tool's schema: {problems}"
             ))
-        })
+        })?;
+        Ok(registered)
     }
 
     async fn held_owner(

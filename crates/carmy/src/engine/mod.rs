@@ -94,6 +94,10 @@ pub struct EngineConfig {
     pub reconcile_max_attempts: u32,
     /// The longest a retry that meets an interrupted execution waits for its probe.
     pub reconcile_inline: Duration,
+    /// Which arguments are kept with each execution (`CARMY_KEEP_ARGUMENTS`, default
+    /// `redacted`; docs/semantics.md §8.5). Kept arguments longer than
+    /// [`EngineConfig::max_result_bytes`] refuse the call (`ARGUMENTS_TOO_LARGE`).
+    pub keep_arguments: crate::arguments::KeepArguments,
 }
 
 impl Default for EngineConfig {
@@ -115,6 +119,7 @@ impl Default for EngineConfig {
             reconcile_backoff_max: Duration::from_secs(300),
             reconcile_max_attempts: 10,
             reconcile_inline: Duration::from_secs(2),
+            keep_arguments: crate::arguments::KeepArguments::default(),
         }
     }
 }

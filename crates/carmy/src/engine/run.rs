@@ -41,6 +41,9 @@ pub(super) struct Run {
     /// Which attempt of the execution this is: 1, or later after a takeover
     /// (docs/semantics.md §12.7).
     pub attempt: u32,
+    /// The released execution this run replaces, if the store named one
+    /// ([`crate::store::Reservation::Replaced`]).
+    pub replaces: Option<crate::store::Replaced>,
 }
 
 impl Engine {
@@ -60,7 +63,16 @@ impl Engine {
             execution_id,
             key,
             attempt,
+            replaces,
         } = run;
+        // A rerun says so (docs/semantics.md §12.1): the released execution the store named,
+        // or, for a takeover, the same execution's interrupted earlier attempt.
+        let rerun_of = replaces.or_else(|| {
+            (attempt > 1).then(|| crate::store::Replaced {
+                execution_id: execution_id.clone(),
+                ended: crate::store::ReplacedEnd::TakenOver { attempt },
+            })
+        });
         let context = ToolContext {
             principal: call.principal().to_owned(),
             session_id: call.session_id().to_owned(),
@@ -141,6 +153,7 @@ impl Engine {
                 result,
                 replayed: false,
                 expires_at: None,
+                rerun_of,
             }),
             Ok(Err(refusal)) => Err(refusal),
             Err(_) if protected => Err(Refusal::RecordingPending { execution_id }),

@@ -65,6 +65,7 @@ impl Engine {
             execution_id,
             key: Some(key),
             attempt,
+            replaces: None,
         })
         .await
     }

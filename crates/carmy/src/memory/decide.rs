@@ -46,6 +46,7 @@ impl Inner {
                 record: held.record(),
                 released: None,
                 reserved_at: None,
+                arguments: held.arguments.clone(),
             });
         }
         self.released
@@ -126,7 +127,7 @@ impl Inner {
             state,
             resolution,
         } = self.decidable(request)?;
-        self.by_key.remove(&key);
+        let arguments = self.by_key.remove(&key).and_then(|held| held.arguments);
         self.by_execution.remove(&record.execution_id);
         let released = Released {
             execution_id: record.execution_id.clone(),
@@ -144,6 +145,8 @@ impl Inner {
             state,
             after,
         );
+        self.last_released
+            .insert(key.clone(), record.execution_id.clone());
         self.released.insert(
             record.execution_id.clone(),
             ExecutionLookup {
@@ -151,6 +154,7 @@ impl Inner {
                 record,
                 released: Some(resolution),
                 reserved_at: None,
+                arguments,
             },
         );
         Ok(released)
@@ -191,6 +195,11 @@ impl Inner {
                 && query
                     .in_flight
                     .is_none_or(|wanted| held.in_flight() == Some(wanted))
+                && query.arguments.as_ref().is_none_or(|needle| {
+                    held.arguments
+                        .as_deref()
+                        .is_some_and(|kept| crate::arguments::contains_text(kept, needle))
+                })
                 && (!query.failures_only
                     || held.outcome.as_ref().is_some_and(|outcome| {
                         outcome.result().status != ExecutionStatus::Completed
@@ -206,6 +215,7 @@ impl Inner {
                     record: held.record(),
                     released: None,
                     reserved_at: Some(held.reserved_at),
+                    arguments: held.arguments.clone(),
                 };
                 (held.reserved_at, lookup)
             })

@@ -52,6 +52,9 @@ struct Inner {
     by_execution: HashMap<ExecutionId, Arc<IdempotencyKey>>,
     /// Released executions: history, not counted against the capacity.
     released: HashMap<ExecutionId, ExecutionLookup>,
+    /// The last released execution of each identity not reserved again since: the next
+    /// reservation names it ([`Reservation::Replaced`], docs/semantics.md §12.1).
+    last_released: HashMap<IdempotencyKey, ExecutionId>,
     /// Every decision's audit row, oldest first.
     audit: Vec<AuditEntry>,
 }
@@ -70,6 +73,8 @@ struct Held {
     /// PostgreSQL counts it from the row's `finished_at`. Never earlier than the record's own
     /// `finished_at`, which the engine fixes before it records. `None` while in flight.
     recorded_at: Option<DateTime<Utc>>,
+    /// The call's arguments as kept (docs/semantics.md §8.5).
+    arguments: Option<String>,
 }
 
 impl Held {
@@ -88,6 +93,21 @@ impl Held {
             (None, RecordState::InFlight(state)) => Some(*state),
             _ => None,
         }
+    }
+}
+
+impl Inner {
+    /// The released execution a new reservation of `key` replaces, forgotten once named.
+    fn replaced(&mut self, key: &IdempotencyKey) -> Option<crate::store::Replaced> {
+        let execution_id = self.last_released.remove(key)?;
+        let resolution = self.released.get(&execution_id)?.released.clone()?;
+        Some(crate::store::Replaced {
+            execution_id,
+            ended: crate::store::ReplacedEnd::Released {
+                by: resolution.by,
+                note: resolution.note,
+            },
+        })
     }
 }
 
@@ -160,11 +180,13 @@ impl InMemoryIdempotencyStore {
             outcome: None,
             reserved_at: decide::now_millis(),
             recorded_at: None,
+            arguments: intent.arguments.clone(),
         };
+        let replaced = inner.replaced(key);
         let key = Arc::new(key.clone());
         inner.by_key.insert(Arc::clone(&key), held);
         inner.by_execution.insert(intent.execution_id.clone(), key);
-        Ok(Reservation::Reserved)
+        Ok(replaced.map_or(Reservation::Reserved, Reservation::Replaced))
     }
 
     fn complete_now(

@@ -54,6 +54,10 @@ pub struct ExecutionIntent {
     /// replaces it, in one step, by this intent's running reservation ([`Reservation::Reserved`])
     /// and the call runs as new. Running and interrupted records never expire.
     pub retention: Option<std::time::Duration>,
+    /// The call's arguments as kept with the record (docs/semantics.md §8.5: canonical JSON,
+    /// redacted before storage); `None` keeps none. Written by the same statement as the
+    /// reservation.
+    pub arguments: Option<String>,
 }
 
 /// An identity as one call claims it: the key and that call's fingerprint. Every store path
@@ -150,6 +154,45 @@ pub struct StoredRecord {
     pub parts: Option<FingerprintParts>,
 }
 
+/// The execution a new one replaces, and how it ended (docs/semantics.md §12.1, "A rerun says
+/// so"): named in the new execution's answer so that nobody takes it for a first attempt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replaced {
+    /// The earlier execution (for a takeover: the same id, an earlier attempt).
+    pub execution_id: ExecutionId,
+    /// How it ended.
+    pub ended: ReplacedEnd,
+}
+
+/// How a replaced execution ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplacedEnd {
+    /// Released (docs/semantics.md §12.1): by whom and why. Its effect was judged absent, or
+    /// someone chose to run the call again.
+    Released {
+        /// Who released it (`operator:<name>`, `reconciler`, a DBA's actor).
+        by: String,
+        /// The release's note.
+        note: String,
+    },
+    /// Its earlier attempt was interrupted and this attempt took it over (docs/semantics.md
+    /// §12.7): `attempt` is this one (2 or more).
+    TakenOver {
+        /// This attempt's number.
+        attempt: u32,
+    },
+}
+
+impl ReplacedEnd {
+    /// `released` or `taken_over`, as the fronts write it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Released { .. } => "released",
+            Self::TakenOver { .. } => "taken_over",
+        }
+    }
+}
+
 /// The answer of [`IdempotencyStore::reserve`](super::IdempotencyStore::reserve)
 /// (docs/semantics.md §3).
 #[allow(clippy::large_enum_variant)] // built once per call; boxing buys nothing
@@ -158,6 +201,9 @@ pub enum Reservation {
     /// The identity was vacant and is now held by the intent's execution: run the tool, then
     /// call [`IdempotencyStore::complete`](super::IdempotencyStore::complete).
     Reserved,
+    /// As [`Reservation::Reserved`], for an identity whose last execution was released: the
+    /// store names it, read by the reservation's own statement (docs/semantics.md §12.1).
+    Replaced(Replaced),
     /// The identity is already held: answer from its record; do not run the tool.
     Existing(Existing),
 }
@@ -227,4 +273,7 @@ pub struct ExecutionLookup {
     /// When it was reserved, by the store's clock, where the listing read it (the operator
     /// console's age column); `None` elsewhere.
     pub reserved_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The call's arguments as kept (docs/semantics.md §8.5): JSON text, canonical, redacted
+    /// before storage; `None` when none were kept.
+    pub arguments: Option<String>,
 }

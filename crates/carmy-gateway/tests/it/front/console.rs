@@ -31,7 +31,7 @@ fn env(db: &TestDb) -> Vec<(&str, &str)> {
 const MAX_BODY_BYTES: usize = 65536;
 
 /// The venv's python with Selenium: `CARMY_CONSOLE_PYTHON`, else built by python-venv.sh.
-fn python() -> String {
+pub(crate) fn python() -> String {
     if let Ok(python) = std::env::var("CARMY_CONSOLE_PYTHON") {
         return python;
     }
@@ -48,7 +48,7 @@ fn python() -> String {
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
 }
 
-fn screenshots() -> PathBuf {
+pub(crate) fn screenshots() -> PathBuf {
     if let Some(dir) = std::env::var_os("CARMY_CONSOLE_SHOTS") {
         return PathBuf::from(dir);
     }

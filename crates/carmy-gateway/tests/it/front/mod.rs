@@ -7,7 +7,7 @@ use crate::mcp_client;
 
 mod architecture;
 mod config;
-mod console;
+pub(crate) mod console;
 mod hostile_input;
 mod memory_cases;
 mod memory_requests;

@@ -364,7 +364,16 @@ async fn k13_nul_characters_and_big_numbers_are_stored_losslessly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn k14_oversized_results_are_recorded_as_too_large_and_never_rerun() {
     let db = TestDb::migrated().await;
-    let (a, b) = two_replicas(&db, &[("CARMY_MAX_RESULT_BYTES", "1000")]).await;
+    // No arguments kept: an echo's arguments are as large as its result, and kept arguments
+    // over the limit would refuse the call before it runs (ARGUMENTS_TOO_LARGE, semantics §8.5).
+    let (a, b) = two_replicas(
+        &db,
+        &[
+            ("CARMY_MAX_RESULT_BYTES", "1000"),
+            ("CARMY_KEEP_ARGUMENTS", "none"),
+        ],
+    )
+    .await;
     let http = client();
     // {"s":"xxx…"} is 8 bytes plus the string.
     let under = call("echo", json!({"s": "x".repeat(992)}), "r14-under");

@@ -290,6 +290,10 @@ async fn a_release_from_the_cli_lets_the_next_attempt_run_new() {
         None,
     )
     .await;
+    // The API adds what the call asked (docs/semantics.md §8.5).
+    let mut read = read;
+    let asked = read.as_object_mut().unwrap().remove("arguments");
+    assert_eq!(asked, Some(json!({"ms": 600_000})));
     assert_eq!(
         (status, &read),
         (200, &released),

@@ -60,6 +60,12 @@ async fn cli_mistakes_exit_with_their_code_and_say_what_to_do() {
             "INVALID_REQUEST: --note: note is required",
         ),
         (url, vec!["list", "--request-id", ""], 2, "INVALID_REQUEST"),
+        (
+            url,
+            vec!["list", "--arguments", "cus_42"],
+            2,
+            "INVALID_REQUEST: --arguments: arguments must be a JSON object",
+        ),
         (None, vec!["list"], 2, "DATABASE_URL_MISSING"),
         (
             Some("postgres://postgres@127.0.0.1:1/nowhere"),
@@ -124,6 +130,7 @@ fn each_subcommand_help_lists_only_what_it_reads() {
                 "principal",
                 "request-id",
                 "session-id",
+                "arguments",
                 "limit",
                 "database-url",
                 "database-session-url",

@@ -7,6 +7,7 @@ pub(crate) mod executions_cli;
 mod executions_cli_failures;
 mod frozen_orders;
 mod held;
+mod kept_arguments;
 mod reconcile;
 mod reconcile_claims;
 mod reconcile_config;

@@ -134,6 +134,11 @@ async fn found_and_absent_probes_decide_an_interrupted_payment() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["replayed"], false, "{body}");
     assert_ne!(body["execution_id"], id.as_str(), "{body}");
+    // A rerun says so (docs/semantics.md §12.1): the released execution, by the reconciler.
+    assert_eq!(body["rerun_of"]["execution_id"], id.as_str(), "{body}");
+    assert_eq!(body["rerun_of"]["ended"], "released", "{body}");
+    assert_eq!(body["rerun_of"]["by"], "reconciler", "{body}");
+    assert!(body["rerun_of"]["note"].is_string(), "{body}");
     let again = body["execution_id"].as_str().unwrap().to_owned();
     assert_eq!(body["data"], payments.payment(&again).unwrap(), "{body}");
     assert_eq!(

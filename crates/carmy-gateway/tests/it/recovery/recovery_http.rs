@@ -114,7 +114,10 @@ async fn resolve_is_one_decision_and_replays_with_its_resolution() {
     assert_eq!(status, 200, "{replay}");
     assert_eq!(replay["replayed"], true);
     assert_eq!(replay["resolution"], resolved["resolution"]);
-    let (_, read) = send(&router, "GET", &format!("/v1/executions/{id}"), "ka", None).await;
+    let (_, mut read) = send(&router, "GET", &format!("/v1/executions/{id}"), "ka", None).await;
+    // A read adds what the call asked (docs/semantics.md §8.5); the decision's answer does not.
+    let asked = read.as_object_mut().unwrap().remove("arguments");
+    assert_eq!(asked, Some(json!({"ms": 600_000})));
     assert_eq!(read, resolved);
     assert_eq!(gateway.tool_runs("sleep"), 1);
 }
@@ -133,7 +136,10 @@ async fn release_frees_the_identity_and_keeps_the_execution_readable() {
     assert_eq!(status, 200, "{released}");
     assert_eq!(released["status"], "released");
     assert_eq!(released["resolution"]["by"], "alice");
-    let (status, read) = send(&router, "GET", &format!("/v1/executions/{id}"), "ka", None).await;
+    let (status, mut read) =
+        send(&router, "GET", &format!("/v1/executions/{id}"), "ka", None).await;
+    let asked = read.as_object_mut().unwrap().remove("arguments");
+    assert_eq!(asked, Some(json!({"ms": 600_000})));
     assert_eq!((status, &read), (200, &released));
     let (status, body) = send(&router, "POST", &path, "ka", Some(release)).await;
     assert_eq!(

@@ -145,6 +145,12 @@ async fn a_rerun_tool_is_taken_over_with_the_same_key_and_the_default_stays_unce
     assert_eq!(body["replayed"], false, "{body}");
     assert_eq!(body["status"], "completed", "{body}");
     assert_eq!(body["data"]["key"], id.as_str(), "{body}");
+    // A rerun says so (docs/semantics.md §12.1): the interrupted attempt it took over.
+    assert_eq!(
+        body["rerun_of"],
+        json!({"execution_id": id, "ended": "taken_over", "attempt": 2}),
+        "{body}"
+    );
     assert_eq!(
         keys_at(&upstream, "/stuck-once-rerun"),
         vec![Some(id.clone()), Some(id.clone())]
@@ -158,6 +164,10 @@ async fn a_rerun_tool_is_taken_over_with_the_same_key_and_the_default_stays_unce
         (status, body["replayed"].clone()),
         (200, json!(true)),
         "{body}"
+    );
+    assert!(
+        body.get("rerun_of").is_none(),
+        "a replay is no rerun: {body}"
     );
     assert_eq!(upstream.arrivals_at("/stuck-once-rerun").len(), 2);
 
