@@ -39,7 +39,7 @@ async fn the_protected_resource_metadata_and_the_challenge_name_the_issuer() {
         &answer,
         401,
         "UNAUTHORIZED",
-        "a valid API key is required",
+        "a valid API key or OAuth access token is required",
         &challenge,
     );
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -57,7 +57,7 @@ async fn the_protected_resource_metadata_and_the_challenge_name_the_issuer() {
         &answer,
         401,
         "UNAUTHORIZED",
-        "a valid API key is required",
+        "a valid API key or OAuth access token is required",
         &challenge,
     );
     assert_eq!(issuer.fetches(), 0);
