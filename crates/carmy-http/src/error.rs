@@ -262,11 +262,12 @@ impl From<carmy::auth::AuthError> for ApiError {
     }
 }
 
-/// The detail of [`ApiError::Refused`]: the HTTP API's words for an operator key, the
-/// refusal's own otherwise.
+/// The detail of [`ApiError::Refused`] (a server with tokens): the HTTP API's words for an
+/// operator key, keys or tokens for a missing credential, the refusal's own otherwise.
 fn refused_detail(refused: &carmy::auth::AuthError) -> String {
     match refused {
         carmy::auth::AuthError::OperatorKey => ApiError::OperatorKey.to_string(),
+        carmy::auth::AuthError::Unauthorized => carmy::auth::KEY_OR_TOKEN_REQUIRED.to_owned(),
         other => other.to_string(),
     }
 }

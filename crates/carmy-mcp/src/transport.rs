@@ -142,6 +142,9 @@ fn problem(status: StatusCode, code: &str, title: &str, detail: &str) -> Respons
 fn unauthorized(credentials: &Credentials, refused: AuthError) -> Response {
     let detail = match refused {
         AuthError::OperatorKey => "this is an operator key: it lists and decides executions over the HTTP API (/v1/executions), but it is not a principal and cannot call tools over /mcp; send an API key (CARMY_API_KEYS) for that".to_owned(),
+        AuthError::Unauthorized if credentials.accepts_tokens() => {
+            carmy::auth::KEY_OR_TOKEN_REQUIRED.to_owned()
+        }
         other => other.to_string(),
     };
     let (status, code, title) = match refused {

@@ -8,7 +8,7 @@ mod tokens;
 
 pub use tokens::{
     check_token_principal, TokenRefusal, TokenVerifier, Verification, VerifiedToken,
-    MAX_TOKEN_PRINCIPAL_BYTES,
+    KEY_OR_TOKEN_REQUIRED, MAX_TOKEN_PRINCIPAL_BYTES,
 };
 
 use sha2::{Digest, Sha256};

@@ -6,6 +6,10 @@
 use std::future::Future;
 use std::pin::Pin;
 
+/// The detail of a missing or unknown credential on a server that also accepts access tokens
+/// (instead of [`super::AuthError::Unauthorized`]'s, which names API keys only).
+pub const KEY_OR_TOKEN_REQUIRED: &str = "a valid API key or OAuth access token is required: send Authorization: Bearer <key or token>; an OAuth client finds the authorization server in the resource metadata that WWW-Authenticate names (/.well-known/oauth-protected-resource)";
+
 /// The longest principal a token may name, in bytes (docs/semantics.md §6).
 pub const MAX_TOKEN_PRINCIPAL_BYTES: usize = 255;
 

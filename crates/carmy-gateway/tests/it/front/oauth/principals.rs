@@ -39,7 +39,7 @@ async fn the_protected_resource_metadata_and_the_challenge_name_the_issuer() {
         &answer,
         401,
         "UNAUTHORIZED",
-        "a valid API key is required",
+        "a valid API key or OAuth access token is required",
         &challenge,
     );
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -57,7 +57,7 @@ async fn the_protected_resource_metadata_and_the_challenge_name_the_issuer() {
         &answer,
         401,
         "UNAUTHORIZED",
-        "a valid API key is required",
+        "a valid API key or OAuth access token is required",
         &challenge,
     );
     assert_eq!(issuer.fetches(), 0);
@@ -266,4 +266,53 @@ async fn the_documented_example_accepts_a_token() {
         (200, Some(1)),
         "{all}"
     );
+}
+
+#[tokio::test]
+async fn settings_it_cannot_run_with_stop_the_gateway_naming_them() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--oauth-issuers", "http://127.0.0.1:9"],
+            "CARMY_OAUTH_RESOURCE: unset",
+        ),
+        (
+            &[
+                "--oauth-issuers",
+                "http://auth.example.com",
+                "--oauth-resource",
+                "https://c.test/",
+            ],
+            "CARMY_OAUTH_ISSUERS: http://auth.example.com must be https",
+        ),
+        (
+            &[
+                "--oauth-issuers",
+                "https://auth.example.com",
+                "--oauth-resource",
+                "https://c.test/",
+                "--oauth-algorithms",
+                "RS256,HS256",
+            ],
+            "CARMY_OAUTH_ALGORITHMS: HS256 is HMAC",
+        ),
+        (
+            &[
+                "--oauth-issuers",
+                "https://auth.example.com",
+                "--oauth-resource",
+                "https://c.test/",
+                "--oauth-principal-prefix",
+                "tenant",
+            ],
+            "CARMY_OAUTH_PRINCIPAL_PREFIX: tenant is not none, iss or claim:<name>",
+        ),
+    ];
+    for (flags, message) in cases {
+        let config = carmy_test_support::in_process::gateway_config(flags);
+        let error = match carmy_gateway::build(&config).await {
+            Ok(_) => panic!("{flags:?} should not start"),
+            Err(error) => error.to_string(),
+        };
+        assert!(error.starts_with(message), "{flags:?}: {error}");
+    }
 }
