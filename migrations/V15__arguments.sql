@@ -26,19 +26,24 @@ COMMENT ON COLUMN carmy.reservations.arguments IS
 COMMENT ON COLUMN carmy.released_executions.arguments IS
     'See carmy.reservations.arguments: the released execution''s kept arguments.';
 
--- IMMUTABLE so that it may back an index; it reads nothing but its argument. A JSON text whose
--- string holds \u0000 (an escape jsonb refuses: preceded by an even number of backslashes) gives
--- NULL rather than an error, so the INSERT of such a row never fails because of the index.
+-- IMMUTABLE so that it may back an index; it reads nothing but its argument. Any text jsonb
+-- refuses gives NULL rather than an error, so the INSERT of a call the gateway accepted never
+-- fails because of the index: a string holding \u0000, a number beyond numeric's range (the
+-- gateway keeps numbers as sent, docs/semantics.md §2.3), nesting deeper than the server's
+-- stack allows. Only such rows are missing from searches; their text column keeps them whole.
 CREATE FUNCTION carmy.arguments_jsonb(arguments text) RETURNS jsonb
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT CASE WHEN arguments IS NULL OR arguments ~ '(^|[^\\])(\\\\)*\\u0000' THEN NULL
-                ELSE arguments::jsonb END
+BEGIN
+    RETURN arguments::jsonb;
+EXCEPTION WHEN OTHERS THEN
+    RETURN NULL;
+END
 $$;
 
 COMMENT ON FUNCTION carmy.arguments_jsonb(text) IS
-    'carmy.reservations.arguments as jsonb for searching (docs/semantics.md §8.5), NULL when the '
-    'text holds \u0000 (which jsonb refuses). The index reservations_arguments_idx is over this '
+    'carmy.reservations.arguments as jsonb for searching (docs/semantics.md §8.5), NULL when '
+    'jsonb refuses the text (\u0000, a number beyond numeric, nesting too deep). The index reservations_arguments_idx is over this '
     'expression: write carmy.arguments_jsonb(r.arguments) @> $1::jsonb to use it.';
 
 CREATE INDEX reservations_arguments_idx ON carmy.reservations
