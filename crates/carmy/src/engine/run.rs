@@ -95,6 +95,7 @@ impl Engine {
             )
         });
         let fingerprint = call.fingerprint().clone();
+        let parts = *call.parts();
         let arguments = call.into_arguments();
         let protected = key.is_some();
         let (done_tx, done_rx) = oneshot::channel();
@@ -122,7 +123,9 @@ impl Engine {
                 }
             };
             // Serialised once, here; the store, the cache and the response use this text.
-            let result = RecordedResult::new(result).with_attempt(attempt);
+            let result = RecordedResult::new(result)
+                .with_attempt(attempt)
+                .with_parts(parts);
             match key {
                 Some(key) => {
                     fault::point(fault::AFTER_TOOL);
