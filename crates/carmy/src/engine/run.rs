@@ -138,7 +138,8 @@ impl Engine {
                 None => drop(done_tx.send(Ok(result))),
             }
         };
-        self.executions.spawn(task.instrument(span));
+        // Boxed: tokio then moves a pointer, not the run's whole state.
+        self.executions.spawn(Box::pin(task.instrument(span)));
         match done_rx.await {
             Ok(Ok(result)) => Ok(Answer {
                 result,
