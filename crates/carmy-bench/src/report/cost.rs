@@ -302,3 +302,36 @@ impl Report {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{instruction_targets, Status};
+    use crate::callgrind::Instructions;
+
+    /// Each count is judged against its own target, at most the bound passing; nothing counted
+    /// skips all four.
+    #[test]
+    fn instruction_counts_are_judged_against_their_targets() {
+        let counts = Instructions {
+            calls: 200,
+            http_new_identity: 100_000.0,
+            http_replay: 50_001.0,
+            mcp_new_identity: 179_999.0,
+            mcp_replay: 213_097.0,
+            http_new_identity_unbatched: None,
+        };
+        let judged: Vec<Status> = instruction_targets(Some(&counts))
+            .iter()
+            .map(|target| target.status)
+            .collect();
+        assert_eq!(
+            judged,
+            [Status::Pass, Status::Fail, Status::Pass, Status::Fail]
+        );
+        let skipped: Vec<Status> = instruction_targets(None)
+            .iter()
+            .map(|target| target.status)
+            .collect();
+        assert_eq!(skipped, [Status::Skip; 4]);
+    }
+}
