@@ -56,7 +56,8 @@ fn on_path(program: &str) -> bool {
 }
 
 /// Counts the instructions per call of `binary` on `database_url` with `env`; `Ok(None)` (with
-/// a note on standard error) when valgrind is not installed.
+/// a note on standard error) when valgrind is not installed. The dumps are kept in `keep` when
+/// given (for `callgrind_annotate`), else written to a temporary directory and deleted.
 ///
 /// # Errors
 /// When the gateway does not start under valgrind, a call fails, or a dump cannot be read.
@@ -64,17 +65,26 @@ pub async fn measure(
     binary: &Path,
     database_url: &str,
     env: &[(&'static str, String)],
+    keep: Option<&Path>,
 ) -> Result<Option<Instructions>, String> {
     if !on_path("valgrind") || !on_path("callgrind_control") {
         eprintln!("instructions per call: skipped (valgrind is not installed)");
         return Ok(None);
     }
-    let dir = std::env::temp_dir().join(format!(
-        "carmy-bench-callgrind-{}",
-        uuid::Uuid::new_v4().simple()
-    ));
+    let dir = keep.map_or_else(
+        || {
+            std::env::temp_dir().join(format!(
+                "carmy-bench-callgrind-{}",
+                uuid::Uuid::new_v4().simple()
+            ))
+        },
+        Path::to_path_buf,
+    );
     std::fs::create_dir_all(&dir)
         .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+    // A kept directory may hold an earlier run's dumps, which would be read as this run's.
+    remove_dumps(&dir);
+    remove_dumps(&dir.join("unbatched"));
     let wrapper = callgrind_wrapper(&dir);
     eprintln!("instructions per call: starting the gateway under callgrind");
     let mut gateway = Gateway::start_under(
@@ -90,7 +100,9 @@ pub async fn measure(
     let mut counted = match counted {
         Ok(counted) => counted,
         Err(error) => {
-            let _ = std::fs::remove_dir_all(&dir);
+            if keep.is_none() {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
             return Err(error);
         }
     };
@@ -101,8 +113,26 @@ pub async fn measure(
         let outcome = count_unbatched(binary, database_url, &env, &unbatched_dir).await;
         counted.http_new_identity_unbatched = Some(outcome?);
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if keep.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     Ok(Some(counted))
+}
+
+/// Deletes the files `callgrind.out*` in `dir`, if any.
+fn remove_dumps(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("callgrind.out")
+        {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// The wrapper that runs a gateway under callgrind, its dumps going to `dir`.

@@ -63,7 +63,8 @@ pub struct Args {
     pub pruning_rounds: u64,
 
     /// Run only this part: `pruning`, the pruning comparison alone (its target is printed and
-    /// `pruning.json` written to the out dir), to iterate on that target in minutes.
+    /// `pruning.json` written to the out dir), to iterate on that target in minutes; `main`
+    /// and `callgrind` as [`Only`] says.
     #[arg(long, value_enum)]
     pub only: Option<Only>,
 
@@ -123,6 +124,12 @@ pub struct Args {
     /// valgrind must be installed: `scripts/bench` installs it unless this is given).
     #[arg(long)]
     pub no_callgrind: bool,
+
+    /// Keep the callgrind dumps in this directory (`callgrind.out.1` .. `.4`: new identity and
+    /// replay over HTTP, new identity and replay over `/mcp`; `unbatched/callgrind.out.1`), for
+    /// `callgrind_annotate`. By default they are deleted.
+    #[arg(long, value_name = "DIR")]
+    pub callgrind_out: Option<PathBuf>,
 }
 
 /// The parts `--only` runs alone.
@@ -133,6 +140,9 @@ pub enum Only {
     /// The main gateway alone: the pgbench ceilings, then new identities, replays and conflicts
     /// at each `--concurrency` and the MCP rows; prints their table and writes `main.json`.
     Main,
+    /// The instructions per call alone (callgrind, a few minutes): prints the four counts
+    /// against their targets and writes `callgrind.json`.
+    Callgrind,
 }
 
 impl Args {

@@ -22,7 +22,7 @@
 //! 11. prints the table and the targets and writes `bench/results/latest.json` and `latest.png`.
 //!
 //! It exits 0 even when a target fails, unless `--strict` is given. `--only main` runs steps
-//! 1-4 alone; `--citus-workers` runs on a Citus cluster (the database distributed by
+//! 1-4 alone, `--only callgrind` step 10 alone; `--citus-workers` runs on a Citus cluster (the database distributed by
 //! principal before the gateway starts). See `bench/README.md`.
 
 mod callgrind;
@@ -83,6 +83,15 @@ async fn main() -> ExitCode {
     eprintln!("database {} created", database.name);
     if args.only == Some(cli::Only::Pruning) {
         let outcome = pruning_only(&args, &gateway_binary, &database).await;
+        finish_database(&args, &database).await;
+        return match outcome {
+            Ok(failed) if failed && args.strict => ExitCode::FAILURE,
+            Ok(_) => ExitCode::SUCCESS,
+            Err(error) => fail(&error),
+        };
+    }
+    if args.only == Some(cli::Only::Callgrind) {
+        let outcome = callgrind_only(&args, &gateway_binary, &database).await;
         finish_database(&args, &database).await;
         return match outcome {
             Ok(failed) if failed && args.strict => ExitCode::FAILURE,
@@ -212,6 +221,50 @@ fn main_env(args: &Args, has_cache: bool, has_ttl: bool) -> Vec<(&'static str, S
     env
 }
 
+/// `--only callgrind`: the instructions per call alone; prints the four counts against their
+/// targets and writes `callgrind.json`. True when a target failed.
+async fn callgrind_only(
+    args: &Args,
+    gateway_binary: &Path,
+    database: &BenchDb,
+) -> Result<bool, String> {
+    let has_cache = gateway::has_setting(gateway_binary, "CARMY_REPLAY_CACHE_ENTRIES");
+    let has_ttl = gateway::has_setting(gateway_binary, "CARMY_REPLAY_CACHE_TTL_MS");
+    let env = main_env(args, has_cache, has_ttl);
+    let counts = callgrind::measure(
+        gateway_binary,
+        &database.url,
+        &env,
+        args.callgrind_out.as_deref(),
+    )
+    .await?;
+    let targets = report::instruction_targets(counts.as_ref());
+    for target in &targets {
+        println!("{}", target.line());
+    }
+    if let Some(value) = counts
+        .as_ref()
+        .and_then(|counts| counts.http_new_identity_unbatched)
+    {
+        println!("new identity over HTTP with group commit off: {value:.0} instructions per call");
+    }
+    let out_dir = args.out_dir();
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|error| format!("cannot create {}: {error}", out_dir.display()))?;
+    let path = out_dir.join("callgrind.json");
+    let json = serde_json::to_string_pretty(&serde_json::json!({
+        "command": command_line(),
+        "instructions": counts,
+    }))
+    .map_err(|error| error.to_string())?;
+    std::fs::write(&path, json + "\n")
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(targets
+        .iter()
+        .any(|target| target.status == report::Status::Fail))
+}
+
 /// `--only pruning`: the pruning comparison alone, on a database a gateway migrated first;
 /// prints its target and writes `pruning.json`. True when the target failed.
 async fn pruning_only(
@@ -334,7 +387,13 @@ async fn run(
     let instructions = if args.no_callgrind {
         None
     } else {
-        callgrind::measure(gateway_binary, &database.url, &main_env).await?
+        callgrind::measure(
+            gateway_binary,
+            &database.url,
+            &main_env,
+            args.callgrind_out.as_deref(),
+        )
+        .await?
     };
     let mut report = Report {
         finished_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),

@@ -4,6 +4,7 @@ mod cost;
 mod render;
 mod targets;
 
+pub use cost::instruction_targets;
 pub use render::write_main_table;
 pub use targets::pruning_target;
 

@@ -30,13 +30,17 @@ use std::time::Duration;
 pub(crate) struct CarmyMcp {
     engine: Arc<Engine>,
     config: Arc<McpConfig>,
+    /// What `initialize` answers, made once: the SDK asks for it on every stateless request.
+    info: Arc<ServerConfig>,
 }
 
 impl CarmyMcp {
     pub(crate) fn new(engine: Arc<Engine>, config: McpConfig) -> Self {
+        let info = Arc::new(server_info(&engine));
         Self {
             engine,
             config: Arc::new(config),
+            info,
         }
     }
 
@@ -77,19 +81,25 @@ fn listed(tool: &dyn CarmyTool, key: Option<&KeyArgument>) -> Tool {
     listed
 }
 
+/// What `initialize` answers: the capabilities, the implementation and the instructions with
+/// the request id argument's name.
+fn server_info(engine: &Engine) -> ServerConfig {
+    let mut info = ServerConfig::new(
+        ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tasks()
+            .build(),
+    );
+    info.server_info = Implementation::new("carmy", env!("CARGO_PKG_VERSION"));
+    let name = &engine.key_argument_config().name;
+    let name = if name.is_empty() { "request_id" } else { name };
+    info.instructions = Some(INSTRUCTIONS.replace("request_id", name));
+    info
+}
+
 impl ServerHandler for CarmyMcp {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tasks()
-                .build(),
-        );
-        info.server_info = Implementation::new("carmy", env!("CARGO_PKG_VERSION"));
-        let name = &self.engine.key_argument_config().name;
-        let name = if name.is_empty() { "request_id" } else { name };
-        info.instructions = Some(INSTRUCTIONS.replace("request_id", name));
-        info
+        ServerConfig::clone(&self.info)
     }
 
     async fn list_tools(

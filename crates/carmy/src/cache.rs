@@ -5,7 +5,10 @@
 //! record past its `expires_at` is dropped and the reservation goes to the store. Only finished
 //! records are cached: an identity that is vacant, running or interrupted always goes to the
 //! store, and the fingerprint is compared on every cached answer exactly as the store would
-//! (docs/semantics.md §3).
+//! (docs/semantics.md §3). A conflict names the parts that differ (§12.8), so a copy keeps its
+//! call's part digests: those of an outcome this replica recorded
+//! ([`RecordedResult::parts`]), or those the store named in its first conflict with a copy
+//! cached from a replay (which carries none); a copy without them leaves conflicts to the store.
 //!
 //! An operator who deletes or rewrites a finished row with SQL is seen by every replica at once:
 //! the store announces the change ([`IdempotencyStore::record_changes`]; PostgreSQL: a trigger
@@ -19,7 +22,7 @@
 //! docs/semantics.md §12.3).
 
 use crate::decision::ExecutionQuery;
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, FingerprintParts};
 use crate::outcome::{ExecutionId, RecordedResult};
 use crate::retention::PruneStep;
 use crate::store::{
@@ -43,6 +46,9 @@ pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(60);
 struct CachedRecord {
     fingerprint: Fingerprint,
     result: RecordedResult,
+    /// The digests of the recorded call's parts, when known; `None` sends a conflict to the
+    /// store, which names what differs (docs/semantics.md §12.8).
+    parts: Option<FingerprintParts>,
 }
 
 /// An [`IdempotencyStore`] that serves finished records from memory and delegates the rest.
@@ -101,6 +107,7 @@ impl ReplayCache {
             Arc::new(CachedRecord {
                 fingerprint: fingerprint.clone(),
                 result: result.clone(),
+                parts: result.parts(),
             }),
         );
         if self.changes_seen() != seen {
@@ -125,11 +132,41 @@ impl ReplayCache {
         }
     }
 
-    /// The answer to a reservation from a cached record: a replay when the record is finished,
-    /// within its retention and of the same fingerprint. `None` leaves the answer to the store:
-    /// a conflict (the store's row names which parts differ, docs/semantics.md §12.8; the cache
-    /// keeps no digests), a record past its retention (dropped here; the store replaces it), or
-    /// anything but a finished record (never cached).
+    /// The parts the store named in a conflict with `execution_id`, kept with the copy of
+    /// `key` when that copy is of the same execution and has none (a copy cached from a
+    /// replay), so that the next conflict is answered here. Kept as [`ReplayCache::remember`]
+    /// keeps a copy: not when a change was heard since `seen`.
+    fn learn_parts(
+        &self,
+        seen: u64,
+        key: &IdempotencyKey,
+        execution_id: &ExecutionId,
+        parts: FingerprintParts,
+    ) {
+        let Some(cached) = self.records.get(key) else {
+            return;
+        };
+        if cached.parts.is_some() || &cached.result.result().execution_id != execution_id {
+            return;
+        }
+        self.records.insert(
+            key.clone(),
+            Arc::new(CachedRecord {
+                fingerprint: cached.fingerprint.clone(),
+                result: cached.result.clone(),
+                parts: Some(parts),
+            }),
+        );
+        if self.changes_seen() != seen {
+            self.records.invalidate(key);
+        }
+    }
+
+    /// The answer to a reservation from a cached record, which is finished: a replay of the
+    /// same fingerprint, or a conflict with another when the copy holds its call's part
+    /// digests (docs/semantics.md §12.8). `None` leaves the answer to the store: a conflict
+    /// with a copy without digests, a record past its retention (dropped here; the store
+    /// replaces it), or anything but a finished record (never cached).
     fn cached_reservation(
         &self,
         key: &IdempotencyKey,
@@ -145,7 +182,7 @@ impl ReplayCache {
             self.records.invalidate(key);
             return None;
         }
-        (&record.fingerprint == fingerprint)
+        (&record.fingerprint == fingerprint || record.parts.is_some())
             .then(|| Existing::for_record(record, fingerprint).into())
     }
 
@@ -157,8 +194,7 @@ impl ReplayCache {
                 fingerprint: cached.fingerprint.clone(),
                 tool: result.tool.clone(),
                 state: RecordState::Finished(result.clone()),
-                // Not cached: a conflict is answered by the store, which names what differs.
-                parts: None,
+                parts: cached.parts,
             }
         })
     }
@@ -186,13 +222,18 @@ impl IdempotencyStore for ReplayCache {
             }
             let seen = self.changes_seen();
             let reservation = self.inner.reserve(claim, intent).await?;
-            if let Reservation::Existing(Existing::Replay(result)) = &reservation {
-                self.remember(
+            match &reservation {
+                Reservation::Existing(Existing::Replay(result)) => self.remember(
                     seen,
                     claim.key,
                     claim.fingerprint,
                     &RecordedResult::new(result.clone()),
-                );
+                ),
+                Reservation::Existing(Existing::Conflict {
+                    execution_id,
+                    parts: Some(parts),
+                }) => self.learn_parts(seen, claim.key, execution_id, *parts),
+                _ => {}
             }
             Ok(reservation)
         })
@@ -364,6 +405,88 @@ mod tests {
         cache.remember(cache.changes_seen(), &a, &fp(), &ra);
         cache.drop_cached(&RecordChange::Unknown);
         assert_eq!((cached_id(&cache, &a), cached_id(&cache, &b)), (None, None));
+    }
+
+    fn parts(byte: u8) -> FingerprintParts {
+        FingerprintParts {
+            tool: [byte; 8],
+            arguments: [byte; 8],
+            metadata: [byte; 8],
+        }
+    }
+
+    fn other_fp() -> Fingerprint {
+        Fingerprint {
+            version: "v1".into(),
+            digest: "b".repeat(64),
+        }
+    }
+
+    fn intent(tool: &str, parts: FingerprintParts) -> ExecutionIntent {
+        ExecutionIntent {
+            execution_id: ExecutionId::generate(),
+            tool: tool.into(),
+            parts: Some(parts),
+            retention: None,
+        }
+    }
+
+    /// A conflict with a copy that holds its call's digests is answered from the copy, with
+    /// them (docs/semantics.md §12.8): the store, which holds nothing, is not asked (it would
+    /// have reserved the identity).
+    #[tokio::test]
+    async fn a_conflict_with_a_copy_with_digests_is_answered_from_the_copy() {
+        let cache = cache();
+        let key = IdempotencyKey::new("p", "s", "a");
+        let record = finished("a").with_parts(parts(1));
+        cache.remember(cache.changes_seen(), &key, &fp(), &record);
+        let claim = Claim {
+            key: &key,
+            fingerprint: &other_fp(),
+        };
+        let answer = cache.reserve(claim, &intent("echo", parts(2))).await;
+        assert_eq!(
+            answer.unwrap(),
+            Reservation::Existing(Existing::Conflict {
+                execution_id: record.result().execution_id.clone(),
+                parts: Some(parts(1)),
+            })
+        );
+    }
+
+    /// A copy cached from a replay has no digests: its conflict goes to the store, whose
+    /// answer names the parts, and they are kept with the copy for the next conflict.
+    #[tokio::test]
+    async fn a_copy_without_digests_learns_them_from_the_stores_conflict() {
+        let cache = cache();
+        let key = IdempotencyKey::new("p", "s", "a");
+        let claim = Claim {
+            key: &key,
+            fingerprint: &fp(),
+        };
+        let first = intent("echo", parts(1));
+        assert_eq!(
+            cache.inner.reserve(claim, &first).await.unwrap(),
+            Reservation::Reserved
+        );
+        let mut result = finished("a").into_result();
+        result.execution_id = first.execution_id.clone();
+        let record = RecordedResult::new(result);
+        cache.inner.complete(claim, &record).await.unwrap();
+        cache.remember(cache.changes_seen(), &key, &fp(), &record);
+        assert_eq!(cache.cached(&key).unwrap().parts, None);
+
+        let other = Claim {
+            key: &key,
+            fingerprint: &other_fp(),
+        };
+        let conflict = Reservation::Existing(Existing::Conflict {
+            execution_id: first.execution_id.clone(),
+            parts: Some(parts(1)),
+        });
+        let answer = cache.reserve(other, &intent("echo", parts(2))).await;
+        assert_eq!(answer.unwrap(), conflict);
+        assert_eq!(cache.cached(&key).unwrap().parts, Some(parts(1)));
     }
 
     /// A copy read from the store before a change was heard may predate the change: it is not

@@ -1,5 +1,6 @@
 //! Recorded outcomes of executions (docs/semantics.md §4).
 
+use crate::fingerprint::FingerprintParts;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
@@ -321,6 +322,7 @@ pub struct RecordedResult {
     result: Arc<ExecutionResult>,
     json: Arc<str>,
     attempt: u32,
+    parts: Option<FingerprintParts>,
 }
 
 impl RecordedResult {
@@ -332,6 +334,7 @@ impl RecordedResult {
             result: Arc::new(result),
             json,
             attempt: 1,
+            parts: None,
         }
     }
 
@@ -347,6 +350,18 @@ impl RecordedResult {
     /// Which attempt of the execution made this outcome; 1 unless it was taken over.
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// The same outcome with its call's part digests (docs/semantics.md §12.8, a cached conflict).
+    #[must_use]
+    pub fn with_parts(mut self, parts: FingerprintParts) -> Self {
+        self.parts = Some(parts);
+        self
+    }
+
+    /// The digests of its call's parts, when given ([`RecordedResult::with_parts`]).
+    pub fn parts(&self) -> Option<FingerprintParts> {
+        self.parts
     }
 
     /// The outcome.

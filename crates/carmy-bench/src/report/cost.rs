@@ -25,6 +25,51 @@ pub const BASELINE_GATEWAY_US_REPLAY: f64 = 20.0;
 /// `POST /v1/executions`, new identity and replay over `/mcp`. Printed beside the counts, not
 /// judged (a change that costs instructions shows here first).
 pub const BASELINE_INSTRUCTIONS: [f64; 4] = [147_298.0, 79_154.0, 250_914.0, 183_107.0];
+/// Instructions per call (callgrind) at most these, in the order of [`BASELINE_INSTRUCTIONS`]:
+/// half of what a call cost at the start of the round of issue 39 (2026-12-06).
+pub const INSTRUCTION_TARGETS: [f64; 4] = [100_000.0, 50_000.0, 180_000.0, 110_000.0];
+/// The four kinds of call counted, in the order of [`INSTRUCTION_TARGETS`].
+const INSTRUCTION_KINDS: [&str; 4] = [
+    "new identity over HTTP",
+    "replay over HTTP",
+    "new identity over /mcp",
+    "replay over /mcp",
+];
+
+/// The instructions per call of each kind against [`INSTRUCTION_TARGETS`] (skipped when not
+/// counted): reported like every target, fatal only with `--strict`.
+pub fn instruction_targets(counts: Option<&crate::callgrind::Instructions>) -> Vec<Target> {
+    let values = counts.map(|counts| {
+        [
+            counts.http_new_identity,
+            counts.http_replay,
+            counts.mcp_new_identity,
+            counts.mcp_replay,
+        ]
+    });
+    (0..INSTRUCTION_KINDS.len())
+        .map(|kind| {
+            let bound = INSTRUCTION_TARGETS[kind];
+            let name = format!(
+                "instructions per {} <= {bound:.0} (callgrind)",
+                INSTRUCTION_KINDS[kind]
+            );
+            match values {
+                Some(values) => Target {
+                    name,
+                    figure: format!(
+                        "{:.0} per call (baseline {:.0} on 2026-12-03)",
+                        values[kind], BASELINE_INSTRUCTIONS[kind]
+                    ),
+                    value: Some(values[kind]),
+                    bound,
+                    status: Status::of(values[kind] <= bound),
+                },
+                None => skipped(name, bound, "not counted (--no-callgrind, or no valgrind)"),
+            }
+        })
+        .collect()
+}
 
 /// A micro-second figure, or `-`.
 fn us(value: Option<f64>) -> String {
@@ -85,16 +130,21 @@ impl Report {
                      store, replay cache on; baseline of 2026-12-03):",
                     counts.calls
                 );
-                for (label, value, baseline) in [
-                    ("new identity over HTTP", counts.http_new_identity, 0),
-                    ("replay over HTTP", counts.http_replay, 1),
-                    ("new identity over /mcp", counts.mcp_new_identity, 2),
-                    ("replay over /mcp", counts.mcp_replay, 3),
-                ] {
+                for (kind, value) in [
+                    counts.http_new_identity,
+                    counts.http_replay,
+                    counts.mcp_new_identity,
+                    counts.mcp_replay,
+                ]
+                .into_iter()
+                .enumerate()
+                {
                     let _ = writeln!(
                         out,
-                        "  {label:<24} {:>10.0}  (baseline {:.0})",
-                        value, BASELINE_INSTRUCTIONS[baseline]
+                        "  {:<24} {value:>10.0}  (target {:.0}, baseline {:.0})",
+                        INSTRUCTION_KINDS[kind],
+                        INSTRUCTION_TARGETS[kind],
+                        BASELINE_INSTRUCTIONS[kind]
                     );
                 }
                 if let Some(value) = counts.http_new_identity_unbatched {
@@ -115,8 +165,8 @@ impl Report {
         }
     }
 
-    /// WAL flushes per new identity, the lone caller against group commit off, and the
-    /// gateway's CPU per call against today's.
+    /// WAL flushes per new identity, the lone caller against group commit off, the gateway's
+    /// CPU per call against today's, and the instructions per call against their targets.
     pub(super) fn cost_targets(&self) -> Vec<Target> {
         let mut targets: Vec<Target> = [LOW_CONCURRENCY, TARGET_CONCURRENCY]
             .into_iter()
@@ -129,6 +179,7 @@ impl Report {
         ] {
             targets.push(self.gateway_cpu_target(scenario, baseline));
         }
+        targets.extend(instruction_targets(self.instructions.as_ref()));
         targets
     }
 
@@ -249,5 +300,38 @@ impl Report {
             },
             None => skipped(name, baseline, "not measured (no CPU split from /proc)"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{instruction_targets, Status};
+    use crate::callgrind::Instructions;
+
+    /// Each count is judged against its own target, at most the bound passing; nothing counted
+    /// skips all four.
+    #[test]
+    fn instruction_counts_are_judged_against_their_targets() {
+        let counts = Instructions {
+            calls: 200,
+            http_new_identity: 100_000.0,
+            http_replay: 50_001.0,
+            mcp_new_identity: 179_999.0,
+            mcp_replay: 213_097.0,
+            http_new_identity_unbatched: None,
+        };
+        let judged: Vec<Status> = instruction_targets(Some(&counts))
+            .iter()
+            .map(|target| target.status)
+            .collect();
+        assert_eq!(
+            judged,
+            [Status::Pass, Status::Fail, Status::Pass, Status::Fail]
+        );
+        let skipped: Vec<Status> = instruction_targets(None)
+            .iter()
+            .map(|target| target.status)
+            .collect();
+        assert_eq!(skipped, [Status::Skip; 4]);
     }
 }

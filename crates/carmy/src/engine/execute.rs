@@ -54,8 +54,9 @@ impl Engine {
         );
         crate::trace::link_to_caller(&span, call.traceparent());
         let engine = Arc::clone(self);
-        // Counted inside the task, so a caller that stops waiting is counted all the same.
-        let task = self.executions.spawn(
+        // Counted inside the task, so a caller that stops waiting is counted all the same. Boxed:
+        // the task then moves a pointer, not the whole call's state, each time tokio moves it.
+        let task = self.executions.spawn(Box::pin(
             async move {
                 let tool = call.tool().to_owned();
                 let recorded = call.request_id().is_some();
@@ -71,7 +72,7 @@ impl Engine {
                 answer
             }
             .instrument(span),
-        );
+        ));
         match task.await {
             Ok(answer) => answer,
             // A panic here is a bug in the engine (a tool's panic is caught and recorded);

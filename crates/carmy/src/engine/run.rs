@@ -107,6 +107,7 @@ impl Engine {
             )
         });
         let fingerprint = call.fingerprint().clone();
+        let parts = *call.parts();
         let arguments = call.into_arguments();
         let protected = key.is_some();
         let (done_tx, done_rx) = oneshot::channel();
@@ -134,7 +135,9 @@ impl Engine {
                 }
             };
             // Serialised once, here; the store, the cache and the response use this text.
-            let result = RecordedResult::new(result).with_attempt(attempt);
+            let result = RecordedResult::new(result)
+                .with_attempt(attempt)
+                .with_parts(parts);
             match key {
                 Some(key) => {
                     fault::point(fault::AFTER_TOOL);
@@ -147,7 +150,8 @@ impl Engine {
                 None => drop(done_tx.send(Ok(result))),
             }
         };
-        self.executions.spawn(task.instrument(span));
+        // Boxed: tokio then moves a pointer, not the run's whole state.
+        self.executions.spawn(Box::pin(task.instrument(span)));
         match done_rx.await {
             Ok(Ok(result)) => Ok(Answer {
                 result,

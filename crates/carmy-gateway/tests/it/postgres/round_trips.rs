@@ -5,6 +5,8 @@
 //!   `pg_stat_statements`, on a throwaway cluster that preloads it: a new identity is the
 //!   reserve `INSERT … ON CONFLICT DO NOTHING` and the complete `UPDATE`; a replay with the
 //!   replay cache off is one statement.
+//! - `a_conflict_with_a_cached_record_takes_no_statement`: with the replay cache on, conflicts
+//!   with records the gateway recorded are answered from memory (docs/semantics.md §12.8).
 //! - `new_identity_is_two_round_trips_on_the_wire` counts every request/response exchange on the
 //!   gateway's PostgreSQL connections through a counting proxy, which also sees what
 //!   `pg_stat_statements` cannot: connection checks, a bare `Sync` with nothing before it (sqlx's
@@ -163,6 +165,49 @@ async fn new_identity_is_two_statements_and_a_replay_one() {
              saw:{listing}"
         );
     }
+    drop(gateway);
+}
+
+/// Issue 39, item 3: with the replay cache on (its default), a conflict with a record this
+/// replica recorded is answered from the cache, `differs` included (docs/semantics.md §12.8):
+/// no statement reaches PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_with_a_cached_record_takes_no_statement() {
+    let (cluster, mut observer) = statements_cluster().await;
+    sqlx::raw_sql("CREATE DATABASE carmy_conflict")
+        .execute(&mut observer)
+        .await
+        .unwrap();
+    let database_url = format!(
+        "postgres://postgres@127.0.0.1:{}/carmy_conflict",
+        cluster.port
+    );
+    let mut env = gateway_env(&database_url);
+    env.retain(|(name, _)| *name != "CARMY_REPLAY_CACHE_ENTRIES");
+    // No background statement in the counted window: no pruning, no reconciliation sweep.
+    env.push(("CARMY_PRUNE_INTERVAL_MS", "3600000".to_owned()));
+    env.push(("CARMY_RECONCILE_INTERVAL_MS", "3600000".to_owned()));
+    let gateway = start_gateway("round-trips-conflicts", &env);
+    let http = client();
+    let ids = request_ids("conflict");
+    calls(&http, &gateway, &ids, false).await;
+
+    reset_statements(&mut observer).await;
+    for request_id in &ids {
+        let body = call("echo", json!({"other": true}), request_id);
+        let (status, body) = post(&http, &gateway, &body).await;
+        assert_eq!(
+            (status, &body["code"], &body["differs"]),
+            (409, &json!("IDEMPOTENCY_CONFLICT"), &json!(["arguments"])),
+            "{request_id}: {body}"
+        );
+    }
+    let (statements, listing) = statements_of(&mut observer, "carmy_conflict").await;
+    assert_eq!(
+        statements, 0,
+        "{CALLS} conflicts with cached records must take no statement; pg_stat_statements \
+         saw:{listing}"
+    );
     drop(gateway);
 }
 
