@@ -428,6 +428,7 @@ mod tests {
             tool: tool.into(),
             parts: Some(parts),
             retention: None,
+            arguments: None,
         }
     }
 
