@@ -27,6 +27,9 @@ struct IssuerMetadata {
 struct Fetching {
     jwks_uri: Option<String>,
     fetched_at: Option<Instant>,
+    /// Whether the last fetch failed: until the next one, a key not in the cache is
+    /// "unavailable" (503), not "unknown" (401), so a client keeps its good token.
+    failed: bool,
 }
 
 /// One trusted issuer and its cached keys. Checks of known keys only read the cache, so they
@@ -86,11 +89,16 @@ impl IssuerKeys {
         let may_fetch = fetching
             .fetched_at
             .is_none_or(|at| at.elapsed() >= self.min_refresh);
+        if !may_fetch && fetching.failed {
+            return Err(TokenRefusal::KeysUnavailable);
+        }
         if !may_fetch {
             tracing::info!(issuer = %self.issuer, ?kid, "unknown signing key; the issuer's keys were fetched too recently to fetch again");
             return Err(TokenRefusal::UnknownKey);
         }
-        let keys = self.fetch(&mut fetching).await.map_err(|why| {
+        let fetched = self.fetch(&mut fetching).await;
+        fetching.failed = fetched.is_err();
+        let keys = fetched.map_err(|why| {
             tracing::warn!(issuer = %self.issuer, %why, "could not fetch the issuer's signing keys");
             TokenRefusal::KeysUnavailable
         })?;
@@ -145,12 +153,26 @@ impl IssuerKeys {
         if !response.status().is_success() {
             return Err(format!("{url}: HTTP {}", response.status()));
         }
-        let bytes = response
-            .bytes()
+        // Read a chunk at a time and stop past the limit: an issuer that streams without end
+        // must not fill the gateway's memory.
+        let too_large = || format!("{url}: larger than {MAX_DOCUMENT_BYTES} bytes");
+        if response
+            .content_length()
+            .is_some_and(|length| length > MAX_DOCUMENT_BYTES as u64)
+        {
+            return Err(too_large());
+        }
+        let mut response = response;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|error| format!("{url}: {error}"))?;
-        if bytes.len() > MAX_DOCUMENT_BYTES {
-            return Err(format!("{url}: larger than {MAX_DOCUMENT_BYTES} bytes"));
+            .map_err(|error| format!("{url}: {error}"))?
+        {
+            if bytes.len() + chunk.len() > MAX_DOCUMENT_BYTES {
+                return Err(too_large());
+            }
+            bytes.extend_from_slice(&chunk);
         }
         serde_json::from_slice(&bytes).map_err(|error| format!("{url}: {error}"))
     }

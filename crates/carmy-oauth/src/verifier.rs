@@ -122,11 +122,19 @@ impl JwtVerifier {
         let Some(Value::String(name)) = claims.get(&self.config.principal_claim) else {
             return Err(TokenRefusal::NoPrincipal);
         };
+        // `<prefix>|<name>` is one principal per pair only if the prefix holds no `|` and the
+        // name is not empty: `acme|auth0` + `123` must never meet `acme` + `auth0|123`.
+        let prefixed = |prefix: &str| -> Result<String, TokenRefusal> {
+            if prefix.contains('|') || name.is_empty() {
+                return Err(TokenRefusal::BadPrincipal);
+            }
+            Ok(format!("{prefix}|{name}"))
+        };
         let principal = match &self.config.principal_prefix {
             PrincipalPrefix::None => name.clone(),
-            PrincipalPrefix::Issuer => format!("{issuer}|{name}"),
+            PrincipalPrefix::Issuer => prefixed(issuer)?,
             PrincipalPrefix::Claim(claim) => match claims.get(claim) {
-                Some(Value::String(prefix)) if !prefix.is_empty() => format!("{prefix}|{name}"),
+                Some(Value::String(prefix)) if !prefix.is_empty() => prefixed(prefix)?,
                 _ => return Err(TokenRefusal::NoPrincipal),
             },
         };

@@ -278,7 +278,7 @@ macro_rules! list_executions {
                AND ($5::text IS NULL OR r.tool = $5) \
                AND (NOT $6::boolean OR r.state IN ('failed', 'timed_out', 'cancelled')) \
                AND ($8::text IS NULL \
-                    OR carmy.arguments_jsonb(r.arguments) @> $8::text::jsonb) \
+                    OR carmy.arguments_jsonb(r.arguments) @> carmy.arguments_jsonb($8::text)) \
              ORDER BY ",
             $order,
             " LIMIT $7"

@@ -67,7 +67,7 @@ macro_rules! operator_filters {
         " WHERE ($1::text IS NULL OR r.principal = $1) \
            AND ($2::text IS NULL OR r.session_id = $2) \
            AND ($3::text IS NULL OR r.request_id = $3) \
-           AND ($5::text IS NULL OR carmy.arguments_jsonb(r.arguments) @> $5::text::jsonb)"
+           AND ($5::text IS NULL OR carmy.arguments_jsonb(r.arguments) @> carmy.arguments_jsonb($5::text))"
     };
 }
 
@@ -109,7 +109,7 @@ pub const OPERATOR_LIST_RELEASED_SQL: &str = concat!(
     " WHERE ($1::text IS NULL OR h.principal = $1) \
        AND ($2::text IS NULL OR h.session_id = $2) \
        AND ($3::text IS NULL OR h.request_id = $3) \
-       AND ($5::text IS NULL OR carmy.arguments_jsonb(h.arguments) @> $5::text::jsonb) \
+       AND ($5::text IS NULL OR carmy.arguments_jsonb(h.arguments) @> carmy.arguments_jsonb($5::text)) \
      ORDER BY h.created_at, h.execution_id LIMIT $4"
 );
 

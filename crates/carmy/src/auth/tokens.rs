@@ -46,8 +46,9 @@ pub enum TokenRefusal {
     NotYetValid,
     /// The principal claim is missing or not a string.
     NoPrincipal,
-    /// The principal is empty, longer than [`MAX_TOKEN_PRINCIPAL_BYTES`] or holds a control
-    /// character.
+    /// The principal is empty, longer than [`MAX_TOKEN_PRINCIPAL_BYTES`], holds a control
+    /// character or begins with `operator:` (how the audit trail names operators); or its
+    /// prefix holds a `|` or its name is empty, so that two users never join to one principal.
     BadPrincipal,
     /// The token lacks the scope every request needs (`error="insufficient_scope"`, 403).
     MissingScope,
@@ -69,15 +70,15 @@ impl TokenRefusal {
             Self::Expired => "the access token has expired; refresh it or obtain a new one",
             Self::NotYetValid => "the access token is not valid yet (nbf is in the future); check the clocks, or wait",
             Self::NoPrincipal => "the access token has no principal claim (CARMY_OAUTH_PRINCIPAL_CLAIM, default sub) as a string; the authorization server must include it",
-            Self::BadPrincipal => "the access token's principal claim is empty, longer than 255 bytes or holds a control character; this server cannot use it as a principal",
+            Self::BadPrincipal => "the access token's principal claim is empty, longer than 255 bytes, holds a control character or begins with operator: (or, with CARMY_OAUTH_PRINCIPAL_PREFIX, its prefix holds a |); this server cannot use it as a principal",
             Self::MissingScope => "the access token lacks the scope this server requires (CARMY_OAUTH_REQUIRED_SCOPE); request a token with that scope",
             Self::KeysUnavailable => "the issuer's signing keys could not be fetched to check the access token; nothing ran; retry later",
         }
     }
 }
 
-/// Checks a token's principal (docs/semantics.md §6): 1 to [`MAX_TOKEN_PRINCIPAL_BYTES`]
-/// bytes, no control characters.
+/// Checks a token's principal (docs/semantics.md §6.1): 1 to [`MAX_TOKEN_PRINCIPAL_BYTES`]
+/// bytes, no control characters, not beginning with `operator:`.
 ///
 /// # Errors
 /// [`TokenRefusal::BadPrincipal`].
@@ -85,6 +86,9 @@ pub fn check_token_principal(principal: &str) -> Result<(), TokenRefusal> {
     if principal.is_empty()
         || principal.len() > MAX_TOKEN_PRINCIPAL_BYTES
         || principal.chars().any(char::is_control)
+        // The audit trail names operators `operator:<name>` (§12.1): a token's user must not
+        // read as one there.
+        || principal.starts_with("operator:")
     {
         return Err(TokenRefusal::BadPrincipal);
     }

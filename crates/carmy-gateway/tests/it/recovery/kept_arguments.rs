@@ -152,6 +152,21 @@ async fn an_interrupted_payment_shows_what_it_asked_everywhere_but_the_secret() 
         (status, refused["code"].as_str()),
         (400, Some("INVALID_REQUEST"))
     );
+    // A value jsonb cannot hold (U+0000; a number beyond numeric) matches nothing: never a 503.
+    let beyond_numeric = format!("0.1{}1", "0".repeat(16_400));
+    for value in [
+        r#"{"customer":"\u0000"}"#.to_owned(),
+        format!(r#"{{"customer":{beyond_numeric}}}"#),
+    ] {
+        let path = format!(
+            "/v1/executions?arguments={}",
+            url::form_urlencoded::byte_serialize(value.as_bytes()).collect::<String>()
+        );
+        let (status, none) =
+            request(&http, &reader, Method::GET, &path, Some(OPERATOR_KEY), None).await;
+        assert_eq!(status, 200, "{none}");
+        assert_eq!(none["executions"], json!([]), "{none}");
+    }
     let listed = cli(
         url,
         &["list", "--arguments", r#"{"customer":"cus_42"}"#, "--json"],

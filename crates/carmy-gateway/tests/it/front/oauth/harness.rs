@@ -112,8 +112,13 @@ pub(super) fn mint(pem: &[u8], kid: &str, claims: &Value) -> String {
 }
 
 pub(super) async fn gateway(issuer: &Issuer) -> Served {
+    gateway_with(issuer, &[]).await
+}
+
+/// [`gateway`] with `extra` arguments after the common ones.
+pub(super) async fn gateway_with(issuer: &Issuer, extra: &[&str]) -> Served {
     let refresh = MIN_REFRESH.as_millis().to_string();
-    Served::start(&[
+    let mut args = vec![
         "--api-keys",
         "agent-key=agent",
         "--oauth-issuers",
@@ -126,8 +131,9 @@ pub(super) async fn gateway(issuer: &Issuer) -> Served {
         "carmy:operator",
         "--oauth-jwks-min-refresh-ms",
         &refresh,
-    ])
-    .await
+    ];
+    args.extend_from_slice(extra);
+    Served::start(&args).await
 }
 
 /// The status, `WWW-Authenticate` and JSON body of `method path` with `token` (if any).

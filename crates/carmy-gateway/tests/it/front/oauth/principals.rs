@@ -316,3 +316,36 @@ async fn settings_it_cannot_run_with_stop_the_gateway_naming_them() {
         assert!(error.starts_with(message), "{flags:?}: {error}");
     }
 }
+
+/// A prefixed principal is one per (prefix, name) pair: a `|` in the prefix or an empty name is
+/// refused, so `acme|auth0` + `123` never meets `acme` + `auth0|123`; and no token's user reads
+/// as an operator (`operator:…`) in the audit trail (docs/semantics.md §6.1).
+#[tokio::test]
+async fn prefixed_principals_never_join_and_never_read_as_operators() {
+    let issuer = Issuer::start().await;
+    issuer.publish(K1, "k1");
+    let served = gateway_with(&issuer, &["--oauth-principal-prefix", "claim:tenant"]).await;
+    let with = |tenant: &str, sub: &str| {
+        let mut claims = claims(&issuer, sub);
+        claims["tenant"] = json!(tenant);
+        mint(K1, "k1", &claims)
+    };
+    let (status, _, first) = call(&served, &with("acme", "auth0|123"), "tenant-collide").await;
+    assert_eq!(status, 200, "{first}");
+    let detail = "cannot use it as a principal";
+    for token in [with("acme|auth0", "123"), with("t", "")] {
+        let answer = call(&served, &token, "tenant-collide").await;
+        refused(&answer, 401, "INVALID_TOKEN", detail, &invalid_token());
+    }
+    assert_eq!(served.runs("echo"), 1, "only the first user's call ran");
+
+    let plain = gateway(&issuer).await;
+    let answer = call(
+        &plain,
+        &mint(K1, "k1", &claims(&issuer, "operator:ops")),
+        "r-op",
+    )
+    .await;
+    refused(&answer, 401, "INVALID_TOKEN", detail, &invalid_token());
+    assert_eq!(plain.runs("echo"), 0);
+}
