@@ -103,26 +103,9 @@ impl Engine {
         };
         let registered = match self.runnable_tool(&call) {
             Ok(registered) => registered,
-            Err(rejection) => {
-                // An honest retry still gets its record even if the tool is gone or its schema
-                // changed; otherwise the rejection stands and nothing is reserved.
-                return match self.lookup(&key).await? {
-                    Some(record) => answer::from_existing(
-                        crate::store::Existing::for_record(record, call.fingerprint()),
-                        call.parts(),
-                    ),
-                    None => Err(rejection),
-                };
-            }
+            Err(rejection) => return self.recorded_or(&key, &call, rejection).await,
         };
-        let arguments = self.kept_arguments(&registered, &call)?;
-        let intent = ExecutionIntent {
-            execution_id: ExecutionId::generate(),
-            tool: call.tool().to_owned(),
-            parts: Some(*call.parts()),
-            retention: self.config.retention,
-            arguments,
-        };
+        let intent = self.intent(&registered, &call)?;
         let reserving = Instant::now();
         let reserved = self
             .store
@@ -178,9 +161,46 @@ impl Engine {
         .await
     }
 
+    /// The record of `key` for a call whose tool refused it: an honest retry still gets its
+    /// record even if the tool is gone or its schema changed; otherwise `rejection` stands and
+    /// nothing is reserved.
+    pub(super) async fn recorded_or(
+        &self,
+        key: &crate::store::IdempotencyKey,
+        call: &ValidatedCall,
+        rejection: Refusal,
+    ) -> Result<Answer, Refusal> {
+        match self.lookup(key).await? {
+            Some(record) => answer::from_existing(
+                Existing::for_record(record, call.fingerprint()),
+                call.parts(),
+            ),
+            None => Err(rejection),
+        }
+    }
+
+    /// A new execution's intent for `call` of `registered`: a fresh id, the call's parts, the
+    /// retention and the kept arguments (docs/semantics.md §8.5).
+    ///
+    /// # Errors
+    /// [`Refusal::ArgumentsTooLarge`] and [`Refusal::Invalid`] from [`Self::kept_arguments`].
+    pub(super) fn intent(
+        &self,
+        registered: &RegisteredTool,
+        call: &ValidatedCall,
+    ) -> Result<ExecutionIntent, Refusal> {
+        Ok(ExecutionIntent {
+            execution_id: ExecutionId::generate(),
+            tool: call.tool().to_owned(),
+            parts: Some(*call.parts()),
+            retention: self.config.retention,
+            arguments: self.kept_arguments(registered, call)?,
+        })
+    }
+
     /// The arguments to keep with `call`'s execution (docs/semantics.md §8.5): redacted per the
     /// tool and `CARMY_KEEP_ARGUMENTS`, refused when longer than a record may keep.
-    pub(super) fn kept_arguments(
+    fn kept_arguments(
         &self,
         registered: &RegisteredTool,
         call: &ValidatedCall,

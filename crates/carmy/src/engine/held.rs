@@ -11,7 +11,7 @@ use crate::outcome::{
     ExecutionError, ExecutionId, ExecutionResult, ExecutionStatus, RecordedResult,
 };
 use crate::registry::RegisteredTool;
-use crate::store::{Claim, ExecutionIntent, RecordState, Reservation, StoreError};
+use crate::store::{Claim, RecordState, Reservation, StoreError};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,24 +70,10 @@ impl Engine {
         let registered = match self.holdable_tool(&call) {
             Ok(registered) => registered,
             Err(rejection) => {
-                return match self.lookup(&key).await? {
-                    Some(record) => self.replay_answer(answer::from_existing(
-                        crate::store::Existing::for_record(record, call.fingerprint()),
-                        call.parts(),
-                    )),
-                    None => Err(rejection),
-                };
+                return self.replay_answer(self.recorded_or(&key, &call, rejection).await)
             }
         };
-        // Kept as a gateway-run call's are (docs/semantics.md §8.5), redacted per the tool.
-        let arguments = self.kept_arguments(&registered, &call)?;
-        let intent = ExecutionIntent {
-            execution_id: ExecutionId::generate(),
-            tool: call.tool().to_owned(),
-            parts: Some(*call.parts()),
-            retention: self.config.retention,
-            arguments,
-        };
+        let intent = self.intent(&registered, &call)?;
         let hold = Hold {
             token: HoldToken::generate(),
             lease,
