@@ -214,6 +214,10 @@ fn refusal(kind: &ErrorKind) -> TokenRefusal {
         ErrorKind::InvalidAudience => TokenRefusal::WrongAudience,
         ErrorKind::MissingRequiredClaim(claim) if claim == "aud" => TokenRefusal::WrongAudience,
         ErrorKind::InvalidIssuer => TokenRefusal::WrongIssuer,
+        ErrorKind::MissingRequiredClaim(claim) if claim == "exp" => TokenRefusal::BadTimes,
+        ErrorKind::InvalidClaimFormat(claim) if claim == "exp" || claim == "nbf" => {
+            TokenRefusal::BadTimes
+        }
         ErrorKind::InvalidAlgorithm | ErrorKind::InvalidAlgorithmName => {
             TokenRefusal::DisallowedAlgorithm
         }

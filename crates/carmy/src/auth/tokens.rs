@@ -44,6 +44,9 @@ pub enum TokenRefusal {
     Expired,
     /// `nbf` is still ahead (beyond the leeway).
     NotYetValid,
+    /// `exp` is missing, or `exp` or `nbf` is not a number of seconds since the epoch: the
+    /// token's lifetime cannot be checked, so it is refused.
+    BadTimes,
     /// The principal claim is missing or not a string.
     NoPrincipal,
     /// The principal is empty, longer than [`MAX_TOKEN_PRINCIPAL_BYTES`], holds a control
@@ -69,6 +72,7 @@ impl TokenRefusal {
             Self::WrongAudience => "the access token was issued for another resource: its aud does not name this server (CARMY_OAUTH_RESOURCE); request a token with this server's resource identifier (RFC 8707 resource parameter)",
             Self::Expired => "the access token has expired; refresh it or obtain a new one",
             Self::NotYetValid => "the access token is not valid yet (nbf is in the future); check the clocks, or wait",
+            Self::BadTimes => "the access token has no exp claim, or its exp or nbf is not a number of seconds since 1970 (RFC 7519 NumericDate); this server only accepts tokens whose lifetime it can check: the authorization server must issue them with a numeric exp",
             Self::NoPrincipal => "the access token has no principal claim (CARMY_OAUTH_PRINCIPAL_CLAIM, default sub) as a string; the authorization server must include it",
             Self::BadPrincipal => "the access token's principal claim is empty, longer than 255 bytes, holds a control character or begins with operator: (or, with CARMY_OAUTH_PRINCIPAL_PREFIX, its prefix holds a |); this server cannot use it as a principal",
             Self::MissingScope => "the access token lacks the scope this server requires (CARMY_OAUTH_REQUIRED_SCOPE); request a token with that scope",

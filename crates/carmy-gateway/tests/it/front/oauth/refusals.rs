@@ -37,8 +37,21 @@ async fn tokens_meant_for_someone_else_are_refused_each_with_its_answer() {
         ),
         (with(json!({"exp": now() - 120})), "has expired"),
         (with(json!({"nbf": now() + 600})), "not valid yet"),
+        (
+            with(json!({"exp": "tomorrow"})),
+            "no exp claim, or its exp or nbf",
+        ),
+        (
+            with(json!({"nbf": "now"})),
+            "no exp claim, or its exp or nbf",
+        ),
     ];
-    for (claims, detail) in cases {
+    let mut lifeless = good.clone();
+    lifeless.as_object_mut().unwrap().remove("exp");
+    for (claims, detail) in cases
+        .into_iter()
+        .chain([(lifeless, "no exp claim, or its exp or nbf")])
+    {
         let answer = call(&served, &mint(K1, "k1", &claims), "r-x").await;
         refused(&answer, 401, "INVALID_TOKEN", detail, &invalid_token());
     }
