@@ -164,7 +164,8 @@ impl Engine {
         token: &HoldToken,
         outcome: HeldOutcome,
     ) -> Result<Answer, Refusal> {
-        crate::decision::check_outcome(outcome.status, &outcome.data, outcome.error.as_ref())
+        // Recorded as text like a tool's result (§4), so U+0000 is kept: only the shape.
+        crate::decision::check_outcome_shape(outcome.status, &outcome.data, outcome.error.as_ref())
             .map_err(Refusal::Invalid)?;
         if let Some(error) = &outcome.error {
             crate::storable::check_outcome_values(

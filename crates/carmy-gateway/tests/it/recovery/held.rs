@@ -323,3 +323,44 @@ async fn the_in_memory_store_refuses_client_holds() {
         "{body}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_held_outcome_holding_nul_characters_is_recorded_and_replayed_losslessly() {
+    let db = TestDb::migrated().await;
+    let file = tools();
+    let a = replica("held-nul-a", &db, &file);
+    let b = replica("held-nul-b", &db, &file);
+
+    // As a gateway-run tool's result is (semantics §4): text, so U+0000 and big numbers survive.
+    let data = json!({"note": "a\u{0}b", "big": 123_456_789_012_345_678_901_234_567_890_u128});
+    let (_, held) = post(&a, "/v1/held", &hold_body("nul", 9, 30_000)).await;
+    let id = held["execution_id"].as_str().unwrap().to_owned();
+    let outcome = format!("/v1/held/{id}/outcome");
+    let body = json!({"fencing_token": held["fencing_token"], "status": "completed", "data": data});
+    let (status, first) = post(&a, &outcome, &body).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["data"], data);
+    let (status, again) = post(&b, &outcome, &body).await;
+    assert_eq!((status, &again["data"]), (200, &data));
+    let (status, replay) = post(&b, "/v1/held", &hold_body("nul", 9, 30_000)).await;
+    assert_eq!((status, &replay["data"]), (200, &data));
+    assert_eq!(replay["execution_id"], id);
+
+    // A failure's error may hold one too.
+    let (_, held) = post(&a, "/v1/held", &hold_body("nul-failed", 9, 30_000)).await;
+    let error = json!({"code": "BANK_ERROR", "message": "bank said a\u{0}b", "effect": "unknown"});
+    let (status, first) = post(
+        &b,
+        &format!(
+            "/v1/held/{}/outcome",
+            held["execution_id"].as_str().unwrap()
+        ),
+        &json!({"fencing_token": held["fencing_token"], "status": "failed", "error": error}),
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    let (status, replay) = post(&a, "/v1/held", &hold_body("nul-failed", 9, 30_000)).await;
+    assert_eq!(status, 200);
+    assert_eq!(replay["error"], first["error"]);
+    assert_eq!(replay["error"]["message"], "bank said a\u{0}b");
+}
