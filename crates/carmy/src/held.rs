@@ -88,6 +88,9 @@ pub struct Reserved {
     /// Until when the lease is surely live (this process's clock, taken before the store
     /// granted it): renew well before.
     pub lease_expires_at: DateTime<Utc>,
+    /// The released execution this reservation replaced, as a gateway-run call's first answer
+    /// names it (docs/semantics.md §12.1, "A rerun says so"); `None` for a first reservation.
+    pub rerun_of: Option<crate::store::Replaced>,
 }
 
 /// A tool the caller runs itself (the tools file's `[[client_tools]]`, docs/semantics.md §16):

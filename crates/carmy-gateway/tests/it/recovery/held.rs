@@ -273,6 +273,7 @@ async fn a_released_held_execution_is_held_anew_and_the_old_holder_superseded() 
     let a = replica("held-release-a", &db, &file);
 
     let (_, old) = post(&a, "/v1/held", &hold_body("again", 3, 500)).await;
+    assert!(old.get("rerun_of").is_none(), "{old}");
     let old_id = old["execution_id"].as_str().unwrap().to_owned();
     until_interrupted(&a, "again").await;
     let (status, _) = post(
@@ -286,6 +287,23 @@ async fn a_released_held_execution_is_held_anew_and_the_old_holder_superseded() 
     let (status, new) = post(&a, "/v1/held", &hold_body("again", 3, 30_000)).await;
     assert_eq!(status, 201, "{new}");
     assert_ne!(new["execution_id"], old_id);
+    // It says whose place it took, as a gateway-run call's first answer does (§12.1).
+    let (_, released) = request(
+        &client(),
+        &a,
+        Method::GET,
+        &format!("/v1/executions/{old_id}"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        new["rerun_of"],
+        json!({"execution_id": old_id, "ended": "released",
+               "by": released["resolution"]["by"], "note": "the bank has no such charge"}),
+        "{new}"
+    );
+    assert!(released["resolution"]["by"].is_string(), "{released}");
     let (status, body) = post(
         &a,
         &format!("/v1/held/{old_id}/outcome"),
