@@ -102,6 +102,7 @@ pub struct ClientTool {
     description: String,
     schema: Value,
     annotations: Option<ToolAnnotations>,
+    redaction: Option<crate::arguments::Redaction>,
 }
 
 impl ClientTool {
@@ -112,7 +113,16 @@ impl ClientTool {
             description: description.into(),
             schema,
             annotations: None,
+            redaction: None,
         }
+    }
+
+    /// With what of its arguments is hidden before they are kept (the tools file's
+    /// `redact_arguments`, docs/semantics.md §8.5).
+    #[must_use]
+    pub fn with_redaction(mut self, redaction: Option<crate::arguments::Redaction>) -> Self {
+        self.redaction = redaction;
+        self
     }
 
     /// With MCP-style behaviour hints, shown by `GET /v1/tools`.
@@ -146,6 +156,10 @@ impl Tool for ClientTool {
 
     fn held_by_client(&self) -> bool {
         true
+    }
+
+    fn redaction(&self) -> Option<&crate::arguments::Redaction> {
+        self.redaction.as_ref()
     }
 
     fn call(&self, _context: ToolContext, _arguments: Value) -> ToolFuture<'_> {

@@ -2,7 +2,8 @@
 //! processes on one PostgreSQL database: reserve, replay, conflict and uncertain as for a
 //! gateway-run call; renew and record with the fencing token on any replica; a holder that
 //! stops renewing leaves the execution interrupted, decided like any other, and its late
-//! record is refused and kept as a late arrival.
+//! record is refused and kept as a late arrival. A client tool's `redact_arguments` hides
+//! values before the arguments are kept.
 
 use crate::tools_file::write_tools_file;
 use carmy_test_support::{client, eventually, metric, request, Replica, TestDb};
@@ -381,4 +382,38 @@ async fn a_held_outcome_holding_nul_characters_is_recorded_and_replayed_lossless
     assert_eq!(status, 200);
     assert_eq!(replay["error"], first["error"]);
     assert_eq!(replay["error"]["message"], "bank said a\u{0}b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_tools_redact_arguments_hides_values_before_they_are_kept() {
+    let db = TestDb::migrated().await;
+    let file = write_tools_file(
+        "[[client_tools]]\nname = \"charge\"\nredact_arguments = [\"/card/number\"]\n",
+    );
+    let a = replica("held-redact", &db, &file);
+    let body = json!({"tool": "charge", "request_id": "redact", "lease_ms": 30_000,
+                      "arguments": {"amount": 5, "card": {"number": "4242424242424242"}}});
+    let (status, held) = post(&a, "/v1/held", &body).await;
+    assert_eq!(status, 201, "{held}");
+    let (status, shown) = request(
+        &client(),
+        &a,
+        Method::GET,
+        &format!("/v1/executions/{}", held["execution_id"].as_str().unwrap()),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{shown}");
+    assert_eq!(
+        shown["arguments"],
+        json!({"amount": 5, "card": {"number": "[redacted]"}})
+    );
+    let found: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM carmy.reservations r WHERE r::text LIKE '%4242424242424242%'",
+    )
+    .fetch_one(&mut db.connect().await)
+    .await
+    .unwrap();
+    assert_eq!(found, 0);
 }
