@@ -95,6 +95,8 @@ export declare class Holding {
   readonly replay: Execution | null;
   readonly executionId: string | null;
   readonly fencingToken: string | null;
+  /** The released execution this reservation replaced (semantics.md §12.1); null otherwise. */
+  readonly rerunOf: { execution_id: string; ended: "released"; by: string; note: string } | null;
   /** Set when the renewal found the execution decided by someone else. */
   readonly lost: boolean;
   readonly recorded: Execution | null;

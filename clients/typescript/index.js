@@ -250,6 +250,7 @@ export class Holding {
     this.replay = null;
     this.executionId = null;
     this.fencingToken = null;
+    this.rerunOf = null;
     this.recorded = null;
     this.attempted = false;
     this.lost = false;
@@ -286,6 +287,7 @@ export class Holding {
       }
       this.executionId = answer.body.execution_id;
       this.fencingToken = answer.body.fencing_token;
+      this.rerunOf = answer.body.rerun_of ?? null;
       this.leaseMs = answer.body.lease_ms;
       this.timer = setInterval(() => this.renew(), Math.max(100, this.leaseMs / 3));
       return;

@@ -196,6 +196,32 @@ def _until(what: str, check: Any, deadline: float = 20.0) -> None:
         time.sleep(0.05)
 
 
+def test_a_reservation_after_a_release_names_the_released_execution(pg_gateway: Gateway) -> None:
+    key = rid()
+    call = {"tool": "add", "arguments": {"a": 4}, "request_id": key, "lease_ms": 500}
+    first = httpx.post(f"{pg_gateway.url}/v1/held", json=call)
+    assert first.status_code == 201 and "rerun_of" not in first.json()
+    released_id = first.json()["execution_id"]
+    _until(
+        "the holder's lease to lapse",
+        lambda: record_of(pg_gateway, key).json().get("status") == "interrupted",
+    )
+    released = httpx.post(
+        f"{pg_gateway.url}/v1/executions/{released_id}/release",
+        json={"note": "operator: nothing happened"},
+    )
+    assert released.status_code == 200, released.text
+    with CarmyClient(pg_gateway.url) as carmy:
+        with carmy.hold("add", {"a": 4}, key) as holding:
+            assert holding.rerun_of == {
+                "execution_id": released_id,
+                "ended": "released",
+                "by": released.json()["resolution"]["by"],
+                "note": "operator: nothing happened",
+            }
+            holding.complete({"sum": 4})
+
+
 def test_a_holder_killed_mid_charge_is_reconciled_and_charges_once(
     pg_gateway: Gateway, upstream: CountingUpstream
 ) -> None:

@@ -122,6 +122,28 @@ test("a failure is recorded and replayed without running again", async () => {
   assert.equal(runs, 1);
 });
 
+test("a reservation after a release names the released execution", async () => {
+  const key = `ts-${randomUUID()}`;
+  const post = (path, body) =>
+    fetch(`${gatewayUrl}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  const first = await (await post("/v1/held", { tool: "add", arguments: { a: 4 }, request_id: key, lease_ms: 500 })).json();
+  assert.equal(first.rerun_of, undefined);
+  await until("the holder's lease to lapse", async () => {
+    const record = await (await fetch(`${gatewayUrl}/v1/executions?request_id=${key}`)).json();
+    return record.status === "interrupted";
+  });
+  const released = await post(`/v1/executions/${first.execution_id}/release`, { note: "operator: nothing happened" });
+  assert.equal(released.status, 200);
+  const by = (await released.json()).resolution.by;
+  const carmy = new CarmyClient(gatewayUrl);
+  const holding = await carmy.hold("add", { a: 4 }, key);
+  try {
+    assert.deepEqual(holding.rerunOf, { execution_id: first.execution_id, ended: "released", by, note: "operator: nothing happened" });
+  } finally {
+    await holding.complete({ sum: 4 });
+  }
+});
+
 test("values JSON cannot carry are refused before anything runs", async () => {
   const carmy = new CarmyClient(gatewayUrl);
   let runs = 0;

@@ -64,7 +64,8 @@ pub fn tools(
                 spec.description.clone(),
                 spec.input_schema.clone(),
             )
-            .with_annotations(spec.annotations.clone()),
+            .with_annotations(spec.annotations.clone())
+            .with_redaction(spec.redaction.clone()),
         ) as Arc<dyn Tool>
     });
     Ok(file

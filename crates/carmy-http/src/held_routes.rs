@@ -80,6 +80,12 @@ pub(crate) struct HeldBody {
     request_id: String,
     /// The session.
     session_id: String,
+    /// Present only when this reservation replaced a released execution (docs/semantics.md
+    /// §12.1, "A rerun says so"): `{"execution_id", "ended": "released", "by", "note"}`. The
+    /// released execution's effect, if it happened after all, would happen twice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    rerun_of: Option<Value>,
 }
 
 /// The body of a renewal.
@@ -186,6 +192,7 @@ pub(crate) async fn hold_execution(
                 tool: request.tool,
                 request_id: key.request_id,
                 session_id: key.session_id,
+                rerun_of: reserved.rerun_of.as_ref().map(crate::bodies::rerun_of),
             };
             let text = serde_json::to_string(&body).map_err(|_| ApiError::Internal)?;
             Ok(json_response(StatusCode::CREATED, text))

@@ -69,7 +69,8 @@ pub(super) struct ListQuery {
     /// Only executions in this state: `running` or `interrupted`.
     #[param(pattern = "^(running|interrupted)$")]
     state: Option<String>,
-    /// The caller's record for this request_id (with `session_id`, default `default`).
+    /// The caller's record for this request_id (with `session_id`, default `default`); `state`
+    /// and `arguments` given beside it filter it too (404 when it does not match them).
     request_id: Option<String>,
     /// The session of `request_id`, or a filter of the listing.
     session_id: Option<String>,
@@ -237,7 +238,8 @@ pub(super) async fn release_execution(
     )
 )]
 /// `GET /v1/executions`: with `request_id`, the caller's record for the identity
-/// (`session_id` defaults to `default`; 404 when none); otherwise the caller's records (an
+/// (`session_id` defaults to `default`; 404 when none, or when `state` or `arguments` given
+/// beside it do not match it); otherwise the caller's records (an
 /// operator's: every principal's), optionally only those `running` or `interrupted`.
 pub(super) async fn list_executions(
     State(state): State<AppState>,
@@ -260,6 +262,12 @@ pub(super) async fn list_executions(
             validate_identifier(field, value).map_err(invalid)?;
         }
     }
+    let arguments = query
+        .arguments
+        .as_deref()
+        .map(carmy::arguments::search_value)
+        .transpose()
+        .map_err(invalid)?;
     if let Some(request_id) = query.request_id {
         let session_id = query.session_id.unwrap_or_else(|| DEFAULT_SESSION.into());
         // An identity names one principal's record: the caller's own. An operator key is no
@@ -270,24 +278,29 @@ pub(super) async fn list_executions(
         } else {
             caller
         };
+        // Every filter given applies: `arguments` too (docs/semantics.md §12.4).
         let found = state
             .engine
-            .list(&caller, in_flight, Some(session_id), Some(request_id), 1)
+            .list_matching(
+                &caller,
+                ExecutionQuery {
+                    in_flight,
+                    session_id: Some(session_id),
+                    request_id: Some(request_id),
+                    arguments,
+                    limit: 1,
+                    ..ExecutionQuery::default()
+                },
+            )
             .await?;
         let found = found.first().ok_or(ApiError::NotFound(
-            "no record for this request_id and session_id".into(),
+            "no record for this request_id and session_id (that matches the filters given)".into(),
         ))?;
         return Ok(json_response(
             StatusCode::OK,
             record_body(&state.engine, found),
         ));
     }
-    let arguments = query
-        .arguments
-        .as_deref()
-        .map(carmy::arguments::search_value)
-        .transpose()
-        .map_err(invalid)?;
     let found = state
         .engine
         .list_matching(

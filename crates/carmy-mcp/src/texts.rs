@@ -76,6 +76,9 @@ pub enum Situation {
     /// `INVALID_REQUEST`: arguments failing the tool's schema, or a malformed request id or
     /// session (docs/semantics.md §11: input errors are tool errors); nothing ran.
     InvalidRequest,
+    /// `ARGUMENTS_TOO_LARGE`: the arguments, as they would be kept with the execution, are over
+    /// the limit of a record (docs/semantics.md §8.5); nothing ran, nothing was reserved.
+    ArgumentsTooLarge,
     /// `UNKNOWN_TOOL`: no tool of that name is served (any more); nothing ran.
     UnknownTool,
 }
@@ -251,6 +254,14 @@ pub const TABLE: &[Entry] = &[
         what: "Carmy refused this call before running it: {message}.",
         effect_text: "Nothing ran; the effect did not happen.",
         next: "Correct what the message names and call the tool again (its input schema is in the tool list); if the message names something you did not write (params.idempotencyKey, _meta), tell the user that the MCP client sent it malformed.",
+    },
+    Entry {
+        situation: Situation::ArgumentsTooLarge,
+        code: "ARGUMENTS_TOO_LARGE",
+        effect: Effect::DidNotHappen,
+        what: "Carmy refused this call before running it: {message}.",
+        effect_text: "Nothing ran; the effect did not happen.",
+        next: "Call the tool again with smaller arguments if you can (a reference to a document rather than the document itself); otherwise tell the user or the operator that these arguments are too large for Carmy to keep.",
     },
     Entry {
         situation: Situation::UnknownTool,

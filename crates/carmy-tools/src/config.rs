@@ -67,6 +67,7 @@ pub struct RawFile {
 /// description = "Charge a customer's card"
 /// input_schema = { type = "object", required = ["customer"] }   # or input_schema_file
 /// on_interrupted = "uncertain"     # the default and, for now, the only policy
+/// redact_arguments = ["/card/number"]   # as for [[tools]]: hidden before the arguments are kept
 /// ```
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -85,6 +86,9 @@ pub struct RawClientTool {
     /// What the next attempt does when the holder died: `uncertain` (the default; a holder's
     /// `reconcile` hook or an operator decides).
     pub on_interrupted: Option<Spanned<String>>,
+    /// What of the arguments is hidden before they are kept, as for `[[tools]]`
+    /// (docs/semantics.md §8.5).
+    pub redact_arguments: Option<Spanned<toml::Value>>,
 }
 
 /// The kind of a `[[tools]]` entry.
@@ -243,6 +247,9 @@ pub struct RawMcpServer {
     pub key_argument: Option<String>,
     /// `key_required` of every imported tool.
     pub key_required: Option<bool>,
+    /// `redact_arguments` of every imported tool, as for `[[tools]]` (docs/semantics.md §8.5):
+    /// a pointer that names nothing in a tool's call hides nothing there.
+    pub redact_arguments: Option<Spanned<toml::Value>>,
 }
 
 /// Just enough of an entry to name it in an error about the rest of it.

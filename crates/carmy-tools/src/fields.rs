@@ -1,7 +1,9 @@
 //! Field checks of the tools file (docs/semantics.md §10), each giving a message that says what
-//! to write instead: names, methods, takeover policies, positive numbers and status lists.
+//! to write instead: names, methods, takeover policies, positive numbers, status lists and
+//! redactions.
 
 use crate::config::RawTool;
+use carmy::arguments::Redaction;
 use carmy::OnInterrupted;
 use reqwest::Method;
 use std::collections::BTreeSet;
@@ -140,4 +142,31 @@ pub(crate) fn status_lists(tool: &RawTool) -> Result<(BTreeSet<u16>, BTreeSet<u1
         ));
     }
     Ok((not_executed, effect_unknown))
+}
+
+/// `redact_arguments`: `"all"`, or a list of JSON pointers (docs/semantics.md §8.5).
+pub(crate) fn redaction(
+    value: &Option<Spanned<toml::Value>>,
+) -> Result<Option<Redaction>, (std::ops::Range<usize>, String)> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let wrong = |message: String| (value.span(), message);
+    match value.get_ref() {
+        toml::Value::String(text) if text == "all" => Ok(Some(Redaction::Whole)),
+        toml::Value::Array(items) => {
+            let mut pointers = Vec::with_capacity(items.len());
+            for item in items {
+                let toml::Value::String(pointer) = item else {
+                    return Err(wrong(format!("{item} is not a JSON pointer string")));
+                };
+                Redaction::check_pointer(pointer).map_err(wrong)?;
+                pointers.push(pointer.clone());
+            }
+            Ok(Some(Redaction::Pointers(pointers)))
+        }
+        other => Err(wrong(format!(
+            "{other} is neither \"all\" nor a list of JSON pointers (e.g. [\"/card/number\"])"
+        ))),
+    }
 }

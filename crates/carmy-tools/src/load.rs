@@ -3,11 +3,10 @@
 
 use crate::config::{EntryNames, RawClientTool, RawFile, RawTool};
 use crate::error::{ConfigError, Reporter};
-use crate::fields::{check_name, on_interrupted, parse_method, positive, status_lists};
+use crate::fields::{check_name, on_interrupted, parse_method, positive, redaction, status_lists};
 use crate::secret::{expand, Secret};
 use crate::spec::{ClientToolSpec, Header, HttpToolSpec, ToolsConfig, DEFAULT_IDEMPOTENCY_HEADER};
 use crate::template::UrlTemplate;
-use carmy::arguments::Redaction;
 use carmy::key_argument::KeySetting;
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::Method;
@@ -347,11 +346,20 @@ impl Checker<'_> {
             &label,
             entry.span().start,
         )?;
+        let redaction = redaction(&tool.redact_arguments).map_err(|(span, message)| {
+            self.report.error(
+                Some(span.start),
+                Some(&label),
+                Some("redact_arguments"),
+                message,
+            )
+        })?;
         Ok(ClientToolSpec {
             name,
             description: tool.description.clone(),
             input_schema,
             annotations: tool.annotations.clone(),
+            redaction,
         })
     }
 
@@ -463,33 +471,6 @@ fn task_always(task: &Option<Spanned<String>>) -> Result<bool, (std::ops::Range<
             span,
             format!("{other:?} is not a task policy: use \"auto\" (a task when a call outlasts CARMY_MCP_TASK_AFTER_MS) or \"always\""),
         )),
-    }
-}
-
-/// `redact_arguments`: `"all"`, or a list of JSON pointers (docs/semantics.md §8.5).
-fn redaction(
-    value: &Option<Spanned<toml::Value>>,
-) -> Result<Option<Redaction>, (std::ops::Range<usize>, String)> {
-    let Some(value) = value else {
-        return Ok(None);
-    };
-    let wrong = |message: String| (value.span(), message);
-    match value.get_ref() {
-        toml::Value::String(text) if text == "all" => Ok(Some(Redaction::Whole)),
-        toml::Value::Array(items) => {
-            let mut pointers = Vec::with_capacity(items.len());
-            for item in items {
-                let toml::Value::String(pointer) = item else {
-                    return Err(wrong(format!("{item} is not a JSON pointer string")));
-                };
-                Redaction::check_pointer(pointer).map_err(wrong)?;
-                pointers.push(pointer.clone());
-            }
-            Ok(Some(Redaction::Pointers(pointers)))
-        }
-        other => Err(wrong(format!(
-            "{other} is neither \"all\" nor a list of JSON pointers (e.g. [\"/card/number\"])"
-        ))),
     }
 }
 

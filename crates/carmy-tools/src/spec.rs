@@ -42,6 +42,9 @@ pub struct ClientToolSpec {
     pub input_schema: Value,
     /// Behaviour hints.
     pub annotations: Option<ToolAnnotations>,
+    /// What of the arguments is hidden before they are kept (`redact_arguments`,
+    /// docs/semantics.md §8.5).
+    pub redaction: Option<carmy::arguments::Redaction>,
 }
 
 /// One HTTP tool.
@@ -212,6 +215,9 @@ pub struct McpServerSpec {
     pub task_always: bool,
     /// The request id argument of every imported tool (docs/semantics.md §11).
     pub key: KeySetting,
+    /// What of every imported tool's arguments is hidden before they are kept
+    /// (`redact_arguments`, docs/semantics.md §8.5).
+    pub redaction: Option<carmy::arguments::Redaction>,
     /// The values of the `${NAME}` references of its headers or environment, masked in
     /// everything its tools answer ([`crate::secret::mask`]).
     pub secrets: Vec<Secret>,

@@ -1,7 +1,9 @@
 //! The tool table `carmy-gateway check-config` prints: one line per tool with its kind, method,
-//! URL template, deadline and headers, header values masked.
+//! URL template, deadline, headers (values masked) and `redact_arguments`; one per client-held
+//! tool and one per MCP server.
 
 use crate::spec::{McpTransport, ProbeAsk, ProbeSpec, ToolsConfig};
+use carmy::arguments::Redaction;
 use std::fmt::Write;
 
 /// The table of `config` as text, one tool or server per line; never a secret.
@@ -15,7 +17,7 @@ pub fn tool_table(config: &ToolsConfig) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "http  {:<24} {:<6} {}  timeout={}  idempotency_header={}  headers=[{}]",
+            "http  {:<24} {:<6} {}  timeout={}  idempotency_header={}  headers=[{}]{}",
             tool.name,
             tool.method.as_str(),
             tool.url.as_str(),
@@ -25,10 +27,19 @@ pub fn tool_table(config: &ToolsConfig) -> String {
                 .as_ref()
                 .map_or("(none)", |h| h.as_str()),
             headers.join(", "),
+            redaction_text(tool.redaction.as_ref()),
         );
         if let Some(probe) = &tool.reconcile {
             let _ = writeln!(out, "      {:<24} {}", "", probe_line(probe));
         }
+    }
+    for tool in &config.client_tools {
+        let _ = writeln!(
+            out,
+            "client {:<23} held by its caller (POST /v1/held){}",
+            tool.name,
+            redaction_text(tool.redaction.as_ref()),
+        );
     }
     for server in &config.mcp_servers {
         let reach = match &server.transport {
@@ -39,13 +50,26 @@ pub fn tool_table(config: &ToolsConfig) -> String {
         };
         let _ = writeln!(
             out,
-            "mcp   {:<24} {}  prefix={:?}",
+            "mcp   {:<24} {}  prefix={:?}{}",
             server.name,
             reach.trim_end(),
-            server.prefix
+            server.prefix,
+            redaction_text(server.redaction.as_ref()),
         );
     }
     out
+}
+
+/// `  redact_arguments="all"` or `  redact_arguments=["/card/number"]` (docs/semantics.md §8.5);
+/// nothing when the entry hides nothing.
+fn redaction_text(redaction: Option<&Redaction>) -> String {
+    match redaction {
+        None => String::new(),
+        Some(Redaction::Whole) => "  redact_arguments=\"all\"".to_owned(),
+        Some(Redaction::Pointers(pointers)) => {
+            format!("  redact_arguments={}", serde_json::json!(pointers))
+        }
+    }
 }
 
 /// A tool's probe as the table shows it: `reconcile GET <url> found=[200] absent=[404]

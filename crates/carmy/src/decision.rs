@@ -259,13 +259,34 @@ pub fn check_note(note: &str) -> Result<(), String> {
 }
 
 /// Checks that a resolution's `data` and `error` fit its `status` (docs/semantics.md §12.1):
-/// `completed` takes `data` and no `error`; every other status takes an `error` with a
-/// non-empty `code` and `data` `null`. No string may hold U+0000 (PostgreSQL's `jsonb` cannot
-/// keep it, and both stores answer alike).
+/// [`check_outcome_shape`], and no string may hold U+0000 (a decision is written into `jsonb`
+/// audit rows, which cannot keep it, and both stores answer alike; rule 6).
 ///
 /// # Errors
 /// A sentence saying what to fix.
 pub fn check_outcome(
+    status: ExecutionStatus,
+    data: &Value,
+    error: Option<&ExecutionError>,
+) -> Result<(), String> {
+    check_outcome_shape(status, data, error)?;
+    let error_text = error.map_or_else(String::new, |error| {
+        format!("{}{}", error.code, error.message)
+    });
+    if holds_nul(data) || error_text.contains('\0') {
+        return Err("data and error must not contain U+0000".into());
+    }
+    Ok(())
+}
+
+/// Checks that an outcome's `data` and `error` fit its `status`: `completed` takes `data` and
+/// no `error`; every other status takes an `error` with a non-empty `code` and `data` `null`.
+/// A holder's outcome (docs/semantics.md §16) is checked with this alone: it is recorded as
+/// text, like a tool's, so U+0000 is kept.
+///
+/// # Errors
+/// A sentence saying what to fix.
+pub fn check_outcome_shape(
     status: ExecutionStatus,
     data: &Value,
     error: Option<&ExecutionError>,
@@ -291,12 +312,6 @@ pub fn check_outcome(
             ))
         }
         (_, Some(_)) => {}
-    }
-    let error_text = error.map_or_else(String::new, |error| {
-        format!("{}{}", error.code, error.message)
-    });
-    if holds_nul(data) || error_text.contains('\0') {
-        return Err("data and error must not contain U+0000".into());
     }
     Ok(())
 }
@@ -336,6 +351,8 @@ mod tests {
         assert!(check_outcome(failed, &json!(1), Some(&error())).is_err());
         assert!(check_outcome(failed, &Value::Null, Some(&error())).is_ok());
         assert!(check_outcome(completed, &json!({"a": ["\u{0}"]}), None).is_err());
+        assert!(check_outcome_shape(completed, &json!({"a": ["\u{0}"]}), None).is_ok());
+        assert!(check_outcome_shape(failed, &json!(1), Some(&error())).is_err());
     }
 
     #[test]

@@ -88,6 +88,9 @@ pub struct Reserved {
     /// Until when the lease is surely live (this process's clock, taken before the store
     /// granted it): renew well before.
     pub lease_expires_at: DateTime<Utc>,
+    /// The released execution this reservation replaced, as a gateway-run call's first answer
+    /// names it (docs/semantics.md §12.1, "A rerun says so"); `None` for a first reservation.
+    pub rerun_of: Option<crate::store::Replaced>,
 }
 
 /// A tool the caller runs itself (the tools file's `[[client_tools]]`, docs/semantics.md §16):
@@ -99,6 +102,7 @@ pub struct ClientTool {
     description: String,
     schema: Value,
     annotations: Option<ToolAnnotations>,
+    redaction: Option<crate::arguments::Redaction>,
 }
 
 impl ClientTool {
@@ -109,7 +113,16 @@ impl ClientTool {
             description: description.into(),
             schema,
             annotations: None,
+            redaction: None,
         }
+    }
+
+    /// With what of its arguments is hidden before they are kept (the tools file's
+    /// `redact_arguments`, docs/semantics.md §8.5).
+    #[must_use]
+    pub fn with_redaction(mut self, redaction: Option<crate::arguments::Redaction>) -> Self {
+        self.redaction = redaction;
+        self
     }
 
     /// With MCP-style behaviour hints, shown by `GET /v1/tools`.
@@ -143,6 +156,10 @@ impl Tool for ClientTool {
 
     fn held_by_client(&self) -> bool {
         true
+    }
+
+    fn redaction(&self) -> Option<&crate::arguments::Redaction> {
+        self.redaction.as_ref()
     }
 
     fn call(&self, _context: ToolContext, _arguments: Value) -> ToolFuture<'_> {

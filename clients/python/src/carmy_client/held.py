@@ -152,6 +152,9 @@ class HeldExecution:
     """Whether an outcome was sent (recorded, or refused: it is sent once)."""
     lost: bool = False
     """Set by the renewal when the holder lost the execution (decided while its lease lapsed)."""
+    rerun_of: dict[str, Any] | None = None
+    """The released execution this reservation replaced (``{"execution_id", "ended":
+    "released", "by", "note"}``, docs/semantics.md §12.1); ``None`` for a first reservation."""
 
 
 class _Plan:
@@ -217,6 +220,7 @@ class _Plan:
                 execution_id=body["execution_id"],
                 fencing_token=body["fencing_token"],
                 lease=body["lease_ms"] / 1000,
+                rerun_of=body.get("rerun_of"),
             )
         return HeldExecution(request_id=self.request_id, replay=parse_execution(body))
 
@@ -254,6 +258,12 @@ class Holding:
     def fencing_token(self) -> str | None:
         """The token the renewal and the record send."""
         return self.held.fencing_token
+
+    @property
+    def rerun_of(self) -> dict[str, Any] | None:
+        """The released execution this reservation replaced, as the gateway named it
+        (``{"execution_id", "ended": "released", "by", "note"}``); ``None`` otherwise."""
+        return self.held.rerun_of
 
     @property
     def lost(self) -> bool:
@@ -380,6 +390,12 @@ class AsyncHolding:
     def fencing_token(self) -> str | None:
         """The token the renewal and the record send."""
         return self.held.fencing_token
+
+    @property
+    def rerun_of(self) -> dict[str, Any] | None:
+        """The released execution this reservation replaced, as the gateway named it
+        (``{"execution_id", "ended": "released", "by", "note"}``); ``None`` otherwise."""
+        return self.held.rerun_of
 
     @property
     def lost(self) -> bool:

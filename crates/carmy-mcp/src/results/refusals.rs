@@ -45,8 +45,13 @@ pub(crate) fn from_refusal(
 ) -> Result<CallToolResult, ErrorData> {
     let (situation, execution_id, state) = match &refusal {
         Refusal::Invalid(message) => return Ok(input_error(message, key)),
+        // HTTP's 413 code, with the same text (docs/semantics.md §8.5).
         Refusal::ArgumentsTooLarge { .. } => {
-            return Ok(input_error(&refusal.to_string(), key));
+            return Ok(refused_input(
+                Situation::ArgumentsTooLarge,
+                &refusal.to_string(),
+                key,
+            ));
         }
         // The engine's text, as HTTP's detail: it names the closest tool ("did you mean").
         Refusal::UnknownTool { .. } => {
@@ -162,7 +167,12 @@ pub(crate) fn from_refusal(
 /// request id or session, a tool whose own property collides with the request id argument.
 /// `INVALID_REQUEST` with `message` (what is wrong); nothing ran and nothing was reserved.
 pub(crate) fn input_error(message: &str, key: Option<KeyText<'_>>) -> CallToolResult {
-    let copy = entry(Situation::InvalidRequest);
+    refused_input(Situation::InvalidRequest, message, key)
+}
+
+/// A call refused before anything ran, in `situation` (an input error's kind), with `message`.
+fn refused_input(situation: Situation, message: &str, key: Option<KeyText<'_>>) -> CallToolResult {
+    let copy = entry(situation);
     let message = message.trim_end_matches('.');
     let text = copy.render(&Facts {
         message,

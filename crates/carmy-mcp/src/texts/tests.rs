@@ -3,7 +3,7 @@
 
 use super::*;
 
-const ALL: [Situation; 20] = [
+const ALL: [Situation; 21] = [
     Situation::Conflict,
     Situation::Running,
     Situation::Interrupted,
@@ -23,6 +23,7 @@ const ALL: [Situation; 20] = [
     Situation::RecordDamaged,
     Situation::Superseded,
     Situation::InvalidRequest,
+    Situation::ArgumentsTooLarge,
     Situation::UnknownTool,
 ];
 

@@ -6,7 +6,7 @@
 use super::{task_always, Checker, Environment};
 use crate::config::RawMcpServer;
 use crate::error::ConfigError;
-use crate::fields::{check_name, policy_named, positive};
+use crate::fields::{check_name, policy_named, positive, redaction};
 use crate::secret::{expand, Secret};
 use crate::spec::{McpServerSpec, McpTransport};
 use carmy::key_argument::KeySetting;
@@ -124,6 +124,8 @@ impl Checker<'_> {
                 argument: server.key_argument.clone(),
                 required: server.key_required,
             },
+            redaction: redaction(&server.redact_arguments)
+                .map_err(|(span, message)| at(span, "redact_arguments", message))?,
             secrets,
         })
     }

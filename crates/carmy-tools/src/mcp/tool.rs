@@ -308,6 +308,11 @@ impl Tool for McpTool {
         self.upstream.spec.key.clone()
     }
 
+    /// The server entry's `redact_arguments` (docs/semantics.md §8.5).
+    fn redaction(&self) -> Option<&carmy::arguments::Redaction> {
+        self.upstream.spec.redaction.as_ref()
+    }
+
     fn sends_idempotency_key(&self) -> bool {
         true
     }

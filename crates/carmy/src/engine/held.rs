@@ -90,27 +90,29 @@ impl Engine {
                 &hold,
             )
             .await;
-        match reserved {
-            // A reservation that replaced a released execution is a reservation all the same.
-            Ok(Reservation::Reserved | Reservation::Replaced(_)) => {
-                Ok(HeldAnswer::Reserved(Reserved {
-                    execution_id: intent.execution_id,
-                    token: hold.token,
-                    lease,
-                    lease_expires_at: granted_from
-                        + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::zero()),
-                }))
-            }
+        let rerun_of = match reserved {
+            Ok(Reservation::Reserved) => None,
+            // A reservation that replaced a released execution is a reservation all the same,
+            // and says whose place it took (§12.1, "A rerun says so").
+            Ok(Reservation::Replaced(replaced)) => Some(replaced),
             Ok(Reservation::Existing(existing)) => {
-                self.replay_answer(answer::from_existing(existing, call.parts()))
+                return self.replay_answer(answer::from_existing(existing, call.parts()))
             }
             Err(error) => {
                 if matches!(error, StoreError::Indeterminate(_)) {
                     self.release_in_background(key, intent.execution_id);
                 }
-                Err(self.refusal(error))
+                return Err(self.refusal(error));
             }
-        }
+        };
+        Ok(HeldAnswer::Reserved(Reserved {
+            execution_id: intent.execution_id,
+            token: hold.token,
+            lease,
+            lease_expires_at: granted_from
+                + chrono::Duration::from_std(lease).unwrap_or(chrono::Duration::zero()),
+            rerun_of,
+        }))
     }
 
     /// Renews the lease of `token` on `execution_id`, one of `principal`'s executions
@@ -164,7 +166,8 @@ impl Engine {
         token: &HoldToken,
         outcome: HeldOutcome,
     ) -> Result<Answer, Refusal> {
-        crate::decision::check_outcome(outcome.status, &outcome.data, outcome.error.as_ref())
+        // Recorded as text like a tool's result (§4), so U+0000 is kept: only the shape.
+        crate::decision::check_outcome_shape(outcome.status, &outcome.data, outcome.error.as_ref())
             .map_err(Refusal::Invalid)?;
         if let Some(error) = &outcome.error {
             crate::storable::check_outcome_values(

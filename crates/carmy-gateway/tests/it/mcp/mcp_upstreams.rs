@@ -6,7 +6,8 @@
 //! A server written with the official Python SDK over Streamable HTTP: imported, called,
 //! replayed, and killed mid-call (recorded "outcome unknown", the retry replays). Servers that
 //! answer with tasks are in `mcp_upstream_tasks.rs`; the servers themselves in
-//! `upstream_servers.rs`.
+//! `upstream_servers.rs`. A server entry's `redact_arguments` hides values of every imported
+//! tool's arguments before they are kept, and `check-config` shows it.
 
 use super::upstream_servers::{
     free_port, sdk_calls, serves_again, tool_names, SdkServer, StdioServer,
@@ -386,4 +387,47 @@ async fn a_python_sdk_server_restarted_with_another_tool_list_is_served_with_it(
         "{gone}"
     );
     assert!(sdk_calls(&state, "broken").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_servers_redact_arguments_hides_its_tools_values_before_they_are_kept() {
+    let server = StdioServer::tools_file("", false);
+    // The [[mcp_servers]] entry is the file's last table: this line belongs to it.
+    let mut text = std::fs::read_to_string(&server.file).unwrap();
+    text.push_str("redact_arguments = [\"/text\"]\n");
+    std::fs::write(&server.file, text).unwrap();
+    let (code, stdout, stderr) = crate::tools_file::run(&server.file, &["check-config"], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.lines().any(|line| line.starts_with("mcp   py ")
+            && line.ends_with(r#"prefix="py."  redact_arguments=["/text"]"#)),
+        "{stdout}"
+    );
+
+    let gateway = replica("mcp-redact", &server.file, &[]);
+    let http = client();
+    let (status, first) = post(
+        &http,
+        &gateway,
+        &call("py.write", json!({"text": "card 4242"}), "redact-1"),
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    // The upstream got the value; only what is kept hides it.
+    assert_eq!(
+        server.calls_of("write")[0]["arguments"]["text"],
+        "card 4242"
+    );
+    let shown: Value = http
+        .get(gateway.url(&format!(
+            "/v1/executions/{}",
+            first["execution_id"].as_str().unwrap()
+        )))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["arguments"], json!({"text": "[redacted]"}), "{shown}");
 }

@@ -2,7 +2,8 @@
 //! processes on one PostgreSQL database: reserve, replay, conflict and uncertain as for a
 //! gateway-run call; renew and record with the fencing token on any replica; a holder that
 //! stops renewing leaves the execution interrupted, decided like any other, and its late
-//! record is refused and kept as a late arrival.
+//! record is refused and kept as a late arrival. A client tool's `redact_arguments` hides
+//! values before the arguments are kept.
 
 use crate::tools_file::write_tools_file;
 use carmy_test_support::{client, eventually, metric, request, Replica, TestDb};
@@ -273,6 +274,7 @@ async fn a_released_held_execution_is_held_anew_and_the_old_holder_superseded() 
     let a = replica("held-release-a", &db, &file);
 
     let (_, old) = post(&a, "/v1/held", &hold_body("again", 3, 500)).await;
+    assert!(old.get("rerun_of").is_none(), "{old}");
     let old_id = old["execution_id"].as_str().unwrap().to_owned();
     until_interrupted(&a, "again").await;
     let (status, _) = post(
@@ -286,6 +288,23 @@ async fn a_released_held_execution_is_held_anew_and_the_old_holder_superseded() 
     let (status, new) = post(&a, "/v1/held", &hold_body("again", 3, 30_000)).await;
     assert_eq!(status, 201, "{new}");
     assert_ne!(new["execution_id"], old_id);
+    // It says whose place it took, as a gateway-run call's first answer does (§12.1).
+    let (_, released) = request(
+        &client(),
+        &a,
+        Method::GET,
+        &format!("/v1/executions/{old_id}"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        new["rerun_of"],
+        json!({"execution_id": old_id, "ended": "released",
+               "by": released["resolution"]["by"], "note": "the bank has no such charge"}),
+        "{new}"
+    );
+    assert!(released["resolution"]["by"].is_string(), "{released}");
     let (status, body) = post(
         &a,
         &format!("/v1/held/{old_id}/outcome"),
@@ -322,4 +341,79 @@ async fn the_in_memory_store_refuses_client_holds() {
         body["detail"].as_str().unwrap().contains("PostgreSQL"),
         "{body}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_held_outcome_holding_nul_characters_is_recorded_and_replayed_losslessly() {
+    let db = TestDb::migrated().await;
+    let file = tools();
+    let a = replica("held-nul-a", &db, &file);
+    let b = replica("held-nul-b", &db, &file);
+
+    // As a gateway-run tool's result is (semantics §4): text, so U+0000 and big numbers survive.
+    let data = json!({"note": "a\u{0}b", "big": 123_456_789_012_345_678_901_234_567_890_u128});
+    let (_, held) = post(&a, "/v1/held", &hold_body("nul", 9, 30_000)).await;
+    let id = held["execution_id"].as_str().unwrap().to_owned();
+    let outcome = format!("/v1/held/{id}/outcome");
+    let body = json!({"fencing_token": held["fencing_token"], "status": "completed", "data": data});
+    let (status, first) = post(&a, &outcome, &body).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["data"], data);
+    let (status, again) = post(&b, &outcome, &body).await;
+    assert_eq!((status, &again["data"]), (200, &data));
+    let (status, replay) = post(&b, "/v1/held", &hold_body("nul", 9, 30_000)).await;
+    assert_eq!((status, &replay["data"]), (200, &data));
+    assert_eq!(replay["execution_id"], id);
+
+    // A failure's error may hold one too.
+    let (_, held) = post(&a, "/v1/held", &hold_body("nul-failed", 9, 30_000)).await;
+    let error = json!({"code": "BANK_ERROR", "message": "bank said a\u{0}b", "effect": "unknown"});
+    let (status, first) = post(
+        &b,
+        &format!(
+            "/v1/held/{}/outcome",
+            held["execution_id"].as_str().unwrap()
+        ),
+        &json!({"fencing_token": held["fencing_token"], "status": "failed", "error": error}),
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    let (status, replay) = post(&a, "/v1/held", &hold_body("nul-failed", 9, 30_000)).await;
+    assert_eq!(status, 200);
+    assert_eq!(replay["error"], first["error"]);
+    assert_eq!(replay["error"]["message"], "bank said a\u{0}b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_client_tools_redact_arguments_hides_values_before_they_are_kept() {
+    let db = TestDb::migrated().await;
+    let file = write_tools_file(
+        "[[client_tools]]\nname = \"charge\"\nredact_arguments = [\"/card/number\"]\n",
+    );
+    let a = replica("held-redact", &db, &file);
+    let body = json!({"tool": "charge", "request_id": "redact", "lease_ms": 30_000,
+                      "arguments": {"amount": 5, "card": {"number": "4242424242424242"}}});
+    let (status, held) = post(&a, "/v1/held", &body).await;
+    assert_eq!(status, 201, "{held}");
+    let (status, shown) = request(
+        &client(),
+        &a,
+        Method::GET,
+        &format!("/v1/executions/{}", held["execution_id"].as_str().unwrap()),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{shown}");
+    assert_eq!(
+        shown["arguments"],
+        json!({"amount": 5, "card": {"number": "[redacted]"}})
+    );
+    let found: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM carmy.reservations r WHERE r::text LIKE '%4242424242424242%'",
+    )
+    .fetch_one(&mut db.connect().await)
+    .await
+    .unwrap();
+    assert_eq!(found, 0);
 }

@@ -4,7 +4,8 @@
 //! CLI, SQL (the table and `carmy.uncertain_executions`) and the console in headless Chromium;
 //! the card number and the tool's header secret are stored nowhere. With
 //! `CARMY_KEEP_ARGUMENTS=none` nothing is kept; arguments over `CARMY_MAX_RESULT_BYTES` are
-//! refused with 413 `ARGUMENTS_TOO_LARGE` before anything is reserved.
+//! refused with 413 `ARGUMENTS_TOO_LARGE` before anything is reserved. A lookup by request id
+//! applies an arguments filter given beside it.
 
 use super::reconciling::Reconciling;
 use crate::executions_cli::cli;
@@ -282,4 +283,54 @@ async fn none_keeps_nothing_and_too_large_arguments_are_refused_before_reserving
     assert_eq!(held, 0);
     let (status, body) = post(&http, &small, &big("create_payment_hidden", "big-2")).await;
     assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lookup_by_request_id_applies_the_arguments_filter_too() {
+    let fixture = Reconciling::start(tools, &[("CARMY_TEST_PAY_TOKEN", PAY_TOKEN)]).await;
+    let http = fixture.http.clone();
+    let reader = fixture.replica("arguments-lookup", &[]);
+    let call = json!({"tool": "note", "request_id": "look-1",
+                      "arguments": {"customer": "cus_45", "amount": 7}});
+    let (status, body) = post(&http, &reader, &call).await;
+    assert_eq!(status, 200, "{body}");
+    let lookup = |arguments: &str| {
+        format!(
+            "/v1/executions?request_id=look-1&arguments={}",
+            url::form_urlencoded::byte_serialize(arguments.as_bytes()).collect::<String>()
+        )
+    };
+    let (status, found) = request(
+        &http,
+        &reader,
+        Method::GET,
+        &lookup(r#"{"customer":"cus_45"}"#),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{found}");
+    assert_eq!(found["execution_id"], body["execution_id"]);
+    assert_eq!(found["arguments"], call["arguments"]);
+    // Its identity, but not these arguments: no such record.
+    let (status, other) = request(
+        &http,
+        &reader,
+        Method::GET,
+        &lookup(r#"{"customer":"cus_9"}"#),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, other["code"].as_str()),
+        (404, Some("NOT_FOUND")),
+        "{other}"
+    );
+    let (status, bad) = request(&http, &reader, Method::GET, &lookup("cus_45"), None, None).await;
+    assert_eq!(
+        (status, bad["code"].as_str()),
+        (400, Some("INVALID_REQUEST")),
+        "{bad}"
+    );
 }

@@ -20,7 +20,11 @@ pub fn write_tools_file(text: &str) -> PathBuf {
 
 /// Runs the gateway binary with `args` and `CARMY_TOOLS_FILE=file`; returns the exit code,
 /// standard output and standard error.
-fn run(file: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+pub(crate) fn run(
+    file: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Option<i32>, String, String) {
     let mut command = Command::new(gateway_binary());
     command
         .args(args)
@@ -196,6 +200,41 @@ input_schema = { type = "object", properties = { customer = { type = "string" } 
     assert!(lines[2].contains("POST   https://payments.example/v1/customers/{customer}/payments  timeout=10000ms  idempotency_header=idempotency-key  headers=[authorization: *** (from ${CARMY_TEST_PAYMENTS_TOKEN})]"), "{stdout}");
     assert!(lines[3].contains("GET    https://payments.example/v1/customers/{customer}  timeout=default  idempotency_header=(none)  headers=[]"), "{stdout}");
     assert_eq!(lines.len(), 4, "{stdout}");
+}
+
+#[test]
+fn check_config_shows_what_each_tool_redacts_and_the_client_tools() {
+    let file = write_tools_file(
+        r#"
+[[tools]]
+name = "pay"
+url = "https://payments.example/v1/pay"
+redact_arguments = ["/card/number", "/cvc"]
+
+[[client_tools]]
+name = "charge"
+redact_arguments = "all"
+
+[[client_tools]]
+name = "refund"
+"#,
+    );
+    let (code, stdout, stderr) = run(&file, &["check-config"], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[1].starts_with("http  pay ")
+            && lines[1].ends_with(r#"headers=[]  redact_arguments=["/card/number","/cvc"]"#),
+        "{stdout}"
+    );
+    assert_eq!(
+        lines[2..],
+        [
+            r#"client charge                  held by its caller (POST /v1/held)  redact_arguments="all""#,
+            "client refund                  held by its caller (POST /v1/held)",
+        ],
+        "{stdout}"
+    );
 }
 
 /// The last line of standard error: the CLI's own message (a fault-injection build logs a
