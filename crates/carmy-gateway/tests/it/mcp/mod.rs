@@ -7,6 +7,7 @@ mod mcp_hints;
 mod mcp_http;
 mod mcp_ids;
 mod mcp_key;
+mod mcp_records;
 mod mcp_replicas;
 mod mcp_rmcp;
 mod mcp_tools;
