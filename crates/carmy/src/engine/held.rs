@@ -102,7 +102,7 @@ impl Engine {
                 }))
             }
             Ok(Reservation::Existing(existing)) => {
-                self.replay_answer(answer::from_existing(existing, call.parts()))
+                self.replay_answer(answer::from_existing(existing, &call))
             }
             Err(error) => {
                 if matches!(error, StoreError::Indeterminate(_)) {
