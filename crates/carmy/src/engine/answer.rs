@@ -218,7 +218,7 @@ pub(crate) fn from_existing(existing: Existing, call: &ValidatedCall) -> Result<
     match existing {
         Existing::Replay(result) => Ok(Answer {
             rerun_of: None,
-            result: RecordedResult::new(result),
+            result,
             replayed: true,
             expires_at: None,
         }),
