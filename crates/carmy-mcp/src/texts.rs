@@ -447,42 +447,51 @@ impl Entry {
             ),
             _ => ("Retry the same call unchanged".to_owned(), ""),
         };
-        [self.what, self.effect_text, self.next]
-            .join(" ")
-            .replace("{call_again}", &call_again)
-            .replace("{held_open}", held_open)
-            .replace("{same_key}", &same_key)
-            .replace(
-                "{key}",
-                facts.key_argument.map_or("request_id", |key| key.name),
-            )
-            .replace("{execution_id}", facts.execution_id.unwrap_or("unknown"))
-            .replace("{read_tools}", &read_tools)
-            .replace("{retry}", &retry)
-            .replace(
-                "{corrected}",
-                &match (facts.decided_by, facts.key_argument) {
-                    (None, Some(key)) => format!(
-                        " The corrected call is a different action: give it a new random `{}`, or it is refused as a conflict with this one.",
-                        key.name
-                    ),
-                    _ => String::new(),
-                },
-            )
-            .replace(
-                "{reported}",
-                &facts.decided_by.map_or_else(
-                    || "The tool reported the failure itself; it is recorded.".to_owned(),
-                    |by| format!("This failure was recorded by a decision of {by}, not reported by the tool."),
+        let corrected = match (facts.decided_by, facts.key_argument) {
+            (None, Some(key)) => format!(
+                " The corrected call is a different action: give it a new random `{}`, or it is refused as a conflict with this one.",
+                key.name
+            ),
+            _ => String::new(),
+        };
+        let reported = facts.decided_by.map_or_else(
+            || "The tool reported the failure itself; it is recorded.".to_owned(),
+            |by| {
+                format!(
+                    "This failure was recorded by a decision of {by}, not reported by the tool."
+                )
+            },
+        );
+        fill(
+            &[self.what, self.effect_text, self.next].join(" "),
+            &[
+                ("call_again", &call_again),
+                ("held_open", held_open),
+                ("same_key", &same_key),
+                (
+                    "key",
+                    facts.key_argument.map_or("request_id", |key| key.name),
                 ),
-            )
-            .replace("{differs}", &differs)
-            .replace("{age}", facts.reused.map_or("some time", |(age, _)| age))
-            .replace("{window}", facts.reused.map_or("its window", |(_, window)| window))
-            .replace("{code}", facts.code)
-            .replace("{message}", facts.message)
+                ("execution_id", facts.execution_id.unwrap_or("unknown")),
+                ("read_tools", &read_tools),
+                ("retry", &retry),
+                ("corrected", &corrected),
+                ("reported", &reported),
+                ("differs", &differs),
+                ("age", facts.reused.map_or("some time", |(age, _)| age)),
+                (
+                    "window",
+                    facts.reused.map_or("its window", |(_, window)| window),
+                ),
+                ("code", facts.code),
+                ("message", facts.message),
+            ],
+        )
     }
 }
+
+mod fill;
+pub use fill::fill;
 
 #[cfg(test)]
 mod tests;

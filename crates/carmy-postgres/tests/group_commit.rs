@@ -101,7 +101,7 @@ fn model_allows(winner: &Attempt, later: &Attempt, answer: &Reservation) -> bool
                 && *state == InFlightState::Running
         }
         Reservation::Existing(Existing::Replay(result)) => {
-            later.fingerprint == winner.fingerprint && *result == winner.outcome()
+            later.fingerprint == winner.fingerprint && *result.result() == winner.outcome()
         }
     }
 }

@@ -173,17 +173,25 @@ impl ReplayCache {
         fingerprint: &Fingerprint,
         intent: &ExecutionIntent,
     ) -> Option<Reservation> {
-        let record = self.cached(key)?;
-        let RecordState::Finished(result) = &record.state else {
-            return None;
-        };
+        let cached = self.records.get(key)?;
         let now = chrono::Utc::now();
-        if crate::retention::is_expired(result.finished_at, intent.retention, now) {
+        if crate::retention::is_expired(cached.result.result().finished_at, intent.retention, now) {
             self.records.invalidate(key);
             return None;
         }
-        (&record.fingerprint == fingerprint || record.parts.is_some())
-            .then(|| Existing::for_record(record, fingerprint).into())
+        // As `Existing::for_record` classifies the record, without copying the outcome: a
+        // replay hands on the cached outcome and its stored text (shared, not serialised again).
+        if &cached.fingerprint == fingerprint {
+            Some(Existing::Replay(cached.result.as_replay()).into())
+        } else {
+            cached.parts.map(|parts| {
+                Existing::Conflict {
+                    execution_id: cached.result.result().execution_id.clone(),
+                    parts: Some(parts),
+                }
+                .into()
+            })
+        }
     }
 
     fn cached(&self, key: &IdempotencyKey) -> Option<StoredRecord> {
@@ -223,12 +231,9 @@ impl IdempotencyStore for ReplayCache {
             let seen = self.changes_seen();
             let reservation = self.inner.reserve(claim, intent).await?;
             match &reservation {
-                Reservation::Existing(Existing::Replay(result)) => self.remember(
-                    seen,
-                    claim.key,
-                    claim.fingerprint,
-                    &RecordedResult::new(result.clone()),
-                ),
+                Reservation::Existing(Existing::Replay(result)) => {
+                    self.remember(seen, claim.key, claim.fingerprint, result);
+                }
                 Reservation::Existing(Existing::Conflict {
                     execution_id,
                     parts: Some(parts),
@@ -254,12 +259,7 @@ impl IdempotencyStore for ReplayCache {
             let seen = self.changes_seen();
             let reservation = self.inner.reserve_held(claim, intent, hold).await?;
             if let Reservation::Existing(Existing::Replay(result)) = &reservation {
-                self.remember(
-                    seen,
-                    claim.key,
-                    claim.fingerprint,
-                    &RecordedResult::new(result.clone()),
-                );
+                self.remember(seen, claim.key, claim.fingerprint, result);
             }
             Ok(reservation)
         })

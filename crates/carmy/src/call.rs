@@ -6,7 +6,7 @@
 //! private, so a call's fingerprint is always the fingerprint of its own tool, arguments and
 //! metadata. Everything here is stateless: a refused call reserves nothing (docs/semantics.md §3).
 
-use crate::fingerprint::{fingerprint_with_parts, Fingerprint, FingerprintParts};
+use crate::fingerprint::{fingerprint_with_lazy_parts, Fingerprint, FingerprintParts, LazyParts};
 use crate::identity::validate_identifier;
 use crate::store::{IdempotencyKey, DEFAULT_SESSION};
 use crate::strict_json;
@@ -90,8 +90,9 @@ pub struct ValidatedCall {
     request_id: Option<String>,
     session_id: String,
     fingerprint: Fingerprint,
-    /// Digests of the tool, arguments and metadata, stored for `differs` (docs/semantics.md §12.8).
-    parts: FingerprintParts,
+    /// Digests of the tool, arguments and metadata, stored for `differs` (docs/semantics.md §12.8);
+    /// computed only when asked (a replay does not).
+    parts: LazyParts,
     traceparent: Option<String>,
     /// How long the caller is willing to wait for a running duplicate (docs/semantics.md §12.6).
     wait: Option<std::time::Duration>,
@@ -164,7 +165,7 @@ impl ValidatedCall {
             check_object("metadata", metadata)?;
         }
         let (fingerprint, parts) =
-            fingerprint_with_parts(&call.tool, &call.arguments, metadata.as_ref())
+            fingerprint_with_lazy_parts(&call.tool, &call.arguments, metadata.as_ref())
                 .map_err(CallRejected::new)?;
         Ok(Self {
             principal,
@@ -181,9 +182,10 @@ impl ValidatedCall {
         })
     }
 
-    /// The digests of the call's parts (docs/semantics.md §12.8, `differs`).
-    pub fn parts(&self) -> &FingerprintParts {
-        &self.parts
+    /// The digests of the call's parts (docs/semantics.md §12.8, `differs`), computed on the
+    /// first call (a replay never asks for them).
+    pub fn parts(&self) -> FingerprintParts {
+        self.parts.parts()
     }
 
     /// The authenticated principal.

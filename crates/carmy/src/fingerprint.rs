@@ -66,7 +66,59 @@ pub fn fingerprint_with_parts(
     arguments: &Value,
     metadata: Option<&Value>,
 ) -> Result<(Fingerprint, FingerprintParts), FingerprintError> {
+    fingerprint_with_lazy_parts(tool, arguments, metadata)
+        .map(|(fingerprint, parts)| (fingerprint, parts.parts()))
+}
+
+/// [`fingerprint`] and what the call's [`FingerprintParts`] are computed from, when asked
+/// ([`LazyParts::parts`]): a replay never needs them (docs/semantics.md §12.8), so it does not
+/// hash its parts again (three more SHA-256 runs, about 7,000 instructions, issue 39).
+///
+/// # Errors
+/// As [`fingerprint`].
+pub fn fingerprint_with_lazy_parts(
+    tool: &str,
+    arguments: &Value,
+    metadata: Option<&Value>,
+) -> Result<(Fingerprint, LazyParts), FingerprintError> {
     let framed = crate::canonical::framed(tool, arguments, metadata)?;
+    let fingerprint = Fingerprint {
+        version: FINGERPRINT_VERSION.to_owned(),
+        digest: lower_hex(&Sha256::digest(&framed.bytes)),
+    };
+    let parts = LazyParts {
+        framed: std::sync::Arc::new(framed),
+        parts: std::sync::OnceLock::new(),
+    };
+    Ok((fingerprint, parts))
+}
+
+/// A call's [`FingerprintParts`], computed from its canonical bytes the first time they are
+/// asked for and kept after; the same digests [`fingerprint_with_parts`] returns. A clone shares
+/// the bytes.
+#[derive(Clone)]
+pub struct LazyParts {
+    framed: std::sync::Arc<crate::canonical::Framed>,
+    parts: std::sync::OnceLock<FingerprintParts>,
+}
+
+impl LazyParts {
+    /// The digests (computed on the first call).
+    pub fn parts(&self) -> FingerprintParts {
+        *self.parts.get_or_init(|| part_digests(&self.framed))
+    }
+}
+
+impl fmt::Debug for LazyParts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LazyParts")
+            .field("parts", &self.parts.get())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The digests of §12.8 over the framed call's canonical bytes.
+fn part_digests(framed: &crate::canonical::Framed) -> FingerprintParts {
     let bytes = &framed.bytes;
     let part = |value: std::ops::Range<usize>, exact: std::ops::Range<usize>| {
         let mut hasher = Sha256::new();
@@ -75,16 +127,11 @@ pub fn fingerprint_with_parts(
         hasher.update(&bytes[exact]);
         short_hex(&hasher.finalize())
     };
-    let parts = FingerprintParts {
+    FingerprintParts {
         tool: short_hex(&Sha256::digest(&bytes[framed.tool.clone()])),
         arguments: part(framed.arguments.clone(), framed.exact_arguments.clone()),
         metadata: part(framed.metadata.clone(), framed.exact_metadata.clone()),
-    };
-    let fingerprint = Fingerprint {
-        version: FINGERPRINT_VERSION.to_owned(),
-        digest: lower_hex(&Sha256::digest(bytes)),
-    };
-    Ok((fingerprint, parts))
+    }
 }
 
 /// `bytes` as lowercase hex, written into one buffer (`hex::encode` collects a `String`

@@ -321,6 +321,9 @@ impl ExecutionResult {
 pub struct RecordedResult {
     result: Arc<ExecutionResult>,
     json: Arc<str>,
+    /// Where `replayed` goes in `json`: the offset of its member `started_at` (found once, so
+    /// that every replay of a cached record answers without searching its text again).
+    started_at: usize,
     attempt: u32,
     parts: Option<FingerprintParts>,
 }
@@ -329,10 +332,17 @@ impl RecordedResult {
     /// Serialises `result` (the record of [`ExecutionResult::to_record_json`]), as the outcome
     /// of the execution's first attempt.
     pub fn new(result: ExecutionResult) -> Self {
-        let json = result.to_record_json().into();
+        let json = result.to_record_json();
+        // `started_at` and `finished_at` follow `data` and hold timestamps; only `resolution`
+        // (whose members are all strings, where a quote is always escaped) may follow them, so
+        // the last `,"started_at":` is the member itself, never text inside `data`.
+        let started_at = json
+            .rfind(STARTED_AT_MEMBER)
+            .expect("a record always has started_at");
         Self {
             result: Arc::new(result),
-            json,
+            json: json.into(),
+            started_at,
             attempt: 1,
             parts: None,
         }
@@ -345,6 +355,19 @@ impl RecordedResult {
     pub fn with_attempt(mut self, attempt: u32) -> Self {
         self.attempt = attempt;
         self
+    }
+
+    /// The same outcome and stored text (shared, not copied) as a replay hands them on: as
+    /// [`RecordedResult::new`] makes them from the outcome (attempt 1, no part digests).
+    #[must_use]
+    pub fn as_replay(&self) -> Self {
+        Self {
+            result: Arc::clone(&self.result),
+            json: Arc::clone(&self.json),
+            started_at: self.started_at,
+            attempt: 1,
+            parts: None,
+        }
     }
 
     /// Which attempt of the execution made this outcome; 1 unless it was taken over.
@@ -383,14 +406,9 @@ impl RecordedResult {
     /// and `expires_at` last (docs/semantics.md §12.9, [`with_expires_at`]), made from the stored
     /// text without serialising the outcome again.
     pub fn to_response_json(&self, replayed: bool, expires_at: Option<DateTime<Utc>>) -> String {
-        // `started_at` and `finished_at` follow `data` and hold timestamps; only `resolution`
-        // (whose members are all strings, where a quote is always escaped) may follow them, so
-        // the last `,"started_at":` is the member itself, never text inside `data`.
-        let at = self
-            .json
-            .rfind(STARTED_AT_MEMBER)
-            .expect("a record always has started_at");
-        let mut body = String::with_capacity(self.json.len() + 17);
+        let at = self.started_at;
+        // `replayed` (17 bytes at most) and `expires_at` (41 at most, before year 10000).
+        let mut body = String::with_capacity(self.json.len() + 17 + 41);
         body.push_str(&self.json[..at]);
         body.push_str(if replayed {
             ",\"replayed\":true"

@@ -230,7 +230,7 @@ async fn the_replay_cache_serves_finished_records_only_and_keeps_conflicts() {
                 )
                 .await
                 .unwrap(),
-            Reservation::Existing(Existing::Replay(result.clone()))
+            Reservation::Existing(Existing::Replay(result.clone().into()))
         );
         assert_eq!(
             cache

@@ -40,26 +40,25 @@ use serde_json::{json, Map, Value};
 /// separated by a blank line). A tool's data that has a member of that name already keeps it
 /// unchanged, and the texts are then in the text blocks only.
 pub(crate) fn add_guidance(result: &mut CallToolResult, text: &str) {
-    let last = result
-        .content
-        .last()
-        .and_then(|block| block.as_text())
-        .map(|block| block.text.clone());
-    result.content.push(ContentBlock::text(text.to_owned()));
-    let Some(Value::Object(fields)) = result.structured_content.as_mut() else {
-        return;
-    };
-    match fields.get_mut(GUIDANCE_MEMBER) {
-        None => {
-            fields.insert(GUIDANCE_MEMBER.to_owned(), Value::String(text.to_owned()));
+    if let Some(Value::Object(fields)) = result.structured_content.as_mut() {
+        let last = result
+            .content
+            .last()
+            .and_then(|block| block.as_text())
+            .map(|block| block.text.as_str());
+        match fields.get_mut(GUIDANCE_MEMBER) {
+            None => {
+                fields.insert(GUIDANCE_MEMBER.to_owned(), Value::String(text.to_owned()));
+            }
+            // Carmy's own: it ends with the text block added before this one.
+            Some(Value::String(earlier)) if last.is_some_and(|last| earlier.ends_with(last)) => {
+                earlier.push_str("\n\n");
+                earlier.push_str(text);
+            }
+            Some(_) => {}
         }
-        // Carmy's own: it ends with the text block added before this one.
-        Some(Value::String(earlier)) if last.is_some_and(|last| earlier.ends_with(&last)) => {
-            earlier.push_str("\n\n");
-            earlier.push_str(text);
-        }
-        Some(_) => {}
     }
+    result.content.push(ContentBlock::text(text.to_owned()));
 }
 
 /// Adds the line of a write called without any request id (docs/semantics.md §11, "No silent

@@ -123,33 +123,41 @@ fn completed(
     }
     if let Some(key) = key {
         let note = if replayed {
-            crate::texts::DONE_EARLIER
-        } else {
-            crate::texts::DONE
-        };
-        // The record answers retries until it expires (docs/semantics.md §12.9).
-        let until = expires_at.map_or_else(String::new, |at| {
-            format!(
-                " until {}",
-                at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            // How long ago the replayed outcome was recorded (docs/semantics.md §11).
+            let age = (chrono::Utc::now() - result.finished_at)
+                .to_std()
+                .unwrap_or_default();
+            crate::texts::fill(
+                crate::texts::DONE_EARLIER,
+                &[
+                    ("age", &crate::texts::age(age)),
+                    ("execution_id", result.execution_id.as_str()),
+                    ("key", key.name),
+                ],
             )
-        });
-        let again = match key.hold {
-            KeyHold::Unseen => String::new(),
-            _ => format!(
-                "; calling again{} returns this same result without doing it again{until}",
-                key.same_key()
-            ),
+        } else {
+            // The record answers retries until it expires (docs/semantics.md §12.9).
+            let until = expires_at.map_or_else(String::new, |at| {
+                format!(
+                    " until {}",
+                    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                )
+            });
+            let again = match key.hold {
+                KeyHold::Unseen => String::new(),
+                _ => format!(
+                    "; calling again{} returns this same result without doing it again{until}",
+                    key.same_key()
+                ),
+            };
+            crate::texts::fill(
+                crate::texts::DONE,
+                &[
+                    ("execution_id", result.execution_id.as_str()),
+                    ("again", &again),
+                ],
+            )
         };
-        // How long ago the replayed outcome was recorded (docs/semantics.md §11).
-        let age = (chrono::Utc::now() - result.finished_at)
-            .to_std()
-            .unwrap_or_default();
-        let note = note
-            .replace("{age}", &crate::texts::age(age))
-            .replace("{execution_id}", result.execution_id.as_str())
-            .replace("{again}", &again)
-            .replace("{key}", key.name);
         add_guidance(&mut success, &note);
     }
     if let Some(resolution) = &result.resolution {

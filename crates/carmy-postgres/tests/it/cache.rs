@@ -46,7 +46,7 @@ async fn a_cached_copy_that_differs_from_the_row_read_is_dropped() {
     let replay = reserve(&cached, &k, &fp('a'), &forever).await.unwrap();
     assert_eq!(
         replay,
-        Reservation::Existing(Existing::Replay(recorded)),
+        Reservation::Existing(Existing::Replay(recorded.into())),
         "still cached"
     );
     let found = cached.find_execution("alice", &first.execution_id).await;
@@ -59,7 +59,7 @@ async fn a_cached_copy_that_differs_from_the_row_read_is_dropped() {
         .unwrap();
     assert_eq!(
         replay,
-        Reservation::Existing(Existing::Replay(changed)),
+        Reservation::Existing(Existing::Replay(changed.into())),
         "the copy was dropped"
     );
 }

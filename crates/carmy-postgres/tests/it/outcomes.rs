@@ -88,7 +88,7 @@ async fn repeated_complete_with_the_same_outcome_is_ok() {
         reserve(&store, &k, &fp('a'), &intent("create_order"))
             .await
             .unwrap(),
-        Reservation::Existing(Existing::Replay(done))
+        Reservation::Existing(Existing::Replay(done.into()))
     );
     store.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
@@ -136,6 +136,7 @@ async fn outcomes_round_trip_exactly() {
     else {
         panic!("expected a replay");
     };
+    let replayed = replayed.into_result();
     assert_eq!(replayed, done);
     assert_eq!(replayed.data["nul"], Value::from("a\u{0}b"));
     assert_eq!(

@@ -73,12 +73,12 @@ async fn reserve_complete_replay() {
     let retry = intent("create_order");
     assert_eq!(
         reserve(&store, &k, &fp('a'), &retry).await.unwrap(),
-        Reservation::Existing(Existing::Replay(done.clone()))
+        Reservation::Existing(Existing::Replay(done.clone().into()))
     );
     let other = db.store().await;
     assert_eq!(
         reserve(&other, &k, &fp('a'), &retry).await.unwrap(),
-        Reservation::Existing(Existing::Replay(done.clone()))
+        Reservation::Existing(Existing::Replay(done.clone().into()))
     );
     assert_eq!(
         other.lookup(&k).await.unwrap().unwrap().state,
@@ -157,7 +157,7 @@ async fn a_different_fingerprint_conflicts_in_every_state() {
             reserve(&store, &k, &fp('a'), &intent("create_order"))
                 .await
                 .unwrap(),
-            Reservation::Existing(Existing::Replay(outcome.clone())),
+            Reservation::Existing(Existing::Replay(outcome.clone().into())),
             "{status:?}"
         );
         let pool = db.pool().await;
@@ -227,7 +227,7 @@ async fn fifty_concurrent_reserves_across_two_stores_reserve_once() {
                 uncertain += 1;
             }
             Reservation::Existing(Existing::Replay(replay)) => {
-                assert_eq!(replay, &done);
+                assert_eq!(replay.result(), &done);
                 replayed += 1;
             }
             Reservation::Existing(Existing::Conflict { .. }) | Reservation::Replaced(_) => {

@@ -75,7 +75,7 @@ pub async fn resolve_records_once_and_replays(store: Arc<dyn IdempotencyStore>) 
 
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Existing(Existing::Replay(resolved.clone())),
+        Reservation::Existing(Existing::Replay(resolved.clone().into())),
         "the resolved record replays"
     );
     let again = store.resolve_execution(&resolve_request(id, true)).await;

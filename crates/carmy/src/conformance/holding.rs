@@ -88,7 +88,7 @@ pub async fn release_frees_only_an_unused_reservation(store: Arc<dyn Idempotency
         .expect("release of a finished record is a no-op");
     assert_eq!(
         reserve(&*store, &k, &f, &intent()).await,
-        Reservation::Existing(Existing::Replay(recorded))
+        Reservation::Existing(Existing::Replay(recorded.into()))
     );
     store
         .release(&key("p", "s", "r-vacant"), &ExecutionId::generate())

@@ -57,7 +57,7 @@ pub async fn expired_records_run_as_new(store: Arc<dyn IdempotencyStore>) {
     let recorded = finished(&*store, &k, &args).await;
     assert_eq!(
         reserve(&*store, &k, &f, &short_intent()).await,
-        Reservation::Existing(Existing::Replay(recorded.clone())),
+        Reservation::Existing(Existing::Replay(recorded.clone().into())),
         "a record replays until its retention ends"
     );
     let other = key("p", "s", "expiring-other-call");
@@ -75,7 +75,7 @@ pub async fn expired_records_run_as_new(store: Arc<dyn IdempotencyStore>) {
     };
     assert_eq!(
         reserve(&*store, &k, &f, &forever).await,
-        Reservation::Existing(Existing::Replay(recorded.clone())),
+        Reservation::Existing(Existing::Replay(recorded.clone().into())),
         "without a retention a record is kept forever"
     );
     let second = short_intent();

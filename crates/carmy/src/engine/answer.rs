@@ -1,7 +1,7 @@
 //! What the engine answers, in the domain's terms: every front (HTTP, MCP) maps these to its own
 //! shape. Store failures become answers here and nowhere else.
 
-use crate::fingerprint::FingerprintParts;
+use crate::call::ValidatedCall;
 use crate::metrics::CallOutcome;
 use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 use crate::store::{Existing, InFlightState, StoreError};
@@ -212,15 +212,13 @@ fn did_you_mean(closest: Option<&str>) -> String {
     closest.map_or_else(String::new, |name| format!(" (did you mean {name:?}?)"))
 }
 
-/// Answers a call whose parts digest to `parts` from its identity's existing record.
-pub(crate) fn from_existing(
-    existing: Existing,
-    parts: &FingerprintParts,
-) -> Result<Answer, Refusal> {
+/// Answers `call` from its identity's existing record; the call's part digests are computed
+/// only for a conflict, which names what differs (docs/semantics.md §12.8).
+pub(crate) fn from_existing(existing: Existing, call: &ValidatedCall) -> Result<Answer, Refusal> {
     match existing {
         Existing::Replay(result) => Ok(Answer {
             rerun_of: None,
-            result: RecordedResult::new(result),
+            result,
             replayed: true,
             expires_at: None,
         }),
@@ -229,7 +227,7 @@ pub(crate) fn from_existing(
             parts: recorded,
         } => Err(Refusal::Conflict {
             execution_id,
-            differs: recorded.map(|recorded| recorded.differs(parts)),
+            differs: recorded.map(|recorded| recorded.differs(&call.parts())),
         }),
         Existing::Uncertain {
             execution_id,

@@ -171,10 +171,9 @@ impl Engine {
         rejection: Refusal,
     ) -> Result<Answer, Refusal> {
         match self.lookup(key).await? {
-            Some(record) => answer::from_existing(
-                Existing::for_record(record, call.fingerprint()),
-                call.parts(),
-            ),
+            Some(record) => {
+                answer::from_existing(Existing::for_record(record, call.fingerprint()), call)
+            }
             None => Err(rejection),
         }
     }
@@ -192,7 +191,7 @@ impl Engine {
         Ok(ExecutionIntent {
             execution_id: ExecutionId::generate(),
             tool: call.tool().to_owned(),
-            parts: Some(*call.parts()),
+            parts: Some(call.parts()),
             retention: self.config.retention,
             arguments: self.kept_arguments(registered, call)?,
         })

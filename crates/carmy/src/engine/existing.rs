@@ -31,10 +31,10 @@ impl Engine {
             state: InFlightState::Running,
         } = &existing
         else {
-            return answer::from_existing(existing, call.parts());
+            return answer::from_existing(existing, &call);
         };
         if wait.is_zero() {
-            return answer::from_existing(existing, call.parts());
+            return answer::from_existing(existing, &call);
         }
         let record = self
             .store
@@ -45,10 +45,9 @@ impl Engine {
             })
             .await?;
         match record {
-            Some(record) => answer::from_existing(
-                Existing::for_record(record, call.fingerprint()),
-                call.parts(),
-            ),
+            Some(record) => {
+                answer::from_existing(Existing::for_record(record, call.fingerprint()), &call)
+            }
             None => {
                 let again = call.with_wait(Duration::ZERO);
                 Box::pin(self.execute_attached(again)).await

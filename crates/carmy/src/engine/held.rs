@@ -96,7 +96,7 @@ impl Engine {
             // and says whose place it took (§12.1, "A rerun says so").
             Ok(Reservation::Replaced(replaced)) => Some(replaced),
             Ok(Reservation::Existing(existing)) => {
-                return self.replay_answer(answer::from_existing(existing, call.parts()))
+                return self.replay_answer(answer::from_existing(existing, &call))
             }
             Err(error) => {
                 if matches!(error, StoreError::Indeterminate(_)) {

@@ -107,7 +107,7 @@ impl Engine {
             )
         });
         let fingerprint = call.fingerprint().clone();
-        let parts = *call.parts();
+        let parts = call.parts();
         let arguments = call.into_arguments();
         let protected = key.is_some();
         let (done_tx, done_rx) = oneshot::channel();

@@ -5,7 +5,7 @@
 
 use crate::decision::Resolution;
 use crate::fingerprint::{Fingerprint, FingerprintParts};
-use crate::outcome::{ExecutionId, ExecutionResult};
+use crate::outcome::{ExecutionId, ExecutionResult, RecordedResult};
 
 /// The session used when a call names none (docs/semantics.md §2).
 pub const DEFAULT_SESSION: &str = "default";
@@ -213,8 +213,9 @@ pub enum Reservation {
 #[allow(clippy::large_enum_variant)] // built once per call; boxing buys nothing
 #[derive(Clone, Debug, PartialEq)]
 pub enum Existing {
-    /// Same identity, same fingerprint, finished: replay this outcome.
-    Replay(ExecutionResult),
+    /// Same identity, same fingerprint, finished: replay this outcome, with its stored text
+    /// (a replay cache hands on the text it holds instead of serialising the outcome again).
+    Replay(RecordedResult),
     /// Same identity, different fingerprint, whatever the state: `IDEMPOTENCY_CONFLICT`.
     Conflict {
         /// The execution that holds the identity (shown to its own principal only).
@@ -245,7 +246,7 @@ impl Existing {
             };
         }
         match record.state {
-            RecordState::Finished(result) => Self::Replay(result),
+            RecordState::Finished(result) => Self::Replay(RecordedResult::new(result)),
             RecordState::InFlight(state) => Self::Uncertain {
                 execution_id: record.execution_id,
                 state,
