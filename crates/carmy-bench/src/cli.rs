@@ -143,6 +143,9 @@ pub enum Only {
     /// The instructions per call alone (callgrind, a few minutes): prints the four counts
     /// against their targets and writes `callgrind.json`.
     Callgrind,
+    /// An HTTP tool's overhead alone: the upstream directly and through Carmy, then pgbench
+    /// `new_identity.sql` with one client (the two-commit floor); prints that target.
+    Upstream,
 }
 
 impl Args {

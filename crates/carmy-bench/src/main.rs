@@ -99,6 +99,17 @@ async fn main() -> ExitCode {
             Err(error) => fail(&error),
         };
     }
+    if args.only == Some(cli::Only::Upstream) {
+        let env = gateway_env(&args, false);
+        let outcome =
+            upstream::only(&args, &gateway_binary, &pgbench_binary, &database.url, &env).await;
+        finish_database(&args, &database).await;
+        return match outcome {
+            Ok(failed) if failed && args.strict => ExitCode::FAILURE,
+            Ok(_) => ExitCode::SUCCESS,
+            Err(error) => fail(&error),
+        };
+    }
     if args.only == Some(cli::Only::Main) {
         let outcome = main_only(&args, &gateway_binary, &pgbench_binary, &database).await;
         finish_database(&args, &database).await;

@@ -6,7 +6,7 @@ mod targets;
 
 pub use cost::instruction_targets;
 pub use render::write_main_table;
-pub use targets::pruning_target;
+pub use targets::{pruning_target, upstream_target};
 
 use crate::db::ServerInfo;
 use crate::load::{RunResult, Scenario};

@@ -145,3 +145,40 @@ pub async fn measure(
     let _ = std::fs::remove_file(tools);
     Ok(runs)
 }
+
+/// `--only upstream`: [`measure`], then pgbench `new_identity.sql` with one client for the
+/// floor; prints the target. True when it failed.
+///
+/// # Errors
+/// When the upstream, the gateway or pgbench does not run.
+pub async fn only(
+    args: &crate::cli::Args,
+    gateway_binary: &Path,
+    pgbench_binary: &Path,
+    database_url: &str,
+    env: &[(&str, String)],
+) -> Result<bool, String> {
+    let runs = measure(
+        gateway_binary,
+        database_url,
+        env,
+        args.warmup(),
+        args.measure(),
+    )
+    .await?;
+    let seconds = args.measure().as_secs_f64().ceil().max(1.0) as u64;
+    eprintln!("pgbench new_identity.sql with one client, {seconds} s");
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let floor = crate::pgbench::run(
+        pgbench_binary,
+        database_url,
+        "new_identity.sql",
+        1,
+        seconds,
+        &[("run", tag), ("n", "0".to_owned())],
+    )
+    .await?;
+    let target = crate::report::upstream_target(floor.p50_ms, &runs);
+    println!("{}", target.line());
+    Ok(target.status == crate::report::Status::Fail)
+}

@@ -20,67 +20,9 @@ impl Report {
         self.targets = targets;
     }
 
-    /// The latency Carmy adds to an HTTP tool at c=1, with p99 and the throughput ratio at the
-    /// target concurrency in the figure.
+    /// The latency Carmy adds to an HTTP tool at c=1 ([`upstream_target`]).
     fn upstream_target(&self) -> Target {
-        let name = format!(
-            "HTTP tool through Carmy adds <= {ADDED_P50_FLOOR_RATIO} x the two-commit floor (p50, \
-             c=1)"
-        );
-        let floor = self.pgbench_new_identity_c1.p50_ms;
-        let at = |runs: &[RunResult], concurrency: usize| {
-            runs.iter()
-                .find(|run| run.concurrency == concurrency)
-                .cloned()
-        };
-        let (direct, through) = (&self.upstream.direct, &self.upstream.through_carmy);
-        match (at(direct, 1), at(through, 1)) {
-            (Some(direct_1), Some(through_1)) => {
-                let p50 = |run: &RunResult| run.p50_ms.unwrap_or(f64::INFINITY);
-                let p99 = |run: &RunResult| run.p99_ms.unwrap_or(f64::INFINITY);
-                let added = p50(&through_1) - p50(&direct_1);
-                let c = TARGET_CONCURRENCY;
-                let loaded = match (at(direct, c), at(through, c)) {
-                    (Some(d), Some(t)) => format!(
-                        "; at c={c}: p50 +{:.2} ms, p99 +{:.2} ms, {:.0} vs {:.0} calls/s = {:.2} x",
-                        p50(&t) - p50(&d),
-                        p99(&t) - p99(&d),
-                        t.calls_per_second,
-                        d.calls_per_second,
-                        t.calls_per_second / d.calls_per_second.max(f64::MIN_POSITIVE)
-                    ),
-                    _ => String::new(),
-                };
-                // The two commits alone (pgbench, one client): what no call can do without.
-                let floor = floor.unwrap_or(f64::INFINITY);
-                let value = added / floor;
-                let commits =
-                    format!(" = {value:.2} x the two commits alone (pgbench c=1, {floor:.2} ms)");
-                Target {
-                    name,
-                    figure: format!(
-                        "p50 {:.2} ms vs {:.2} ms direct = +{added:.2} ms, p99 +{:.2} ms{commits}{loaded}",
-                        p50(&through_1),
-                        p50(&direct_1),
-                        p99(&through_1) - p99(&direct_1)
-                    ),
-                    value: Some(value),
-                    bound: ADDED_P50_FLOOR_RATIO,
-                    status: Status::of(
-                        value <= ADDED_P50_FLOOR_RATIO
-                            && through_1.error_count() == 0
-                            && direct_1.error_count() == 0,
-                    ),
-                }
-            }
-            _ => Target {
-                name,
-                figure: "not measured".to_owned(),
-                value: None,
-                bound: ADDED_P50_FLOOR_RATIO,
-                status: Status::Skip,
-            },
-        }
+        upstream_target(self.pgbench_new_identity_c1.p50_ms, &self.upstream)
     }
 
     /// New identities and replays at the target concurrency against their pgbench ceilings.
@@ -413,6 +355,69 @@ pub fn pruning_target(pruning: Option<&crate::pruning::Pruning>) -> Target {
             value: None,
             bound: PRUNING_P99_RATIO,
             status: Status::Fail,
+        },
+    }
+}
+
+/// The latency Carmy adds to an HTTP tool at c=1 against `floor` (the two commits alone: pgbench
+/// `new_identity.sql` p50 with one client, ms), with p99 and the throughput ratio at the target
+/// concurrency in the figure.
+pub fn upstream_target(floor: Option<f64>, upstream: &UpstreamRuns) -> Target {
+    let name = format!(
+        "HTTP tool through Carmy adds <= {ADDED_P50_FLOOR_RATIO} x the two-commit floor (p50, \
+         c=1)"
+    );
+    let at = |runs: &[RunResult], concurrency: usize| {
+        runs.iter()
+            .find(|run| run.concurrency == concurrency)
+            .cloned()
+    };
+    let (direct, through) = (&upstream.direct, &upstream.through_carmy);
+    match (at(direct, 1), at(through, 1)) {
+        (Some(direct_1), Some(through_1)) => {
+            let p50 = |run: &RunResult| run.p50_ms.unwrap_or(f64::INFINITY);
+            let p99 = |run: &RunResult| run.p99_ms.unwrap_or(f64::INFINITY);
+            let added = p50(&through_1) - p50(&direct_1);
+            let c = TARGET_CONCURRENCY;
+            let loaded = match (at(direct, c), at(through, c)) {
+                (Some(d), Some(t)) => format!(
+                    "; at c={c}: p50 +{:.2} ms, p99 +{:.2} ms, {:.0} vs {:.0} calls/s = {:.2} x",
+                    p50(&t) - p50(&d),
+                    p99(&t) - p99(&d),
+                    t.calls_per_second,
+                    d.calls_per_second,
+                    t.calls_per_second / d.calls_per_second.max(f64::MIN_POSITIVE)
+                ),
+                _ => String::new(),
+            };
+            // The two commits alone (pgbench, one client): what no call can do without.
+            let floor = floor.unwrap_or(f64::INFINITY);
+            let value = added / floor;
+            let commits =
+                format!(" = {value:.2} x the two commits alone (pgbench c=1, {floor:.2} ms)");
+            Target {
+                name,
+                figure: format!(
+                    "p50 {:.2} ms vs {:.2} ms direct = +{added:.2} ms, p99 +{:.2} ms{commits}{loaded}",
+                    p50(&through_1),
+                    p50(&direct_1),
+                    p99(&through_1) - p99(&direct_1)
+                ),
+                value: Some(value),
+                bound: ADDED_P50_FLOOR_RATIO,
+                status: Status::of(
+                    value <= ADDED_P50_FLOOR_RATIO
+                        && through_1.error_count() == 0
+                        && direct_1.error_count() == 0,
+                ),
+            }
+        }
+        _ => Target {
+            name,
+            figure: "not measured".to_owned(),
+            value: None,
+            bound: ADDED_P50_FLOOR_RATIO,
+            status: Status::Skip,
         },
     }
 }
