@@ -128,10 +128,69 @@ fn part_digests(framed: &crate::canonical::Framed) -> FingerprintParts {
         short_hex(&hasher.finalize())
     };
     FingerprintParts {
-        tool: short_hex(&Sha256::digest(&bytes[framed.tool.clone()])),
+        tool: TOOL_DIGEST.with(|last| {
+            last.digest(&bytes[framed.tool.clone()], &[], |tool, _| {
+                short_hex(&Sha256::digest(tool))
+            })
+        }),
         arguments: part(framed.arguments.clone(), framed.exact_arguments.clone()),
-        metadata: part(framed.metadata.clone(), framed.exact_metadata.clone()),
+        metadata: METADATA_DIGEST.with(|last| {
+            last.digest(
+                &bytes[framed.metadata.clone()],
+                &bytes[framed.exact_metadata.clone()],
+                |value, exact| {
+                    let mut hasher = Sha256::new();
+                    hasher.update(value);
+                    hasher.update(b"\n");
+                    hasher.update(exact);
+                    short_hex(&hasher.finalize())
+                },
+            )
+        }),
     }
+}
+
+/// The last part digest a thread computed, with its input: consecutive calls mostly name the
+/// same tool and send the same metadata (`{}` when none), so their digests are taken from here
+/// instead of hashed again (issue 39). Inputs longer than [`MEMO_MAX_BYTES`] are not kept.
+#[derive(Default)]
+struct LastDigest(std::cell::RefCell<Option<KeptDigest>>);
+
+/// A kept input (value and exact numbers, one after the other), where the value ends, and the
+/// digest.
+type KeptDigest = (Vec<u8>, usize, [u8; 8]);
+
+/// The longest input (value and exact numbers together, bytes) a [`LastDigest`] keeps.
+const MEMO_MAX_BYTES: usize = 256;
+
+impl LastDigest {
+    /// The digest of `value` and `exact` by `compute`, from the last input when it is the same.
+    fn digest(
+        &self,
+        value: &[u8],
+        exact: &[u8],
+        compute: impl Fn(&[u8], &[u8]) -> [u8; 8],
+    ) -> [u8; 8] {
+        let mut last = self.0.borrow_mut();
+        if let Some((input, split, digest)) = last.as_ref() {
+            if *split == value.len() && input[..*split] == *value && input[*split..] == *exact {
+                return *digest;
+            }
+        }
+        let digest = compute(value, exact);
+        if value.len() + exact.len() <= MEMO_MAX_BYTES {
+            let mut input = Vec::with_capacity(value.len() + exact.len());
+            input.extend_from_slice(value);
+            input.extend_from_slice(exact);
+            *last = Some((input, value.len(), digest));
+        }
+        digest
+    }
+}
+
+thread_local! {
+    static TOOL_DIGEST: LastDigest = LastDigest::default();
+    static METADATA_DIGEST: LastDigest = LastDigest::default();
 }
 
 /// `bytes` as lowercase hex, written into one buffer (`hex::encode` collects a `String`
@@ -169,12 +228,12 @@ impl FingerprintParts {
     /// The stored form: `<tool>.<arguments>.<metadata>`, 16 lowercase hex digits each (50
     /// characters).
     pub fn encode(&self) -> String {
-        format!(
-            "{}.{}.{}",
-            lower_hex(&self.tool),
-            lower_hex(&self.arguments),
-            lower_hex(&self.metadata)
-        )
+        let mut text = [b'.'; 50];
+        for (at, digest) in [(0, &self.tool), (17, &self.arguments), (34, &self.metadata)] {
+            hex::encode_to_slice(digest, &mut text[at..at + 16])
+                .expect("16 places hold 8 bytes as hex");
+        }
+        String::from_utf8(text.to_vec()).expect("hex digits and dots are ASCII")
     }
 
     /// Reads [`FingerprintParts::encode`]'s form; `None` for anything else (a row written by
@@ -321,6 +380,31 @@ mod tests {
         assert_eq!(exact_args.differs(&plain_args), ["arguments"]);
         // No metadata is `{}`.
         assert_eq!(parts("echo", "{}", None), parts("echo", "{}", Some("{}")));
+    }
+
+    /// The last digest a thread keeps answers only the same input: calls that alternate
+    /// tools and metadata get what a thread with nothing kept computes.
+    #[test]
+    fn kept_part_digests_answer_only_the_same_input() {
+        #[rustfmt::skip]
+        let calls: [(&str, &str, Option<&str>); 6] = [
+            ("echo", r#"{"a":1}"#, None),
+            ("echo", r#"{"a":2}"#, None),
+            ("other", r#"{"a":2}"#, Some(r#"{"m":1}"#)),
+            ("echo", r#"{"a":2}"#, Some(r#"{"m":1}"#)),
+            ("echo", r#"{"a":2}"#, Some(r#"{"m":10000000000000000000001}"#)),
+            ("echo", r#"{"a":2}"#, Some(r#"{"m":10000000000000000000002}"#)),
+        ];
+        for (tool, arguments, metadata) in calls {
+            let here = parts(tool, arguments, metadata);
+            let fresh = std::thread::spawn(move || parts(tool, arguments, metadata))
+                .join()
+                .unwrap();
+            assert_eq!(here, fresh, "{tool} {arguments} {metadata:?}");
+        }
+        let a = parts("echo", "{}", Some(r#"{"m":10000000000000000000001}"#));
+        let b = parts("echo", "{}", Some(r#"{"m":10000000000000000000002}"#));
+        assert_eq!(a.differs(&b), ["metadata"]);
     }
 
     #[test]
