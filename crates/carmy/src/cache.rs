@@ -171,11 +171,11 @@ impl ReplayCache {
         &self,
         key: &IdempotencyKey,
         fingerprint: &Fingerprint,
-        intent: &ExecutionIntent,
+        retention: Option<Duration>,
     ) -> Option<Reservation> {
         let cached = self.records.get(key)?;
         let now = chrono::Utc::now();
-        if crate::retention::is_expired(cached.result.result().finished_at, intent.retention, now) {
+        if crate::retention::is_expired(cached.result.result().finished_at, retention, now) {
             self.records.invalidate(key);
             return None;
         }
@@ -219,13 +219,23 @@ impl IdempotencyStore for ReplayCache {
         probe_evidence, attempt_age, operator_view, readings, keeps_client_holds, renew_held, held_owner,
     );
 
+    fn answer_from_memory(
+        &self,
+        claim: Claim<'_>,
+        retention: Option<Duration>,
+    ) -> Option<Reservation> {
+        self.cached_reservation(claim.key, claim.fingerprint, retention)
+    }
+
     fn reserve<'a>(
         &'a self,
         claim: Claim<'a>,
         intent: &'a ExecutionIntent,
     ) -> StoreFuture<'a, Reservation> {
         Box::pin(async move {
-            if let Some(answer) = self.cached_reservation(claim.key, claim.fingerprint, intent) {
+            if let Some(answer) =
+                self.cached_reservation(claim.key, claim.fingerprint, intent.retention)
+            {
                 return Ok(answer);
             }
             let seen = self.changes_seen();
@@ -253,7 +263,9 @@ impl IdempotencyStore for ReplayCache {
         hold: &'a crate::held::Hold,
     ) -> StoreFuture<'a, Reservation> {
         Box::pin(async move {
-            if let Some(answer) = self.cached_reservation(claim.key, claim.fingerprint, intent) {
+            if let Some(answer) =
+                self.cached_reservation(claim.key, claim.fingerprint, intent.retention)
+            {
                 return Ok(answer);
             }
             let seen = self.changes_seen();
@@ -508,5 +520,49 @@ mod tests {
             cached_id(&cache, &a),
             Some(record.result().execution_id.clone())
         );
+    }
+
+    /// What memory holds answers without the store (docs/semantics.md §8.4): a replay of the
+    /// same fingerprint, a conflict with a copy that holds its digests; nothing for an identity
+    /// not cached, a conflict with a copy without digests, or a copy past the caller's
+    /// retention (dropped).
+    #[test]
+    fn memory_answers_replays_and_conflicts_of_cached_records_only() {
+        let cache = cache();
+        let (a, b) = (
+            IdempotencyKey::new("p", "s", "a"),
+            IdempotencyKey::new("p", "s", "b"),
+        );
+        let with_parts = finished("a").with_parts(parts(1));
+        let without = finished("b");
+        cache.remember(cache.changes_seen(), &a, &fp(), &with_parts);
+        cache.remember(cache.changes_seen(), &b, &fp(), &without);
+        let claim = |key, fingerprint| Claim { key, fingerprint };
+        let (same, other) = (fp(), other_fp());
+
+        match cache.answer_from_memory(claim(&a, &same), None) {
+            Some(Reservation::Existing(Existing::Replay(replay))) => assert_eq!(
+                replay.result().execution_id,
+                with_parts.result().execution_id
+            ),
+            other => panic!("expected a replay, got {other:?}"),
+        }
+        assert_eq!(
+            cache.answer_from_memory(claim(&a, &other), None),
+            Some(Reservation::Existing(Existing::Conflict {
+                execution_id: with_parts.result().execution_id.clone(),
+                parts: Some(parts(1)),
+            }))
+        );
+        assert_eq!(cache.answer_from_memory(claim(&b, &other), None), None);
+        let unknown = IdempotencyKey::new("p", "s", "c");
+        assert_eq!(cache.answer_from_memory(claim(&unknown, &same), None), None);
+
+        // Finished now, so a retention of zero has passed: the copy is dropped.
+        assert_eq!(
+            cache.answer_from_memory(claim(&a, &same), Some(Duration::ZERO)),
+            None
+        );
+        assert_eq!(cached_id(&cache, &a), None);
     }
 }

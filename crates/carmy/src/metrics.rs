@@ -9,7 +9,7 @@
 //! | `carmy_tool_runs_total` | counter | `tool` | tool bodies started by this process |
 //! | `carmy_tool_outcomes_total` | counter | `tool`, `status` | tool runs finished, by recorded status (or `not_executed`) |
 //! | `carmy_tool_duration_seconds` | histogram | `tool` | how long tool bodies ran |
-//! | `carmy_store_reserve_duration_seconds` | histogram | | one `reserve` round trip to the store |
+//! | `carmy_store_reserve_duration_seconds` | histogram | | one `reserve` round trip to the store (not the answers of the replay cache, §8.4) |
 //! | `carmy_store_complete_duration_seconds` | histogram | | one attempt to record an outcome |
 //! | `carmy_executions_running` | gauge | `tool` | executions of this process whose outcome is not recorded yet |
 //! | `carmy_prunes_total` | counter | | finished records pruned by retention (docs/semantics.md §12.9) |

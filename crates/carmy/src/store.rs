@@ -110,6 +110,24 @@ pub trait IdempotencyStore: Send + Sync + 'static {
         intent: &'a ExecutionIntent,
     ) -> StoreFuture<'a, Reservation>;
 
+    /// The answer [`IdempotencyStore::reserve`] would give `claim` when it can be given from
+    /// this process's memory, without the store (docs/semantics.md §3, "Replay cache"): a
+    /// replay of a finished record with the same fingerprint, or a conflict with one of
+    /// another, the record's retention (`retention`, as [`ExecutionIntent::retention`]) not
+    /// passed. `None` (the default, and for anything not held in memory): ask `reserve`.
+    ///
+    /// The engine asks this before it checks the call against its tool or mints an intent, as
+    /// `reserve` answers an existing record before any such check (an honest retry gets its
+    /// record even when the tool is gone or its schema changed).
+    fn answer_from_memory(
+        &self,
+        claim: Claim<'_>,
+        retention: Option<std::time::Duration>,
+    ) -> Option<Reservation> {
+        let _ = (claim, retention);
+        None
+    }
+
     /// Durably records `result` as the outcome of the execution that holds `claim.key`
     /// (reserved with `claim.fingerprint`), before returning (docs/semantics.md §4).
     /// The outcome comes with its stored text ([`RecordedResult::record_json`]); a store keeps

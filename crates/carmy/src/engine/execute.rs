@@ -53,6 +53,12 @@ impl Engine {
             outcome = tracing::field::Empty,
         );
         crate::trace::link_to_caller(&span, call.traceparent());
+        // A finished record held in memory answers at once (§8.4): nothing is reserved, so
+        // there is nothing a caller who stops waiting could leave behind, and no task is needed.
+        if let Some(answer) = span.in_scope(|| self.answer_from_memory(&call)) {
+            let recorded = call.request_id().is_some();
+            return span.in_scope(|| self.answered(answer, call.tool(), recorded, &tool_label));
+        }
         let engine = Arc::clone(self);
         // Counted inside the task, so a caller that stops waiting is counted all the same. Boxed:
         // the task then moves a pointer, not the whole call's state, each time tokio moves it.
@@ -60,16 +66,8 @@ impl Engine {
             async move {
                 let tool = call.tool().to_owned();
                 let recorded = call.request_id().is_some();
-                let answer =
-                    engine.complete_answer(engine.execute_attached(call).await, &tool, recorded);
-                let current = tracing::Span::current();
-                if let Some(execution_id) = answer::execution_id_of(&answer) {
-                    current.record("execution_id", execution_id.as_str());
-                }
-                let outcome = answer::call_outcome(&answer);
-                current.record("outcome", outcome.trace_label());
-                engine.metrics.call_answered(&tool_label, outcome);
-                answer
+                let answer = engine.execute_attached(call).await;
+                engine.answered(answer, &tool, recorded, &tool_label)
             }
             .instrument(span),
         ));
@@ -79,6 +77,47 @@ impl Engine {
             // surface it where it would have surfaced without the task.
             Err(error) => std::panic::resume_unwind(error.into_panic()),
         }
+    }
+
+    /// The answer to `call` from a finished record held in memory, as the store would give it
+    /// (docs/semantics.md §8.4): a replay or a conflict, before the tool's checks or a new
+    /// intent; `None` for a call without a request id or whose record memory does not hold.
+    fn answer_from_memory(&self, call: &ValidatedCall) -> Option<Result<Answer, Refusal>> {
+        let key = call.key()?;
+        let claim = Claim {
+            key: &key,
+            fingerprint: call.fingerprint(),
+        };
+        match self
+            .store
+            .answer_from_memory(claim, self.config.retention)?
+        {
+            Reservation::Existing(existing @ (Existing::Replay(_) | Existing::Conflict { .. })) => {
+                Some(answer::from_existing(existing, call))
+            }
+            _ => None,
+        }
+    }
+
+    /// `answer` to a call of `tool` completed with its hints, recorded in the current
+    /// `carmy.call` span (`execution_id`, `outcome`) and counted in `carmy_calls_total` under
+    /// `tool_label`; `recorded`: the call had a request id.
+    fn answered(
+        &self,
+        answer: Result<Answer, Refusal>,
+        tool: &str,
+        recorded: bool,
+        tool_label: &str,
+    ) -> Result<Answer, Refusal> {
+        let answer = self.complete_answer(answer, tool, recorded);
+        let current = tracing::Span::current();
+        if let Some(execution_id) = answer::execution_id_of(&answer) {
+            current.record("execution_id", execution_id.as_str());
+        }
+        let outcome = answer::call_outcome(&answer);
+        current.record("outcome", outcome.trace_label());
+        self.metrics.call_answered(tool_label, outcome);
+        answer
     }
 
     /// [`Engine::execute`] in the caller's task: what a retry answered from a record (a
