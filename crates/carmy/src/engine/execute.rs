@@ -25,7 +25,8 @@ impl Engine {
     /// The work runs in a task of its own: a caller that stops waiting (a client that
     /// disconnected, a cancelled MCP request) never leaves a reservation whose tool does not
     /// start; the execution runs on and is recorded, and a retry replays it (docs/semantics.md
-    /// §4).
+    /// §4). An answer the store holds in memory (a replay or a conflict of a cached record,
+    /// §8.4) reserves nothing and is given at once, without a task.
     ///
     /// # Errors
     /// The [`Refusal`] of docs/semantics.md §3 for every row without an outcome.

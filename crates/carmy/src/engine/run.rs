@@ -1,5 +1,6 @@
-//! Starting an execution and running its tool: one detached, tracked task per execution, for
-//! calls with and without replay protection alike.
+//! Starting an execution and running its tool, in the call's own detached, tracked task (what
+//! remains after the caller's answer, in one of its own), for calls with and without replay
+//! protection alike.
 
 use super::{Answer, Engine, Refusal};
 use crate::call::ValidatedCall;
@@ -10,6 +11,7 @@ use crate::outcome::{
 use crate::store::IdempotencyKey;
 use crate::tool::{Tool, ToolContext, ToolError, ToolErrorKind};
 use chrono::{DateTime, SubsecRound, Utc};
+use futures::future::Either;
 use futures::FutureExt;
 use serde_json::Value;
 use std::panic::AssertUnwindSafe;
@@ -47,8 +49,9 @@ pub(super) struct Run {
 }
 
 impl Engine {
-    /// Runs `run.tool` for `run.call` in a task of its own (so a caller that goes away does not
-    /// stop it), tracked for the drain and for cancellation. With a reserved identity
+    /// Runs `run.tool` for `run.call` in the calling task, which is the call's own detached,
+    /// tracked task ([`Engine::execute`]'s: a caller that goes away does not stop it); what the
+    /// run still does once the answer is given goes on in a tracked task of its own. With a reserved identity
     /// (`run.key`) the outcome is recorded, as made by `run.attempt`, before it is answered;
     /// without, it is answered as is.
     ///
@@ -150,9 +153,24 @@ impl Engine {
                 None => drop(done_tx.send(Ok(result))),
             }
         };
-        // Boxed: tokio then moves a pointer, not the run's whole state.
-        self.executions.spawn(Box::pin(task.instrument(span)));
-        match done_rx.await {
+        // Run here, in the call's own task (`Engine::execute` started it, so a caller who
+        // stops waiting does not stop the run), until the caller has its answer; whatever the
+        // run still does then (retrying its record) goes on in a tracked task of its own. One
+        // task per call, not two, on the common path (issue 39). A panic of the run (a bug: a
+        // tool's own panic is caught in `run_tool`) drops `done_tx`, as the run's own task did.
+        let run = Box::pin(
+            AssertUnwindSafe(task.instrument(span))
+                .catch_unwind()
+                .map(drop),
+        );
+        let delivered = match futures::future::select(run, done_rx).await {
+            Either::Left(((), done_rx)) => done_rx.await,
+            Either::Right((delivered, rest)) => {
+                self.executions.spawn(rest);
+                delivered
+            }
+        };
+        match delivered {
             Ok(Ok(result)) => Ok(Answer {
                 result,
                 replayed: false,
