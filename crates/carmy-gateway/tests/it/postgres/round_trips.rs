@@ -13,7 +13,7 @@
 //!   own pool sends one to every connection it takes back, which is why the store's `reserve`
 //!   and `complete` use connections of their own, see `carmy_postgres`'s `hot` module).
 
-use carmy_test_support::{call, client, post, Cluster, Replica, TestDb};
+use carmy_test_support::{call, client, metric, post, Cluster, Replica, TestDb};
 use serde_json::{json, Value};
 use sqlx::{Connection, PgConnection, Row};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -170,7 +170,8 @@ async fn new_identity_is_two_statements_and_a_replay_one() {
 
 /// Issue 39, item 3: with the replay cache on (its default), a conflict with a record this
 /// replica recorded is answered from the cache, `differs` included (docs/semantics.md §12.8):
-/// no statement reaches PostgreSQL.
+/// no statement reaches PostgreSQL. Replays too; and both are answered before the engine
+/// reserves anything (§8.4): the store's `reserve` is not timed for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflict_with_a_cached_record_takes_no_statement() {
     let (cluster, mut observer) = statements_cluster().await;
@@ -192,7 +193,10 @@ async fn a_conflict_with_a_cached_record_takes_no_statement() {
     let ids = request_ids("conflict");
     calls(&http, &gateway, &ids, false).await;
 
+    let reserves = "carmy_store_reserve_duration_seconds_count";
+    let reserved_before = metric(&http, &gateway, reserves).await;
     reset_statements(&mut observer).await;
+    calls(&http, &gateway, &ids, true).await;
     for request_id in &ids {
         let body = call("echo", json!({"other": true}), request_id);
         let (status, body) = post(&http, &gateway, &body).await;
@@ -205,8 +209,13 @@ async fn a_conflict_with_a_cached_record_takes_no_statement() {
     let (statements, listing) = statements_of(&mut observer, "carmy_conflict").await;
     assert_eq!(
         statements, 0,
-        "{CALLS} conflicts with cached records must take no statement; pg_stat_statements \
-         saw:{listing}"
+        "{CALLS} replays of and conflicts with cached records must take no statement; \
+         pg_stat_statements saw:{listing}"
+    );
+    assert_eq!(
+        (reserved_before, metric(&http, &gateway, reserves).await),
+        (CALLS, CALLS),
+        "only the {CALLS} new identities reach the store's reserve"
     );
     drop(gateway);
 }
