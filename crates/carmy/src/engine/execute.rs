@@ -89,15 +89,19 @@ impl Engine {
             key: &key,
             fingerprint: call.fingerprint(),
         };
-        match self
-            .store
-            .answer_from_memory(claim, self.config.retention)?
-        {
-            Reservation::Existing(existing @ (Existing::Replay(_) | Existing::Conflict { .. })) => {
-                Some(answer::from_existing(existing, call))
-            }
-            _ => None,
-        }
+        let Reservation::Existing(existing @ (Existing::Replay(_) | Existing::Conflict { .. })) =
+            self.store
+                .answer_from_memory(claim, self.config.retention)?
+        else {
+            return None;
+        };
+        // The reservation's step in an exported trace, as the store's answer has it: the
+        // same span tree whichever answered.
+        let _reserve = crate::trace::exported_span(|| {
+            tracing::info_span!("carmy.reserve", from_memory = true)
+        })
+        .entered();
+        Some(answer::from_existing(existing, call))
     }
 
     /// `answer` to a call of `tool` completed with its hints, recorded in the current
