@@ -149,7 +149,12 @@ impl Engine {
             Ok(registered) => registered,
             Err(rejection) => return self.recorded_or(&key, &call, rejection).await,
         };
-        let intent = self.intent(&registered, &call)?;
+        // Arguments too large to keep refuse a new identity only: an existing one answers from
+        // its record, as a memory answer would (§3 step 7).
+        let intent = match self.intent(&registered, &call) {
+            Ok(intent) => intent,
+            Err(rejection) => return self.recorded_or(&key, &call, rejection).await,
+        };
         let reserving = Instant::now();
         let reserved = self
             .store

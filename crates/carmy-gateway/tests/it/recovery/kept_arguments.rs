@@ -283,6 +283,17 @@ async fn none_keeps_nothing_and_too_large_arguments_are_refused_before_reserving
     assert_eq!(held, 0);
     let (status, body) = post(&http, &small, &big("create_payment_hidden", "big-2")).await;
     assert_eq!(status, 200, "{body}");
+
+    // An honest retry gets its record whatever its arguments would take to keep now (§3): a
+    // call recorded where nothing is kept, retried where they would be too large.
+    let (status, first) = post(&http, &none, &big("note", "big-3")).await;
+    assert_eq!(status, 200, "{first}");
+    let (status, again) = post(&http, &small, &big("note", "big-3")).await;
+    assert_eq!(
+        (status, &again["replayed"], &again["execution_id"]),
+        (200, &json!(true), &first["execution_id"]),
+        "{again}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
