@@ -123,7 +123,7 @@ impl IdempotencyStore for Counting {
         complete, release, lookup, find_execution, check_ready, resolve_execution,
         release_execution, list_executions, audit_trail, record_late_arrival, take_over,
         wait_for_outcome, prune_expired, request_cancel, cancel_requests, lease_state,
-        record_changes, drop_cached, shutdown,
+        record_changes, drop_cached, shutdown, answer_from_memory,
     );
 }
 

@@ -3,9 +3,11 @@
 //! [`forward_store!`](crate::forward_store) writes them, so every signature is written once,
 //! here, beside the trait (docs/semantics.md §8).
 //!
-//! Nothing has a default body in the trait: a method the wrapper neither writes nor names is a
-//! compile error (E0046), so cancel delivery, the lease state and shutdown cannot be dropped by
-//! accident.
+//! Cancel delivery, the lease state, shutdown and the other signals have no default body in the
+//! trait: a wrapper that neither writes nor names one does not compile (E0046), so they cannot be
+//! dropped by accident. A method with a default (readings, the operator's view, the answer from
+//! memory) falls back to it when not named: a wrapper around a cache names
+//! `answer_from_memory`, or its calls all go to `reserve`.
 //!
 //! [`IdempotencyStore`]: super::IdempotencyStore
 
@@ -58,6 +60,15 @@ macro_rules! forward_store {
             intent: &'a $crate::store::ExecutionIntent,
         ) -> $crate::store::StoreFuture<'a, $crate::store::Reservation> {
             self.$inner.reserve(claim, intent)
+        }
+    };
+    (@one $inner:tt answer_from_memory) => {
+        fn answer_from_memory(
+            &self,
+            claim: $crate::store::Claim<'_>,
+            retention: ::core::option::Option<::std::time::Duration>,
+        ) -> ::core::option::Option<$crate::store::Reservation> {
+            self.$inner.answer_from_memory(claim, retention)
         }
     };
     (@one $inner:tt complete) => {
