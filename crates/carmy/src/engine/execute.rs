@@ -98,7 +98,12 @@ impl Engine {
         // The reservation's step in an exported trace, as the store's answer has it: the
         // same span tree whichever answered.
         let _reserve = crate::trace::exported_span(|| {
-            tracing::info_span!("carmy.reserve", from_memory = true)
+            let execution_id = match &existing {
+                Existing::Replay(replay) => Some(replay.result().execution_id.as_str()),
+                Existing::Conflict { execution_id, .. } => Some(execution_id.as_str()),
+                _ => None,
+            };
+            tracing::info_span!("carmy.reserve", execution_id, from_memory = true)
         })
         .entered();
         Some(answer::from_existing(existing, call))
