@@ -238,7 +238,7 @@ pub(crate) const REPLAYED_HEADER: &str = "idempotent-replayed";
         (status = 404, description = "`UNKNOWN_TOOL`: no tool of that name (and no record for the identity)", body = openapi::Problem, content_type = "application/problem+json"),
         (status = 408, description = "`REQUEST_TIMEOUT`: the body did not arrive in time", body = openapi::Problem, content_type = "application/problem+json"),
         (status = 409, description = "`IDEMPOTENCY_CONFLICT` (the request_id holds a different call) or `EXECUTION_UNCERTAIN` (`state` `running`: retry later; `interrupted`: reconcile, do not retry blindly)", body = openapi::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "`PAYLOAD_TOO_LARGE` (the body), or `ARGUMENTS_TOO_LARGE` (the arguments as kept with the execution are over `CARMY_MAX_RESULT_BYTES`; nothing was reserved)", body = openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "`PAYLOAD_TOO_LARGE` (the body), or `ARGUMENTS_TOO_LARGE` (the arguments as kept with the execution are over `CARMY_MAX_RESULT_BYTES`; nothing was reserved; a call whose identity has a record is answered from it instead)", body = openapi::Problem, content_type = "application/problem+json"),
         (status = 415, description = "`UNSUPPORTED_MEDIA_TYPE`: send `Content-Type: application/json`", body = openapi::Problem, content_type = "application/problem+json"),
         (status = 503, response = openapi::Unavailable),
         (status = 507, description = "`IDEMPOTENCY_CAPACITY`: the in-memory store is full; nothing ran", body = openapi::Problem, content_type = "application/problem+json"),

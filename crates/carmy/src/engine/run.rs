@@ -51,9 +51,9 @@ pub(super) struct Run {
 impl Engine {
     /// Runs `run.tool` for `run.call` in the calling task, which is the call's own detached,
     /// tracked task ([`Engine::execute`]'s: a caller that goes away does not stop it); what the
-    /// run still does once the answer is given goes on in a tracked task of its own. With a reserved identity
-    /// (`run.key`) the outcome is recorded, as made by `run.attempt`, before it is answered;
-    /// without, it is answered as is.
+    /// run still does once the answer is given goes on in a tracked task of its own. With a
+    /// reserved identity (`run.key`) the outcome is recorded, as made by `run.attempt`, before
+    /// it is answered; without, it is answered as is.
     ///
     /// # Errors
     /// [`Refusal::RecordingPending`] when the outcome could not be recorded at the first
