@@ -95,18 +95,14 @@ impl Engine {
         else {
             return None;
         };
-        // The reservation's step in an exported trace, as the store's answer has it: the
-        // same span tree whichever answered.
-        let _reserve = crate::trace::exported_span(|| {
-            let execution_id = match &existing {
-                Existing::Replay(replay) => Some(replay.result().execution_id.as_str()),
-                Existing::Conflict { execution_id, .. } => Some(execution_id.as_str()),
-                _ => None,
-            };
+        let answer = answer::from_existing(existing, call);
+        // The reservation's step in an exported trace, as the store's answer has it (the same
+        // span tree whichever answered), naming the record's execution.
+        drop(crate::trace::exported_span(|| {
+            let execution_id = answer::execution_id_of(&answer).map(ExecutionId::as_str);
             tracing::info_span!("carmy.reserve", execution_id, from_memory = true)
-        })
-        .entered();
-        Some(answer::from_existing(existing, call))
+        }));
+        Some(answer)
     }
 
     /// `answer` to a call of `tool` completed with its hints, recorded in the current
